@@ -1,0 +1,256 @@
+"""Multi-hop QA data: one task model (:class:`QATask`), loaders for the official file layouts, and the
+small real samples bundled with the package (see ``bundled/LICENSES.md`` for licences and attribution).
+
+Loaders read plain or gzip-compressed files:
+
+* :func:`load_hotpotqa` - HotpotQA official JSON (list, or one object per line), distractor or fullwiki,
+  and the Hugging Face ``hotpot_qa`` layout;
+* :func:`load_2wiki` - 2WikiMultihopQA official JSON (with ``context``) or its JSONL without context;
+* :func:`load_musique` - MuSiQue official JSONL (or a JSON list);
+* :func:`load_flashrag` - FlashRAG JSONL (``id, question, golden_answers``);
+* :func:`load_qa` - any of the above, detected from the first record.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Iterator
+from functools import cache, lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from agentr1_gym.errors import ConfigError, DataError
+from agentr1_gym.tools.search.corpus import Corpus, Passage
+
+__all__ = [
+    "BUNDLED",
+    "QATask",
+    "bundled_corpus",
+    "bundled_tasks",
+    "corpus_from_tasks",
+    "load_2wiki",
+    "load_flashrag",
+    "load_hotpotqa",
+    "load_musique",
+    "load_qa",
+]
+
+
+class QATask(BaseModel):
+    """One question with its gold answers and evidence, whatever dataset it came from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    question: str
+    answers: tuple[str, ...]
+    supporting_titles: tuple[str, ...] = ()
+    type: str = ""
+    hops: int = 0
+    dataset: str = ""
+    #: (title, text) paragraphs shipped with the question (distractor context); empty for open-domain data
+    context: tuple[tuple[str, str], ...] = ()
+
+
+def _read_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"data file not found: {path}")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
+        head = f.read(1)
+        while head and head.isspace():
+            head = f.read(1)
+        rest = f.read()
+    text = head + rest
+    if head == "[":
+        records = json.loads(text)
+    else:
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    for i, r in enumerate(records):
+        if not isinstance(r, dict):
+            raise DataError(f"{path}: record {i} is not a JSON object")
+        yield r
+
+
+def _need(record: dict[str, Any], keys: Iterable[str], path: Any, dataset: str) -> None:
+    missing = [k for k in keys if k not in record]
+    if missing:
+        raise DataError(f"{path}: a {dataset} record lacks {missing}; its keys are {sorted(record)}")
+
+
+def _unique(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+def _hotpot_like(r: dict[str, Any], dataset: str, joiner: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    facts = r.get("supporting_facts", [])
+    ctx = r.get("context", [])
+    if isinstance(facts, dict):  # Hugging Face layout
+        titles = _unique(facts.get("title", []))
+    else:
+        titles = _unique(str(f[0]) for f in facts)
+    if isinstance(ctx, dict):
+        pairs = zip(ctx.get("title", []), ctx.get("sentences", []))
+    else:
+        pairs = ((c[0], c[1]) for c in ctx)
+    context = tuple((str(t), joiner.join(s).strip() if isinstance(s, list) else str(s)) for t, s in pairs)
+    return titles, context
+
+
+def load_hotpotqa(path: str | Path) -> list[QATask]:
+    """HotpotQA (official or Hugging Face layout; distractor or fullwiki). Hop count is 2 by construction."""
+    tasks = []
+    for r in _read_records(path):
+        _need(r, ("question", "answer"), path, "HotpotQA")
+        titles, context = _hotpot_like(r, "hotpotqa", "")
+        tasks.append(QATask(id=str(r.get("_id", r.get("id", len(tasks)))), question=r["question"],
+                            answers=(str(r["answer"]),), supporting_titles=titles, type=str(r.get("type", "")),
+                            hops=2, dataset="hotpotqa", context=context))
+    return tasks
+
+
+_2WIKI_HOPS = {"comparison": 2, "inference": 2, "compositional": 2, "bridge_comparison": 4}
+
+
+def load_2wiki(path: str | Path) -> list[QATask]:
+    """2WikiMultihopQA official JSON (``context``, ``supporting_facts``, ``evidences``); ``gold_titles`` and
+    ``answer_aliases`` are used when present."""
+    tasks = []
+    for r in _read_records(path):
+        _need(r, ("question", "answer"), path, "2WikiMultihopQA")
+        titles, context = _hotpot_like(r, "2wikimultihopqa", " ")
+        titles = _unique([*titles, *r.get("gold_titles", [])])
+        qtype = str(r.get("type", ""))
+        tasks.append(QATask(id=str(r.get("_id", r.get("id", len(tasks)))), question=r["question"],
+                            answers=_unique([str(r["answer"]), *map(str, r.get("answer_aliases", []))]),
+                            supporting_titles=titles, type=qtype, hops=_2WIKI_HOPS.get(qtype, len(titles)),
+                            dataset="2wikimultihopqa", context=context))
+    return tasks
+
+
+def load_musique(path: str | Path, *, answerable_only: bool = True) -> list[QATask]:
+    """MuSiQue (Ans or Full). Hop count from ``question_decomposition``; aliases from ``answer_aliases``."""
+    tasks = []
+    for r in _read_records(path):
+        _need(r, ("question", "answer", "paragraphs"), path, "MuSiQue")
+        if answerable_only and not r.get("answerable", True):
+            continue
+        paragraphs = r["paragraphs"]
+        titles = _unique(str(p["title"]) for p in paragraphs if p.get("is_supporting"))
+        context = tuple((str(p["title"]), str(p["paragraph_text"])) for p in paragraphs)
+        hops = len(r.get("question_decomposition", [])) or len(titles)
+        tasks.append(QATask(id=str(r.get("id", len(tasks))), question=r["question"],
+                            answers=_unique([str(r["answer"]), *map(str, r.get("answer_aliases", []))]),
+                            supporting_titles=titles, type=str(r.get("id", "")).split("__")[0], hops=hops,
+                            dataset="musique", context=context))
+    return tasks
+
+
+def load_flashrag(path: str | Path) -> list[QATask]:
+    """FlashRAG JSONL: ``{"id", "question", "golden_answers"}`` (no evidence annotations)."""
+    tasks = []
+    for r in _read_records(path):
+        _need(r, ("question", "golden_answers"), path, "FlashRAG")
+        answers = r["golden_answers"]
+        answers = (answers,) if isinstance(answers, str) else tuple(map(str, answers))
+        meta = r.get("metadata") or {}
+        tasks.append(QATask(id=str(r.get("id", len(tasks))), question=r["question"], answers=answers,
+                            type=str(meta.get("type", "")) if isinstance(meta, dict) else "",
+                            dataset="flashrag"))
+    return tasks
+
+
+LOADERS = {"hotpotqa": load_hotpotqa, "2wikimultihopqa": load_2wiki, "musique": load_musique,
+           "flashrag": load_flashrag}
+DatasetName = Literal["hotpotqa", "2wikimultihopqa", "musique", "flashrag"]
+
+
+def detect_layout(record: dict[str, Any]) -> str:
+    """Which loader fits a record."""
+    if "golden_answers" in record:
+        return "flashrag"
+    if "paragraphs" in record and "question_decomposition" in record:
+        return "musique"
+    if "evidences" in record or "gold_titles" in record:
+        return "2wikimultihopqa"
+    if "supporting_facts" in record or "context" in record:
+        return "hotpotqa"
+    raise DataError(f"cannot tell the dataset of a record with keys {sorted(record)}; pass dataset= explicitly")
+
+
+def load_qa(path: str | Path, dataset: str | None = None) -> list[QATask]:
+    """Load any supported layout; ``dataset`` names it, or it is detected from the first record."""
+    if dataset is None:
+        first = next(_read_records(path), None)
+        if first is None:
+            raise DataError(f"{path} holds no records")
+        dataset = detect_layout(first)
+    loader = LOADERS.get(dataset)
+    if loader is None:
+        raise ConfigError(f"unknown dataset layout {dataset!r}; choose one of {sorted(LOADERS)}")
+    tasks = loader(path)
+    if not tasks:
+        raise DataError(f"{path} holds no usable {dataset} records")
+    return tasks
+
+
+def corpus_from_tasks(tasks: Iterable[QATask], *, source: str | None = None) -> Corpus:
+    """A retrieval corpus from the tasks' context paragraphs (exact duplicates removed, order kept)."""
+    seen: dict[tuple[str, str], None] = {}
+    for t in tasks:
+        for pair in t.context:
+            seen.setdefault(pair, None)
+    return Corpus((Passage(id=str(i), title=t, text=x) for i, (t, x) in enumerate(seen)), source=source)
+
+
+# ---- bundled samples ----------------------------------------------------------------------------------------
+#: (dataset, split) -> (file, corpus file or None: the corpus is built from the questions' context)
+BUNDLED: dict[tuple[str, str], tuple[str, str | None]] = {
+    ("hotpotqa", "dev"): ("hotpotqa_dev_distractor_300.jsonl.gz", None),
+    ("hotpotqa", "train"): ("hotpotqa_train_100.json.gz", None),
+    ("musique", "dev"): ("musique_ans_dev_50.jsonl.gz", None),
+    ("musique", "train"): ("musique_ans_train_100.json.gz", None),
+    ("2wikimultihopqa", "dev"): ("2wikimultihopqa_dev_177.jsonl.gz", "2wikimultihopqa_dev_corpus.json.gz"),
+}
+
+
+def _bundled_path(name: str) -> Path:
+    return Path(str(resources.files("agentr1_gym.data") / "bundled" / name))
+
+
+def _check_bundled(dataset: str, split: str) -> tuple[str, str | None]:
+    entry = BUNDLED.get((dataset, split))
+    if entry is None:
+        have = sorted(f"{d}/{s}" for d, s in BUNDLED)
+        raise ConfigError(f"no bundled sample for {dataset}/{split}; bundled: {have}. Pass data_path= for other data.")
+    return entry
+
+
+@cache
+def bundled_tasks(dataset: str, split: str = "dev") -> tuple[QATask, ...]:
+    """The bundled sample of ``dataset`` (``hotpotqa``, ``2wikimultihopqa``, ``musique``) and ``split``."""
+    file, _ = _check_bundled(dataset, split)
+    return tuple(load_qa(_bundled_path(file), dataset))
+
+
+@cache
+def bundled_corpus(name: str) -> Corpus:
+    """The retrieval corpus of a bundled dataset (``name`` = ``"dataset"``: all its splits together).
+
+    HotpotQA and MuSiQue: the context paragraphs of every bundled question of that dataset (so distractors of
+    other questions are retrievable too); 2WikiMultihopQA: its bundled dev corpus file.
+    """
+    splits = [(d, s) for d, s in BUNDLED if d == name]
+    if not splits:
+        raise ConfigError(f"no bundled corpus {name!r}; bundled: {sorted({d for d, _ in BUNDLED})}")
+    corpus_file = next((BUNDLED[k][1] for k in splits if BUNDLED[k][1]), None)
+    if corpus_file is not None:
+        base = Corpus.from_jsonl(_bundled_path(corpus_file))
+        return Corpus((Passage(str(i), p.title, p.text) for i, p in enumerate(base)), source=f"bundled:{name}")
+    tasks = [t for d, s in splits for t in bundled_tasks(d, s)]
+    return corpus_from_tasks(tasks, source=f"bundled:{name}")

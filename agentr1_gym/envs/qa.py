@@ -1,0 +1,197 @@
+"""Multi-hop QA envs: the agent searches a corpus and answers a question.
+
+Rewards (see :class:`~agentr1_gym.rewards.RewardConfig`): the answer metric at episode end (F1 by default;
+EM and sub-EM are logged in ``info["metrics"]``), a format bonus, and a process reward for each gold supporting
+paragraph retrieved for the first time in the episode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agentr1_gym.core import ToolEnv, ToolResult
+from agentr1_gym.data import QATask, bundled_corpus, bundled_tasks, corpus_from_tasks, load_qa
+from agentr1_gym.errors import ConfigError
+from agentr1_gym.protocol import ToolCall, ToolCallFormat
+from agentr1_gym.rewards import RewardConfig, qa_metrics
+from agentr1_gym.tools.search import Corpus, Retriever, SearchTool, make_retriever
+
+__all__ = ["MultiHopQAEnv", "QAEnvBase"]
+
+QA_PROMPT = (
+    "Answer the question below. Search for the facts you need, one search per turn, and give a short final "
+    "answer (a name, a date, a number, or yes/no).\n\nQuestion: {question}"
+)
+
+
+def _norm_title(title: str) -> str:
+    return " ".join(title.lower().split())
+
+
+class QAEnvBase(ToolEnv):
+    """Shared machinery of QA envs: a search tool, QA scoring, retrieval process rewards and an oracle."""
+
+    def __init__(
+        self,
+        *,
+        corpus: Corpus | None,
+        retriever: str | Retriever = "bm25",
+        retriever_kwargs: dict[str, Any] | None = None,
+        top_k: int = 3,
+        protocol: str | ToolCallFormat = "hermes",
+        max_turns: int = 6,
+        max_calls_per_turn: int = 1,
+        max_action_chars: int = 20_000,
+        tool_output_chars: int = 4_000,
+        max_context_chars: int | None = None,
+        reward: RewardConfig | dict[str, Any] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        self.corpus = corpus
+        self.retriever = make_retriever(retriever, corpus, **(retriever_kwargs or {}))
+        super().__init__(
+            tools=[SearchTool(self.retriever, top_k=top_k)], protocol=protocol, max_turns=max_turns,
+            max_calls_per_turn=max_calls_per_turn, max_action_chars=max_action_chars,
+            tool_output_chars=tool_output_chars, max_context_chars=max_context_chars, reward=reward,
+            render_mode=render_mode,
+        )
+        self._gold: set[str] = set()
+        self._seen_gold: set[str] = set()
+        self._oracle_tried: set[str] = set()
+        self._title_index: dict[str, str] | None = None
+
+    # ---- ToolEnv hooks -----------------------------------------------------------------------------------
+    def _task_prompt(self, task: QATask) -> str:
+        return QA_PROMPT.format(question=task.question)
+
+    def _on_reset(self) -> None:
+        self._gold = {_norm_title(t) for t in self.task.supporting_titles}
+        self._seen_gold = set()
+        self._oracle_tried = set()
+
+    def _score(self, answer: str | None) -> tuple[float, dict[str, float]]:
+        metrics = qa_metrics(answer, self.task.answers)
+        return metrics[self.reward_config.answer_metric], metrics
+
+    def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
+        new = 0
+        for title in result.metadata.get("titles", ()):
+            key = _norm_title(title)
+            if key in self._gold and key not in self._seen_gold:
+                self._seen_gold.add(key)
+                new += 1
+        return {"retrieval": new * self.reward_config.retrieval_reward} if new else {}
+
+    # ---- evaluation helpers ------------------------------------------------------------------------------
+    @property
+    def gold_answers(self) -> tuple[str, ...]:
+        """The current task's gold answers (never shown in observations or info)."""
+        return tuple(self.task.answers)
+
+    @property
+    def retrieved_gold(self) -> frozenset[str]:
+        """Normalised titles of the gold paragraphs retrieved so far in this episode."""
+        return frozenset(self._seen_gold)
+
+    def max_episode_reward(self) -> float:
+        """The largest return an episode on the current task can reach."""
+        cfg = self.reward_config
+        return (cfg.answer_weight + cfg.format_weight + cfg.outcome_offset
+                + cfg.retrieval_reward * len(self._gold) + cfg.tool_success_reward * len(self._gold))
+
+    def _oracle_query(self, title: str) -> str:
+        if self._title_index is None:
+            self._title_index = {}
+            for p in self.corpus or ():
+                self._title_index.setdefault(_norm_title(p.title), f"{p.title} {' '.join(p.text.split()[:20])}")
+        return self._title_index.get(_norm_title(title), title)
+
+    def oracle_action(self) -> str:
+        """The next turn of a policy that knows the gold evidence: search each gold paragraph not yet retrieved
+        (once each), then answer with the first gold answer."""
+        if self.task is None:
+            from agentr1_gym.errors import ResetNeededError
+
+            raise ResetNeededError("call reset() before oracle_action()")
+        for title in self.task.supporting_titles:
+            key = _norm_title(title)
+            if key not in self._seen_gold and key not in self._oracle_tried:
+                self._oracle_tried.add(key)
+                return self.call_text("search", query=self._oracle_query(title))
+        return self.answer_text(self.task.answers[0])
+
+
+class MultiHopQAEnv(QAEnvBase):
+    """A multi-hop QA dataset behind a search tool.
+
+    Args:
+        dataset: ``"hotpotqa"``, ``"2wikimultihopqa"`` or ``"musique"`` (the bundled sample's dataset, and the
+            layout of ``data_path`` if given; ``None`` there detects it).
+        split: which bundled split (``"dev"``; ``"train"`` for hotpotqa and musique).
+        data_path: a dataset file in its official layout (JSON, JSONL, optionally .gz) instead of the sample.
+        corpus_path: a JSONL corpus (``{"id","contents"}`` or ``{"id","title","text"}``) to search; default: the
+            bundled sample's corpus, or the context paragraphs of ``data_path``'s questions.
+        retriever, retriever_kwargs: the search backend (``"bm25"``) and its settings, or a retriever object.
+        top_k: passages per search.
+        Other arguments: see :class:`~agentr1_gym.core.ToolEnv`.
+
+    Every reset draws a task with ``self.np_random``; ``reset(options={"task_index": i})`` picks task ``i``.
+    """
+
+    def __init__(
+        self,
+        *,
+        dataset: str = "hotpotqa",
+        split: str = "dev",
+        data_path: str | Path | None = None,
+        corpus_path: str | Path | None = None,
+        tasks: Sequence[QATask] | None = None,
+        retriever: str | Retriever = "bm25",
+        retriever_kwargs: dict[str, Any] | None = None,
+        top_k: int = 3,
+        protocol: str | ToolCallFormat = "hermes",
+        max_turns: int = 6,
+        max_calls_per_turn: int = 1,
+        max_action_chars: int = 20_000,
+        tool_output_chars: int = 4_000,
+        max_context_chars: int | None = None,
+        reward: RewardConfig | dict[str, Any] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if tasks is not None and data_path is not None:
+            raise ConfigError("pass either tasks= or data_path=, not both")
+        if tasks is not None:
+            self.tasks = tuple(tasks)
+        elif data_path is not None:
+            self.tasks = tuple(load_qa(data_path, dataset))
+        else:
+            self.tasks = bundled_tasks(dataset, split)
+        if not self.tasks:
+            raise ConfigError("the env needs at least one task")
+        if corpus_path is not None:
+            corpus: Corpus | None = Corpus.from_jsonl(corpus_path)
+        elif data_path is None and tasks is None:
+            corpus = bundled_corpus(dataset)
+        elif any(t.context for t in self.tasks):
+            corpus = corpus_from_tasks(self.tasks, source=None)
+        elif isinstance(retriever, str) and retriever == "bm25":
+            raise ConfigError("these tasks carry no context paragraphs to search; pass corpus_path= (a JSONL corpus)")
+        else:
+            corpus = None
+        self.dataset = dataset
+        super().__init__(
+            corpus=corpus, retriever=retriever, retriever_kwargs=retriever_kwargs, top_k=top_k, protocol=protocol,
+            max_turns=max_turns, max_calls_per_turn=max_calls_per_turn, max_action_chars=max_action_chars,
+            tool_output_chars=tool_output_chars, max_context_chars=max_context_chars, reward=reward,
+            render_mode=render_mode,
+        )
+
+    def _sample_task(self, options: dict[str, Any]) -> QATask:
+        index = options.get("task_index")
+        if index is None:
+            return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        if not isinstance(index, int) or not 0 <= index < len(self.tasks):
+            raise ConfigError(f"options['task_index'] must be an int in [0, {len(self.tasks)}), got {index!r}")
+        return self.tasks[index]

@@ -1,0 +1,76 @@
+"""Typed errors.
+
+Three families, kept apart on purpose:
+
+* programmer / configuration mistakes (:class:`ConfigError`, :class:`UnknownEnvError`,
+  :class:`MissingDependencyError`, :class:`ResetNeededError`) raise and say how to fix them;
+* malformed model output never raises: it is described by :class:`ActionParseError` /
+  :class:`ToolCallError` *values* that the env turns into an observation and a penalty;
+* infrastructure failures (:class:`ToolInfrastructureError`, e.g. a retrieval server that is down)
+  raise, so that they can never turn into silent zero rewards.
+"""
+
+from __future__ import annotations
+
+import gymnasium.error
+
+__all__ = [
+    "ActionParseError",
+    "AgentR1Error",
+    "BadArgumentError",
+    "ConfigError",
+    "DataError",
+    "MissingDependencyError",
+    "ResetNeededError",
+    "ToolCallError",
+    "ToolInfrastructureError",
+    "UnknownEnvError",
+]
+
+
+class AgentR1Error(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConfigError(AgentR1Error, ValueError):
+    """A bad constructor argument or configuration value; the message names the fix."""
+
+
+class BadArgumentError(ConfigError, TypeError):
+    """An unknown keyword argument (e.g. a typo in ``gym.make(id, **kwargs)``); the message suggests the fix."""
+
+
+class DataError(AgentR1Error, ValueError):
+    """A dataset file that cannot be read in the layout it was declared to have."""
+
+
+class UnknownEnvError(AgentR1Error, gymnasium.error.Error):
+    """An env id that is not registered; the message suggests the closest registered ids."""
+
+
+class MissingDependencyError(AgentR1Error, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+    def __init__(self, package: str, extra: str, purpose: str) -> None:
+        super().__init__(
+            f"{purpose} needs the optional package {package!r}, which is not installed. "
+            f'Install it with: pip install "agentr1-gym[{extra}]"'
+        )
+        self.package = package
+        self.extra = extra
+
+
+class ResetNeededError(AgentR1Error, gymnasium.error.ResetNeeded):
+    """``step`` was called before ``reset`` or after the episode ended."""
+
+
+class ToolInfrastructureError(AgentR1Error, RuntimeError):
+    """A tool's backing service failed (server down, index missing). Never a model mistake."""
+
+
+class ActionParseError(AgentR1Error):
+    """The assistant turn could not be parsed (a *value* the env reports, not raised out of ``step``)."""
+
+
+class ToolCallError(AgentR1Error):
+    """A parsed tool call that cannot run: unknown tool or invalid arguments (reported, not raised)."""

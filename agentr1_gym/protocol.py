@@ -1,0 +1,266 @@
+"""Tool-call formats: parse one assistant turn into tool calls or a final answer, render tool results.
+
+Formats are pluggable objects (:class:`ToolCallFormat`); two ship:
+
+* :class:`HermesFormat` (default, the Hermes/Qwen format used by Agent-R1 and TRL):
+  ``<think>...</think><tool_call>{"name": "search", "arguments": {"query": "..."}}</tool_call>`` and a final
+  ``<answer>...</answer>``. Results go back as ``tool`` messages that chat templates wrap in
+  ``<tool_response>...</tool_response>``.
+* :class:`SearchR1Format` (Search-R1 tags): ``<search>query</search>``, answered by
+  ``<information>...</information>``; any tool with exactly one required string argument gets a tag of its name.
+
+Parsing never raises on model output: problems come back as :attr:`ParsedAction.error`, a message written
+for the agent that says what was wrong and how to write it instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentr1_gym.core import Tool
+
+__all__ = ["FORMATS", "HermesFormat", "ParsedAction", "SearchR1Format", "ToolCall", "ToolCallFormat", "get_format"]
+
+_THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One parsed tool call: the tool's name and its (not yet validated) JSON arguments."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """What one assistant turn asked for: tool calls, a final answer, or an error message for the agent."""
+
+    calls: tuple[ToolCall, ...] = ()
+    answer: str | None = None
+    error: str | None = None
+
+
+def _strip_thinking(text: str) -> str:
+    return _THINK_RE.sub("", text) if "<think>" in text else text
+
+
+def _answer_blocks(text: str) -> tuple[list[str], str | None]:
+    """All closed ``<answer>`` blocks, or an error for an unclosed one."""
+    answers = _ANSWER_RE.findall(text)
+    if text.count("<answer>") != len(answers):
+        return answers, "An <answer> tag was opened but not closed. Write the final answer as <answer>...</answer>."
+    return answers, None
+
+
+def _finish(calls: list[ToolCall], answers: list[str], how_to: str) -> ParsedAction:
+    """Shared rules once a format has extracted calls and answers."""
+    if calls and answers:
+        return ParsedAction(
+            error="The turn contains both a tool call and an <answer>. Either call tools and wait for their "
+            "results, or give the final answer; not both in one turn."
+        )
+    if len(answers) > 1:
+        return ParsedAction(error=f"The turn contains {len(answers)} <answer> blocks; give exactly one final answer.")
+    if answers:
+        answer = answers[0].strip()
+        if not answer:
+            return ParsedAction(error="The <answer> block is empty. Put the answer text between the tags.")
+        return ParsedAction(answer=answer)
+    if calls:
+        return ParsedAction(calls=tuple(calls))
+    return ParsedAction(error=f"No tool call and no final answer found. {how_to}")
+
+
+class ToolCallFormat(ABC):
+    """How tool calls and answers are written by the model and how tool results are shown to it."""
+
+    #: registry key
+    name: str = ""
+    #: chat role of the message carrying tool results ("tool" for chat templates with tool support)
+    result_role: str = "tool"
+    #: strings that end a generated turn (generation backends stop on these)
+    stop_strings: tuple[str, ...] = ()
+
+    @abstractmethod
+    def parse(self, text: str, tools: Mapping[str, Tool]) -> ParsedAction:
+        """Parse one assistant turn. Never raises on any ``str``."""
+
+    @abstractmethod
+    def render_result(self, content: str) -> str:
+        """The observation text for one tool result, as the model will read it."""
+
+    @abstractmethod
+    def format_call(self, call: ToolCall) -> str:
+        """Write a call the way a model should (used by oracle policies and demonstrations)."""
+
+    @abstractmethod
+    def instructions(self, tools: Sequence[Tool]) -> str:
+        """The part of the task prompt that explains how to call the given tools and how to answer."""
+
+    def format_answer(self, answer: str) -> str:
+        return f"<answer>{answer}</answer>"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+def _tool_signature(tool: Tool) -> str:
+    props = tool.schema()["function"]["parameters"].get("properties", {})
+    args = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
+    return f"{tool.name}({args}): {tool.description}"
+
+
+class HermesFormat(ToolCallFormat):
+    """``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` calls and ``<answer>...</answer>``."""
+
+    name = "hermes"
+    result_role = "tool"
+    stop_strings = ("</tool_call>", "</answer>")
+    _CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+    _HOW_TO = (
+        'To use a tool write <tool_call>{"name": "<tool name>", "arguments": {...}}</tool_call>; '
+        "to finish write <answer>your answer</answer>."
+    )
+
+    def parse(self, text: str, tools: Mapping[str, Tool]) -> ParsedAction:
+        text = _strip_thinking(text)
+        bodies = self._CALL_RE.findall(text)
+        if text.count("<tool_call>") != len(bodies):
+            return ParsedAction(error="A <tool_call> tag was opened but not closed with </tool_call>.")
+        answers, error = _answer_blocks(text)
+        if error:
+            return ParsedAction(error=error)
+        calls: list[ToolCall] = []
+        for i, body in enumerate(bodies):
+            call = self._parse_body(body)
+            if isinstance(call, str):
+                where = f" (tool call {i + 1} of {len(bodies)})" if len(bodies) > 1 else ""
+                return ParsedAction(error=f"{call}{where}. {self._HOW_TO}")
+            calls.append(call)
+        return _finish(calls, answers, self._HOW_TO)
+
+    @staticmethod
+    def _parse_body(body: str) -> ToolCall | str:
+        body = body.strip()
+        if body.startswith("```"):
+            body = body.strip("`").removeprefix("json").strip()
+        try:
+            obj = json.loads(body, strict=False)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            return f"The tool call is not valid JSON ({msg})"
+        if not isinstance(obj, dict):
+            return f"The tool call must be a JSON object, got {type(obj).__name__}"
+        name = obj.get("name")
+        if not isinstance(name, str) or not name:
+            return 'The tool call has no "name" string'
+        unknown_keys = set(obj) - {"name", "arguments"}
+        if unknown_keys:
+            return f'The tool call has unexpected keys {sorted(unknown_keys)}; use only "name" and "arguments"'
+        args = obj.get("arguments", {})
+        if isinstance(args, str):  # some models stringify the arguments, as the OpenAI API does
+            try:
+                args = json.loads(args, strict=False) if args.strip() else {}
+            except (json.JSONDecodeError, RecursionError):
+                return '"arguments" is a string that is not valid JSON'
+        if not isinstance(args, dict):
+            return f'"arguments" must be a JSON object, got {type(args).__name__}'
+        return ToolCall(name=name, arguments=args)
+
+    def render_result(self, content: str) -> str:
+        return f"<tool_response>\n{content}\n</tool_response>"
+
+    def format_call(self, call: ToolCall) -> str:
+        payload = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+        return f"<tool_call>\n{payload}\n</tool_call>"
+
+    def instructions(self, tools: Sequence[Tool]) -> str:
+        listing = "\n".join(f"- {_tool_signature(t)}" for t in tools)
+        return (
+            "You can call tools. Think step by step inside <think>...</think>. To call a tool, write\n"
+            '<tool_call>\n{"name": "<tool name>", "arguments": {<arguments as JSON>}}\n</tool_call>\n'
+            "and stop; its result comes back inside <tool_response>...</tool_response>.\n"
+            f"Available tools:\n{listing}\n"
+            "When you know the answer, write it inside <answer>...</answer> and stop."
+        )
+
+
+class SearchR1Format(ToolCallFormat):
+    """Search-R1 tags: ``<search>query</search>`` (one tag per single-string-argument tool) and ``<answer>``."""
+
+    name = "search_r1"
+    result_role = "user"
+    stop_strings = ("</search>", "</answer>")
+
+    @staticmethod
+    def _tag_argument(tool: Tool) -> str | None:
+        params = tool.schema()["function"]["parameters"]
+        required = params.get("required", [])
+        props = params.get("properties", {})
+        if len(required) == 1 and props.get(required[0], {}).get("type") == "string":
+            return str(required[0])
+        return None
+
+    def parse(self, text: str, tools: Mapping[str, Tool]) -> ParsedAction:
+        text = _strip_thinking(text)
+        answers, error = _answer_blocks(text)
+        if error:
+            return ParsedAction(error=error)
+        tag_tools = {name: arg for name, tool in tools.items() if (arg := self._tag_argument(tool)) is not None}
+        if not tag_tools:
+            return ParsedAction(error="No tool of this environment can be called with a tag.")
+        calls: list[ToolCall] = []
+        alternatives = "|".join(re.escape(n) for n in tag_tools)
+        for m in re.finditer(rf"<({alternatives})>(.*?)</\1>", text, flags=re.DOTALL):
+            calls.append(ToolCall(name=m.group(1), arguments={tag_tools[m.group(1)]: m.group(2).strip()}))
+        for tag in tag_tools:
+            if text.count(f"<{tag}>") != sum(c.name == tag for c in calls):
+                return ParsedAction(error=f"A <{tag}> tag was opened but not closed with </{tag}>.")
+        how_to = " ".join(f"To use {t}, write <{t}>...</{t}>." for t in tag_tools)
+        return _finish(calls, answers, how_to + " To finish, write <answer>your answer</answer>.")
+
+    def render_result(self, content: str) -> str:
+        return f"<information>{content}</information>"
+
+    def format_call(self, call: ToolCall) -> str:
+        (value,) = call.arguments.values()
+        return f"<{call.name}>{value}</{call.name}>"
+
+    def instructions(self, tools: Sequence[Tool]) -> str:
+        tags = [t for t in tools if self._tag_argument(t) is not None]
+        listing = "\n".join(f"- <{t.name}>...</{t.name}>: {t.description}" for t in tags)
+        return (
+            "Reason inside <think> and </think> first. If you lack knowledge, call a tool with a tag; "
+            "its result comes back between <information> and </information>. You may call tools as often "
+            f"as you want.\nTools:\n{listing}\n"
+            "When you know the answer, write it inside <answer> and </answer>, without detailed explanation."
+        )
+
+
+FORMATS: dict[str, type[ToolCallFormat]] = {"hermes": HermesFormat, "search_r1": SearchR1Format}
+
+
+def get_format(fmt: str | ToolCallFormat) -> ToolCallFormat:
+    """Return a format object from its name (``"hermes"``, ``"search_r1"``) or pass an instance through."""
+    if isinstance(fmt, ToolCallFormat):
+        return fmt
+    try:
+        return FORMATS[fmt]()
+    except (KeyError, TypeError):
+        from agentr1_gym.errors import ConfigError
+
+        raise ConfigError(f"unknown tool-call format {fmt!r}; choose one of {sorted(FORMATS)}") from None

@@ -1,0 +1,129 @@
+"""Passages and corpora for retrieval."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentr1_gym.errors import DataError
+
+__all__ = ["Corpus", "Passage", "split_contents"]
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """One retrievable passage. ``score`` is the retriever's score (0 outside search results)."""
+
+    id: str
+    title: str
+    text: str
+    score: float = 0.0
+
+    def contents(self) -> str:
+        """FlashRAG/Search-R1 ``contents`` field: ``"Title"\\ntext``."""
+        return f'"{self.title}"\n{self.text}'
+
+
+def split_contents(contents: str) -> tuple[str, str]:
+    """Split a FlashRAG ``"Title"\\ntext`` field into ``(title, text)``."""
+    first, sep, rest = contents.partition("\n")
+    if sep and len(first) >= 2 and first.startswith('"') and first.endswith('"'):
+        return first[1:-1], rest
+    return "", contents
+
+
+class Corpus(Sequence[Passage]):
+    """An ordered, immutable list of passages with a content hash (the key of on-disk index caches).
+
+    ``source`` records where it came from (a file path or a bundled dataset name); a corpus with a source
+    pickles as that source instead of its passages.
+    """
+
+    def __init__(self, passages: Iterable[Passage], *, source: str | None = None) -> None:
+        self.passages: tuple[Passage, ...] = tuple(passages)
+        if not self.passages:
+            raise DataError("a corpus needs at least one passage")
+        self.source = source
+        self._key: str | None = None
+
+    @property
+    def key(self) -> str:
+        """SHA-256 over ids, titles and texts (computed once)."""
+        if self._key is None:
+            h = hashlib.sha256()
+            for p in self.passages:
+                h.update(p.id.encode("utf-8", "surrogatepass"))
+                h.update(b"\x00")
+                h.update(p.title.encode("utf-8", "surrogatepass"))
+                h.update(b"\x00")
+                h.update(p.text.encode("utf-8", "surrogatepass"))
+                h.update(b"\x01")
+            self._key = h.hexdigest()
+        return self._key
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.passages[i]
+
+    def __repr__(self) -> str:
+        return f"Corpus({len(self)} passages, source={self.source!r})"
+
+    def __reduce__(self):  # small pickles for corpora that can be re-read
+        if self.source is not None:
+            return (_corpus_from_source, (self.source,))
+        return (Corpus, (self.passages,))
+
+    @classmethod
+    def from_jsonl(cls, path: str | Path) -> Corpus:
+        """Read a JSONL corpus: ``{"id", "contents"}`` (FlashRAG, ``"Title"\\ntext``) or ``{"id", "title", "text"}``.
+
+        A ``.json`` file holding a list of such objects (or ``{"title", "text"}`` without ids) is read too.
+        """
+        path = Path(path)
+        if not path.exists():
+            raise DataError(f"corpus file not found: {path}")
+        opener = _open_text(path)
+        with opener as f:
+            if path.name.endswith((".json", ".json.gz")):
+                records = json.load(f)
+                if not isinstance(records, list):
+                    raise DataError(f"{path}: a .json corpus must hold a list of passages")
+            else:
+                records = (json.loads(line) for line in f if line.strip())
+            passages = [_record_to_passage(r, i, path) for i, r in enumerate(records)]
+        return cls(passages, source=str(path))
+
+
+def _record_to_passage(record: dict, index: int, path: Path) -> Passage:
+    if not isinstance(record, dict):
+        raise DataError(f"{path}: passage {index} is not a JSON object")
+    pid = str(record.get("id", record.get("_id", index)))
+    if "contents" in record:
+        title, text = split_contents(str(record["contents"]))
+        title = str(record.get("title", title))
+    elif "text" in record:
+        title, text = str(record.get("title", "")), str(record["text"])
+    else:
+        raise DataError(f"{path}: passage {index} has neither 'contents' nor 'text'; keys: {sorted(record)}")
+    return Passage(id=pid, title=title, text=text)
+
+
+def _open_text(path: Path):
+    if path.suffix == ".gz":
+        import gzip
+
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
+
+
+def _corpus_from_source(source: str) -> Corpus:
+    if source.startswith("bundled:"):
+        from agentr1_gym.data import bundled_corpus
+
+        return bundled_corpus(source.removeprefix("bundled:"))
+    return Corpus.from_jsonl(source)
