@@ -73,8 +73,10 @@ class Tool(ABC):
         if cached is None:
             params = _clean_schema(self.Args.model_json_schema())
             params.setdefault("properties", {})
-            cached = {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                       "parameters": params}}
+            cached = {
+                "type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": params},
+            }
             type(self)._schema_cache = cached  # type: ignore[attr-defined]
         return copy.deepcopy(cached)
 
@@ -225,7 +227,9 @@ class ToolEnv(gym.Env[str, str], ABC):
         return str(getattr(self.task, "id", ""))
 
     # ---- gym API -----------------------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         self._warn_on_spec_mismatch()
         self.task = self._sample_task(dict(options or {}))
@@ -236,8 +240,12 @@ class ToolEnv(gym.Env[str, str], ABC):
         prompt = f"{self.protocol.instructions(list(self.tools.values()))}\n\n{self._task_prompt(self.task)}"
         self.messages = [{"role": "user", "content": prompt}]
         self._context_chars = len(prompt)
-        info = {"messages": list(self.messages), "tools": copy.deepcopy(self._tool_schemas),
-                "task_id": self.task_id(), "turn": 0}
+        info = {
+            "messages": list(self.messages),
+            "tools": copy.deepcopy(self._tool_schemas),
+            "task_id": self.task_id(),
+            "turn": 0,
+        }
         if self.render_mode == "human":
             self.render()
         return prompt, info
@@ -292,25 +300,43 @@ class ToolEnv(gym.Env[str, str], ABC):
                 truncated_reason = "context_budget"
         truncated = bool(truncated_reason)
 
-        info: dict[str, Any] = {"task_id": self.task_id(), "turn": self.turn, "action_error": action_error,
-                                "num_tool_calls": len(parsed.calls), "truncated_reason": truncated_reason}
+        info: dict[str, Any] = {
+            "task_id": self.task_id(),
+            "turn": self.turn,
+            "action_error": action_error,
+            "num_tool_calls": len(parsed.calls),
+            "truncated_reason": truncated_reason,
+        }
         if terminated or truncated:
             self._done = True
             score, metrics = self._score(parsed.answer if terminated else None)
             components.update(self.reward_config.outcome(score, self._format_ok and terminated))
-            info["metrics"] = {**metrics, "score": score, "format_ok": float(self._format_ok and terminated),
-                               "turns": float(self.turn)}
+            info["metrics"] = {
+                **metrics,
+                "score": score,
+                "format_ok": float(self._format_ok and terminated),
+                "turns": float(self.turn),
+            }
         process = sum(components[k] for k in PROCESS_KEYS)
         outcome = sum(components[k] for k in OUTCOME_KEYS)
-        info.update(reward_components=components, process_reward=process, outcome_reward=outcome,
-                    messages=list(self.messages))
+        info.update(
+            reward_components=components,
+            process_reward=process,
+            outcome_reward=outcome,
+            messages=list(self.messages),
+        )
         obs = "" if terminated else "\n".join(obs_parts)
         if self.render_mode == "human":
             self.render()
         return obs, float(process + outcome), terminated, truncated, info
 
-    def _run_calls(self, calls: Sequence[ToolCall], components: dict[str, float],
-                   new_messages: list[dict[str, Any]], obs_parts: list[str]) -> str | None:
+    def _run_calls(
+        self,
+        calls: Sequence[ToolCall],
+        components: dict[str, float],
+        new_messages: list[dict[str, Any]],
+        obs_parts: list[str],
+    ) -> str | None:
         """Validate and run the calls of one turn (batched per tool); fill the result messages."""
         role = self.protocol.result_role
         errors: list[str] = []
@@ -321,7 +347,9 @@ class ToolEnv(gym.Env[str, str], ABC):
             if tool is None:
                 close = difflib.get_close_matches(call.name, list(self.tools), n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
-                errors.append(f"Unknown tool {call.name[:100]!r}; available tools: {sorted(self.tools)}.{hint}")
+                errors.append(
+                    f"Unknown tool {call.name[:100]!r}; available tools: {sorted(self.tools)}.{hint}"
+                )
                 results[i] = ToolResult(errors[-1], success=False, metadata={"call_error": True})
                 continue
             try:
@@ -343,8 +371,11 @@ class ToolEnv(gym.Env[str, str], ABC):
                 for key, value in self._process_rewards(call, result).items():
                     components[key] += value
             content = truncate_text(result.content, self.tool_output_chars)
-            new_messages.append({"role": role, "name": call.name, "content": content} if role == "tool"
-                                else {"role": role, "content": self.protocol.render_result(content)})
+            new_messages.append(
+                {"role": role, "name": call.name, "content": content}
+                if role == "tool"
+                else {"role": role, "content": self.protocol.render_result(content)}
+            )
             obs_parts.append(self.protocol.render_result(content))
         return " ".join(errors) if errors else None
 

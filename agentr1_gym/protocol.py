@@ -25,7 +25,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentr1_gym.core import Tool
 
-__all__ = ["FORMATS", "HermesFormat", "ParsedAction", "SearchR1Format", "ToolCall", "ToolCallFormat", "get_format"]
+__all__ = [
+    "FORMATS",
+    "HermesFormat",
+    "ParsedAction",
+    "SearchR1Format",
+    "ToolCall",
+    "ToolCallFormat",
+    "get_format",
+]
 
 _THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -56,7 +64,10 @@ def _answer_blocks(text: str) -> tuple[list[str], str | None]:
     """All closed ``<answer>`` blocks, or an error for an unclosed one."""
     answers = _ANSWER_RE.findall(text)
     if text.count("<answer>") != len(answers):
-        return answers, "An <answer> tag was opened but not closed. Write the final answer as <answer>...</answer>."
+        return (
+            answers,
+            "An <answer> tag was opened but not closed. Write the final answer as <answer>...</answer>.",
+        )
     return answers, None
 
 
@@ -68,7 +79,9 @@ def _finish(calls: list[ToolCall], answers: list[str], how_to: str) -> ParsedAct
             "results, or give the final answer; not both in one turn."
         )
     if len(answers) > 1:
-        return ParsedAction(error=f"The turn contains {len(answers)} <answer> blocks; give exactly one final answer.")
+        return ParsedAction(
+            error=f"The turn contains {len(answers)} <answer> blocks; give exactly one final answer."
+        )
     if answers:
         answer = answers[0].strip()
         if not answer:
@@ -170,7 +183,9 @@ class HermesFormat(ToolCallFormat):
             return 'The tool call has no "name" string'
         unknown_keys = set(obj) - {"name", "arguments"}
         if unknown_keys:
-            return f'The tool call has unexpected keys {sorted(unknown_keys)}; use only "name" and "arguments"'
+            return (
+                f'The tool call has unexpected keys {sorted(unknown_keys)}; use only "name" and "arguments"'
+            )
         args = obj.get("arguments", {})
         if isinstance(args, str):  # some models stringify the arguments, as the OpenAI API does
             try:
@@ -220,7 +235,9 @@ class SearchR1Format(ToolCallFormat):
         answers, error = _answer_blocks(text)
         if error:
             return ParsedAction(error=error)
-        tag_tools = {name: arg for name, tool in tools.items() if (arg := self._tag_argument(tool)) is not None}
+        tag_tools = {
+            name: arg for name, tool in tools.items() if (arg := self._tag_argument(tool)) is not None
+        }
         if not tag_tools:
             return ParsedAction(error="No tool of this environment can be called with a tag.")
         calls: list[ToolCall] = []

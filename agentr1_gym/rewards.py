@@ -109,9 +109,13 @@ class RewardConfig(BaseModel):
     format_weight: float = Field(
         0.1, description="Paid at episode end if every turn was well formed and a final answer was given."
     )
-    format_gate: bool = Field(False, description="If true, the answer reward is 0 unless the format was valid.")
+    format_gate: bool = Field(
+        False, description="If true, the answer reward is 0 unless the format was valid."
+    )
     outcome_offset: float = Field(0.0, description="Constant added at episode end (Agent-R1 uses -1).")
-    invalid_format_penalty: float = Field(-0.1, description="Per turn that cannot be parsed (Agent-R1: -0.1).")
+    invalid_format_penalty: float = Field(
+        -0.1, description="Per turn that cannot be parsed (Agent-R1: -0.1)."
+    )
     invalid_call_penalty: float = Field(
         -0.05, description="Per tool call that cannot run: unknown tool or bad arguments (Agent-R1: -0.05)."
     )
@@ -141,4 +145,8 @@ class RewardConfig(BaseModel):
         if not math.isfinite(score):
             score = 0.0
         answer = 0.0 if (self.format_gate and not format_ok) else self.answer_weight * score
-        return {"answer": answer, "format": self.format_weight if format_ok else 0.0, "offset": self.outcome_offset}
+        return {
+            "answer": answer,
+            "format": self.format_weight if format_ok else 0.0,
+            "offset": self.outcome_offset,
+        }

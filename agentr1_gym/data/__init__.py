@@ -16,7 +16,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterable, Iterator
-from functools import cache, lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -87,7 +87,9 @@ def _unique(items: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-def _hotpot_like(r: dict[str, Any], dataset: str, joiner: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+def _hotpot_like(
+    r: dict[str, Any], dataset: str, joiner: str
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     facts = r.get("supporting_facts", [])
     ctx = r.get("context", [])
     if isinstance(facts, dict):  # Hugging Face layout
@@ -108,9 +110,18 @@ def load_hotpotqa(path: str | Path) -> list[QATask]:
     for r in _read_records(path):
         _need(r, ("question", "answer"), path, "HotpotQA")
         titles, context = _hotpot_like(r, "hotpotqa", "")
-        tasks.append(QATask(id=str(r.get("_id", r.get("id", len(tasks)))), question=r["question"],
-                            answers=(str(r["answer"]),), supporting_titles=titles, type=str(r.get("type", "")),
-                            hops=2, dataset="hotpotqa", context=context))
+        tasks.append(
+            QATask(
+                id=str(r.get("_id", r.get("id", len(tasks)))),
+                question=r["question"],
+                answers=(str(r["answer"]),),
+                supporting_titles=titles,
+                type=str(r.get("type", "")),
+                hops=2,
+                dataset="hotpotqa",
+                context=context,
+            )
+        )
     return tasks
 
 
@@ -126,10 +137,18 @@ def load_2wiki(path: str | Path) -> list[QATask]:
         titles, context = _hotpot_like(r, "2wikimultihopqa", " ")
         titles = _unique([*titles, *r.get("gold_titles", [])])
         qtype = str(r.get("type", ""))
-        tasks.append(QATask(id=str(r.get("_id", r.get("id", len(tasks)))), question=r["question"],
-                            answers=_unique([str(r["answer"]), *map(str, r.get("answer_aliases", []))]),
-                            supporting_titles=titles, type=qtype, hops=_2WIKI_HOPS.get(qtype, len(titles)),
-                            dataset="2wikimultihopqa", context=context))
+        tasks.append(
+            QATask(
+                id=str(r.get("_id", r.get("id", len(tasks)))),
+                question=r["question"],
+                answers=_unique([str(r["answer"]), *map(str, r.get("answer_aliases", []))]),
+                supporting_titles=titles,
+                type=qtype,
+                hops=_2WIKI_HOPS.get(qtype, len(titles)),
+                dataset="2wikimultihopqa",
+                context=context,
+            )
+        )
     return tasks
 
 
@@ -144,10 +163,18 @@ def load_musique(path: str | Path, *, answerable_only: bool = True) -> list[QATa
         titles = _unique(str(p["title"]) for p in paragraphs if p.get("is_supporting"))
         context = tuple((str(p["title"]), str(p["paragraph_text"])) for p in paragraphs)
         hops = len(r.get("question_decomposition", [])) or len(titles)
-        tasks.append(QATask(id=str(r.get("id", len(tasks))), question=r["question"],
-                            answers=_unique([str(r["answer"]), *map(str, r.get("answer_aliases", []))]),
-                            supporting_titles=titles, type=str(r.get("id", "")).split("__")[0], hops=hops,
-                            dataset="musique", context=context))
+        tasks.append(
+            QATask(
+                id=str(r.get("id", len(tasks))),
+                question=r["question"],
+                answers=_unique([str(r["answer"]), *map(str, r.get("answer_aliases", []))]),
+                supporting_titles=titles,
+                type=str(r.get("id", "")).split("__")[0],
+                hops=hops,
+                dataset="musique",
+                context=context,
+            )
+        )
     return tasks
 
 
@@ -159,14 +186,24 @@ def load_flashrag(path: str | Path) -> list[QATask]:
         answers = r["golden_answers"]
         answers = (answers,) if isinstance(answers, str) else tuple(map(str, answers))
         meta = r.get("metadata") or {}
-        tasks.append(QATask(id=str(r.get("id", len(tasks))), question=r["question"], answers=answers,
-                            type=str(meta.get("type", "")) if isinstance(meta, dict) else "",
-                            dataset="flashrag"))
+        tasks.append(
+            QATask(
+                id=str(r.get("id", len(tasks))),
+                question=r["question"],
+                answers=answers,
+                type=str(meta.get("type", "")) if isinstance(meta, dict) else "",
+                dataset="flashrag",
+            )
+        )
     return tasks
 
 
-LOADERS = {"hotpotqa": load_hotpotqa, "2wikimultihopqa": load_2wiki, "musique": load_musique,
-           "flashrag": load_flashrag}
+LOADERS = {
+    "hotpotqa": load_hotpotqa,
+    "2wikimultihopqa": load_2wiki,
+    "musique": load_musique,
+    "flashrag": load_flashrag,
+}
 DatasetName = Literal["hotpotqa", "2wikimultihopqa", "musique", "flashrag"]
 
 
@@ -180,7 +217,9 @@ def detect_layout(record: dict[str, Any]) -> str:
         return "2wikimultihopqa"
     if "supporting_facts" in record or "context" in record:
         return "hotpotqa"
-    raise DataError(f"cannot tell the dataset of a record with keys {sorted(record)}; pass dataset= explicitly")
+    raise DataError(
+        f"cannot tell the dataset of a record with keys {sorted(record)}; pass dataset= explicitly"
+    )
 
 
 def load_qa(path: str | Path, dataset: str | None = None) -> list[QATask]:
@@ -227,7 +266,9 @@ def _check_bundled(dataset: str, split: str) -> tuple[str, str | None]:
     entry = BUNDLED.get((dataset, split))
     if entry is None:
         have = sorted(f"{d}/{s}" for d, s in BUNDLED)
-        raise ConfigError(f"no bundled sample for {dataset}/{split}; bundled: {have}. Pass data_path= for other data.")
+        raise ConfigError(
+            f"no bundled sample for {dataset}/{split}; bundled: {have}. Pass data_path= for other data."
+        )
     return entry
 
 
@@ -251,6 +292,8 @@ def bundled_corpus(name: str) -> Corpus:
     corpus_file = next((BUNDLED[k][1] for k in splits if BUNDLED[k][1]), None)
     if corpus_file is not None:
         base = Corpus.from_jsonl(_bundled_path(corpus_file))
-        return Corpus((Passage(str(i), p.title, p.text) for i, p in enumerate(base)), source=f"bundled:{name}")
+        return Corpus(
+            (Passage(str(i), p.title, p.text) for i, p in enumerate(base)), source=f"bundled:{name}"
+        )
     tasks = [t for d, s in splits for t in bundled_tasks(d, s)]
     return corpus_from_tasks(tasks, source=f"bundled:{name}")

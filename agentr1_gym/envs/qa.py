@@ -52,9 +52,14 @@ class QAEnvBase(ToolEnv):
         self.corpus = corpus
         self.retriever = make_retriever(retriever, corpus, **(retriever_kwargs or {}))
         super().__init__(
-            tools=[SearchTool(self.retriever, top_k=top_k)], protocol=protocol, max_turns=max_turns,
-            max_calls_per_turn=max_calls_per_turn, max_action_chars=max_action_chars,
-            tool_output_chars=tool_output_chars, max_context_chars=max_context_chars, reward=reward,
+            tools=[SearchTool(self.retriever, top_k=top_k)],
+            protocol=protocol,
+            max_turns=max_turns,
+            max_calls_per_turn=max_calls_per_turn,
+            max_action_chars=max_action_chars,
+            tool_output_chars=tool_output_chars,
+            max_context_chars=max_context_chars,
+            reward=reward,
             render_mode=render_mode,
         )
         self._gold: set[str] = set()
@@ -98,14 +103,21 @@ class QAEnvBase(ToolEnv):
     def max_episode_reward(self) -> float:
         """The largest return an episode on the current task can reach."""
         cfg = self.reward_config
-        return (cfg.answer_weight + cfg.format_weight + cfg.outcome_offset
-                + cfg.retrieval_reward * len(self._gold) + cfg.tool_success_reward * len(self._gold))
+        return (
+            cfg.answer_weight
+            + cfg.format_weight
+            + cfg.outcome_offset
+            + cfg.retrieval_reward * len(self._gold)
+            + cfg.tool_success_reward * len(self._gold)
+        )
 
     def _oracle_query(self, title: str) -> str:
         if self._title_index is None:
             self._title_index = {}
             for p in self.corpus or ():
-                self._title_index.setdefault(_norm_title(p.title), f"{p.title} {' '.join(p.text.split()[:20])}")
+                self._title_index.setdefault(
+                    _norm_title(p.title), f"{p.title} {' '.join(p.text.split()[:20])}"
+                )
         return self._title_index.get(_norm_title(title), title)
 
     def oracle_action(self) -> str:
@@ -177,14 +189,24 @@ class MultiHopQAEnv(QAEnvBase):
         elif any(t.context for t in self.tasks):
             corpus = corpus_from_tasks(self.tasks, source=None)
         elif isinstance(retriever, str) and retriever == "bm25":
-            raise ConfigError("these tasks carry no context paragraphs to search; pass corpus_path= (a JSONL corpus)")
+            raise ConfigError(
+                "these tasks carry no context paragraphs to search; pass corpus_path= (a JSONL corpus)"
+            )
         else:
             corpus = None
         self.dataset = dataset
         super().__init__(
-            corpus=corpus, retriever=retriever, retriever_kwargs=retriever_kwargs, top_k=top_k, protocol=protocol,
-            max_turns=max_turns, max_calls_per_turn=max_calls_per_turn, max_action_chars=max_action_chars,
-            tool_output_chars=tool_output_chars, max_context_chars=max_context_chars, reward=reward,
+            corpus=corpus,
+            retriever=retriever,
+            retriever_kwargs=retriever_kwargs,
+            top_k=top_k,
+            protocol=protocol,
+            max_turns=max_turns,
+            max_calls_per_turn=max_calls_per_turn,
+            max_action_chars=max_action_chars,
+            tool_output_chars=tool_output_chars,
+            max_context_chars=max_context_chars,
+            reward=reward,
             render_mode=render_mode,
         )
 
@@ -193,5 +215,7 @@ class MultiHopQAEnv(QAEnvBase):
         if index is None:
             return self.tasks[int(self.np_random.integers(len(self.tasks)))]
         if not isinstance(index, int) or not 0 <= index < len(self.tasks):
-            raise ConfigError(f"options['task_index'] must be an int in [0, {len(self.tasks)}), got {index!r}")
+            raise ConfigError(
+                f"options['task_index'] must be an int in [0, {len(self.tasks)}), got {index!r}"
+            )
         return self.tasks[index]

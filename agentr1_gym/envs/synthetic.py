@@ -27,8 +27,34 @@ from agentr1_gym.tools.search import Corpus, Passage, Retriever
 
 __all__ = ["RELATIONS", "SyntheticMultihopEnv", "World", "make_world"]
 
-_ONSETS = ["b", "br", "c", "d", "dr", "f", "g", "gr", "h", "j", "k", "kr", "l", "m", "n", "p", "pr", "r", "s",
-           "st", "t", "tr", "v", "z", "th", "sh"]
+_ONSETS = [
+    "b",
+    "br",
+    "c",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "h",
+    "j",
+    "k",
+    "kr",
+    "l",
+    "m",
+    "n",
+    "p",
+    "pr",
+    "r",
+    "s",
+    "st",
+    "t",
+    "tr",
+    "v",
+    "z",
+    "th",
+    "sh",
+]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "io", "ou"]
 _CODAS = ["", "", "n", "r", "l", "m", "rk", "nd", "th", "x"]
 
@@ -141,20 +167,32 @@ class SyntheticMultihopEnv(QAEnvBase):
         render_mode: str | None = None,
     ) -> None:
         if not 1 <= min_hops <= max_hops <= 4:
-            raise ConfigError(f"need 1 <= min_hops <= max_hops <= 4, got min_hops={min_hops}, max_hops={max_hops}")
+            raise ConfigError(
+                f"need 1 <= min_hops <= max_hops <= 4, got min_hops={min_hops}, max_hops={max_hops}"
+            )
         if entities_per_type < 4:
             raise ConfigError(f"entities_per_type must be >= 4, got {entities_per_type}")
         if max_turns < max_hops + 1:
-            raise ConfigError(f"max_turns={max_turns} cannot fit {max_hops} searches and an answer; "
-                              f"use max_turns >= {max_hops + 1}")
+            raise ConfigError(
+                f"max_turns={max_turns} cannot fit {max_hops} searches and an answer; "
+                f"use max_turns >= {max_hops + 1}"
+            )
         self.min_hops, self.max_hops = int(min_hops), int(max_hops)
         self.world_seed, self.entities_per_type = int(world_seed), int(entities_per_type)
         self.world = make_world(self.world_seed, self.entities_per_type)
         super().__init__(
-            corpus=self.world.corpus, retriever=retriever, retriever_kwargs=retriever_kwargs, top_k=top_k,
-            protocol=protocol, max_turns=max_turns, max_calls_per_turn=max_calls_per_turn,
-            max_action_chars=max_action_chars, tool_output_chars=tool_output_chars,
-            max_context_chars=max_context_chars, reward=reward, render_mode=render_mode,
+            corpus=self.world.corpus,
+            retriever=retriever,
+            retriever_kwargs=retriever_kwargs,
+            top_k=top_k,
+            protocol=protocol,
+            max_turns=max_turns,
+            max_calls_per_turn=max_calls_per_turn,
+            max_action_chars=max_action_chars,
+            tool_output_chars=tool_output_chars,
+            max_context_chars=max_context_chars,
+            reward=reward,
+            render_mode=render_mode,
         )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -188,7 +226,10 @@ class SyntheticMultihopEnv(QAEnvBase):
         question = f"What is {phrase}?"
         return QATask(
             id=f"synthetic-w{self.world_seed}-" + "-".join([str(chain[0]), *(r.name for r in rels)]),
-            question=question, answers=(world.names[chain[-1]],),
-            supporting_titles=tuple(world.names[e] for e in chain[:-1]), type=f"{hops}-hop", hops=hops,
+            question=question,
+            answers=(world.names[chain[-1]],),
+            supporting_titles=tuple(world.names[e] for e in chain[:-1]),
+            type=f"{hops}-hop",
+            hops=hops,
             dataset="synthetic",
         )

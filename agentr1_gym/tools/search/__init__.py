@@ -53,9 +53,13 @@ def make_retriever(backend: str | Retriever, corpus: Corpus | None = None, **set
     """Build a retriever: ``backend`` is a name from :data:`BACKENDS` or an object with a ``search`` method."""
     if not isinstance(backend, str):
         if settings:
-            raise ConfigError(f"retriever settings {sorted(settings)} apply only when retriever is a backend name")
+            raise ConfigError(
+                f"retriever settings {sorted(settings)} apply only when retriever is a backend name"
+            )
         if not isinstance(backend, Retriever):
-            raise ConfigError(f"retriever must be a backend name {sorted(BACKENDS)} or have a search(queries, k) method")
+            raise ConfigError(
+                f"retriever must be a backend name {sorted(BACKENDS)} or have a search(queries, k) method"
+            )
         return backend
     factory = BACKENDS.get(backend)
     if factory is None:
@@ -101,9 +105,19 @@ class SearchTool(Tool):
         results = []
         for passages in hits:
             if not passages:
-                results.append(ToolResult("No passage matches this query. Try other words.", success=False,
-                                          metadata={"ids": [], "titles": []}))
+                results.append(
+                    ToolResult(
+                        "No passage matches this query. Try other words.",
+                        success=False,
+                        metadata={"ids": [], "titles": []},
+                    )
+                )
             else:
-                results.append(ToolResult(format_passages(passages), success=True,
-                                          metadata={"ids": [p.id for p in passages], "titles": [p.title for p in passages]}))
+                results.append(
+                    ToolResult(
+                        format_passages(passages),
+                        success=True,
+                        metadata={"ids": [p.id for p in passages], "titles": [p.title for p in passages]},
+                    )
+                )
         return results

@@ -9,6 +9,7 @@ corpus hash and the parameters, and one index object is shared by every env in t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -49,8 +50,9 @@ class BM25Retriever:
 
     backend = "bm25"
 
-    def __init__(self, corpus: Corpus, *, k1: float = 0.9, b: float = 0.4, stemmer: str = "light",
-                 cache: bool = True) -> None:
+    def __init__(
+        self, corpus: Corpus, *, k1: float = 0.9, b: float = 0.4, stemmer: str = "light", cache: bool = True
+    ) -> None:
         self.corpus = corpus
         self.k1, self.b, self.stemmer = float(k1), float(b), stemmer
         self._analyze = make_analyzer(stemmer)
@@ -63,10 +65,8 @@ class BM25Retriever:
                 pass  # a broken cache entry is rebuilt below
         self._build()
         if path is not None:
-            try:
+            with contextlib.suppress(OSError):  # a read-only cache dir must not stop the env
                 self._save(path)
-            except OSError:
-                pass  # a read-only cache dir must not stop the env
 
     def _cache_name(self) -> str:
         return f"v{_FORMAT_VERSION}-{self.corpus.key[:24]}-k{self.k1}-b{self.b}-{self.stemmer}"
@@ -101,7 +101,9 @@ class BM25Retriever:
         tmp.mkdir(parents=True, exist_ok=True)
         sp.save_npz(tmp / "matrix.npz", self._matrix, compressed=False)
         (tmp / "vocab.json").write_text(json.dumps(self._vocab), encoding="utf-8")
-        (tmp / "meta.json").write_text(json.dumps({"n": len(self.corpus), "key": self.corpus.key}), encoding="utf-8")
+        (tmp / "meta.json").write_text(
+            json.dumps({"n": len(self.corpus), "key": self.corpus.key}), encoding="utf-8"
+        )
         try:
             tmp.rename(path)
         except OSError:  # another process won the race
@@ -159,11 +161,16 @@ class BM25Retriever:
         terms = [self._query_terms(q) for q in queries]
         indptr = np.cumsum([0] + [ids.size for ids, _ in terms])
         q = sp.csr_matrix(
-            (np.concatenate([c for _, c in terms]) if indptr[-1] else np.zeros(0, np.float32),
-             np.concatenate([i for i, _ in terms]) if indptr[-1] else np.zeros(0, np.int64), indptr),
+            (
+                np.concatenate([c for _, c in terms]) if indptr[-1] else np.zeros(0, np.float32),
+                np.concatenate([i for i, _ in terms]) if indptr[-1] else np.zeros(0, np.int64),
+                indptr,
+            ),
             shape=(len(queries), self._matrix.shape[1]),
         )
-        scores = (self._matrix @ q.T).T.toarray() if indptr[-1] else np.zeros((len(queries), len(self.corpus)))
+        scores = (
+            (self._matrix @ q.T).T.toarray() if indptr[-1] else np.zeros((len(queries), len(self.corpus)))
+        )
         return [self._top_k(row, k) for row in scores]
 
 
