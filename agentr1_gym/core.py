@@ -12,7 +12,6 @@ import copy
 import difflib
 import functools
 import inspect
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -201,7 +200,6 @@ class ToolEnv(gym.Env[str, str], ABC):
         self._done = True
         self._format_ok = True
         self._context_chars = 0
-        self._checked_spec = False
 
     # ---- hooks -------------------------------------------------------------------------------------------
     @abstractmethod
@@ -231,7 +229,6 @@ class ToolEnv(gym.Env[str, str], ABC):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        self._warn_on_spec_mismatch()
         self.task = self._sample_task(dict(options or {}))
         self.turn = 0
         self._done = False
@@ -387,18 +384,6 @@ class ToolEnv(gym.Env[str, str], ABC):
         return text
 
     # ---- helpers -----------------------------------------------------------------------------------------
-    def _warn_on_spec_mismatch(self) -> None:
-        if self._checked_spec:
-            return
-        self._checked_spec = True
-        limit = getattr(self.spec, "max_episode_steps", None)
-        if limit is not None and limit < self.max_turns:
-            warnings.warn(
-                f"gym.make's TimeLimit ends episodes after {limit} steps but max_turns={self.max_turns}; "
-                f"pass max_episode_steps={self.max_turns} to gym.make as well.",
-                stacklevel=3,
-            )
-
     def call_text(self, name: str, **arguments: Any) -> str:
         """An assistant turn that calls tool ``name`` in this env's format (for scripted policies)."""
         return self.protocol.format_call(ToolCall(name=name, arguments=arguments))

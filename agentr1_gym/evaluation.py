@@ -1,0 +1,81 @@
+"""Evaluate a policy on an env: success, EM/F1, format validity and reward over many episodes.
+
+A *policy* is any callable ``policy(obs, info, env) -> str`` that returns the next assistant turn
+(``env`` is the unwrapped env, so scripted policies can read its state). Model-backed policies come with the TRL
+adapter (``agentr1_trl``); :data:`POLICIES` holds the built-in scripted ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from agentr1_gym.errors import ConfigError
+
+__all__ = ["POLICIES", "Policy", "evaluate", "oracle_policy"]
+
+Policy = Callable[[str, dict[str, Any], Any], str]
+
+
+def oracle_policy(obs: str, info: dict[str, Any], env: Any) -> str:
+    """The env's own oracle (``env.oracle_action()``): knows the gold evidence and answer."""
+    if not hasattr(env, "oracle_action"):
+        raise ConfigError(f"{type(env).__name__} has no oracle_action(); choose another policy")
+    return env.oracle_action()
+
+
+def no_tool_policy(obs: str, info: dict[str, Any], env: Any) -> str:
+    """Answers at once with an empty guess (a floor for the reward)."""
+    return env.answer_text("unknown")
+
+
+POLICIES: dict[str, Policy] = {"oracle": oracle_policy, "no-tool": no_tool_policy}
+
+
+def evaluate(
+    env: gym.Env | str,
+    policy: Policy | str = "oracle",
+    *,
+    episodes: int = 100,
+    seed: int = 0,
+    progress: bool = True,
+    env_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run ``episodes`` episodes (episode ``i`` is reset with seed ``seed + i``) and summarise them.
+
+    Returns means of ``reward``, ``success`` (answer score 1), ``em``, ``f1``, ``sub_em`` (where the env reports
+    them), ``format_ok`` and ``turns``, plus ``episodes`` and per-episode ``returns``.
+    """
+    if isinstance(env, str):
+        import agentr1_gym
+
+        env = agentr1_gym.make(env, **(env_kwargs or {}))
+    if isinstance(policy, str):
+        if policy not in POLICIES:
+            raise ConfigError(f"unknown policy {policy!r}; built-in policies: {sorted(POLICIES)}")
+        policy = POLICIES[policy]
+    if episodes < 1:
+        raise ConfigError(f"episodes must be >= 1, got {episodes}")
+    from tqdm.auto import tqdm
+
+    returns: list[float] = []
+    metrics: dict[str, list[float]] = {}
+    for i in tqdm(range(episodes), desc="eval", disable=not progress, unit="ep"):
+        obs, info = env.reset(seed=seed + i)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(policy(obs, info, env.unwrapped))
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+        m = dict(info.get("metrics", {}))
+        m["success"] = float(m.get("em", m.get("score", 0.0)) >= 1.0)
+        for key, value in m.items():
+            metrics.setdefault(key, []).append(float(value))
+    summary: dict[str, Any] = {"episodes": episodes, "reward": float(np.mean(returns))}
+    summary.update({k: float(np.mean(v)) for k, v in sorted(metrics.items())})
+    summary["returns"] = returns
+    return summary

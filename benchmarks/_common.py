@@ -1,0 +1,29 @@
+"""Helpers shared by the benchmark scripts: machine/version info and JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from importlib import metadata
+from typing import Any
+
+
+def machine_info(*packages: str) -> dict[str, Any]:
+    versions = {}
+    for p in packages:
+        try:
+            versions[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            versions[p] = None
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(), "versions": versions}
+
+
+def emit(result: dict[str, Any], path: str | None) -> None:
+    text = json.dumps(result, indent=2)
+    print(text)
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text + "\n")

@@ -1,0 +1,158 @@
+"""Env step throughput and per-step overhead, and embedded BM25 against rank_bm25 (and bm25s if installed).
+
+    python benchmarks/env_step.py [--episodes 200] [--json out.json]
+
+Part 1, for every AgentR1/* env: the oracle policy plays episodes (its actions are produced outside the timed
+region); each ``env.step`` is timed and split into parse (protocol), search (the retriever), reward (scoring
+and process rewards) and the rest (bookkeeping). ``overhead_us`` = step time minus search time.
+
+Part 2, on the bundled HotpotQA corpus with the 300 bundled questions as queries: index build time, queries/s
+one query per call and batched, and recall@5 of gold paragraphs (by title), for our ``bm25`` backend and for
+``rank_bm25.BM25Okapi`` over the same tokens, in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+
+import numpy as np
+from _common import emit, machine_info
+
+import agentr1_gym
+from agentr1_gym.data import bundled_corpus, bundled_tasks
+from agentr1_gym.tools.search.bm25 import BM25Retriever
+from agentr1_gym.tools.search.text import make_analyzer
+
+
+class _Timed:
+    """Wrap a callable and accumulate its wall time."""
+
+    def __init__(self, fn, bucket: dict, key: str):
+        self.fn, self.bucket, self.key = fn, bucket, key
+
+    def __call__(self, *a, **k):
+        t = time.perf_counter()
+        try:
+            return self.fn(*a, **k)
+        finally:
+            self.bucket[self.key] += time.perf_counter() - t
+
+
+def bench_env(env_id: str, episodes: int) -> dict:
+    env = agentr1_gym.make(env_id).unwrapped
+    spent: dict[str, float] = defaultdict(float)
+    env.protocol.parse = _Timed(env.protocol.parse, spent, "parse")
+    env.retriever.search = _Timed(env.retriever.search, spent, "search")
+    env._score = _Timed(env._score, spent, "reward")
+    env._process_rewards = _Timed(env._process_rewards, spent, "reward")
+    # The tool reaches the retriever through its own reference; point it at the timed one.
+    env.tools["search"].retriever = env.retriever
+    steps, total = 0, 0.0
+    for ep in range(episodes):
+        env.reset(seed=ep)
+        done = False
+        while not done:
+            action = env.oracle_action()
+            t = time.perf_counter()
+            _, _, term, trunc, _ = env.step(action)
+            total += time.perf_counter() - t
+            steps += 1
+            done = term or trunc
+    us = lambda x: round(1e6 * x / steps, 2)  # noqa: E731
+    return {"steps": steps, "steps_per_s": round(steps / total, 1), "step_us": us(total),
+            "overhead_us": us(total - spent["search"]), "parse_us": us(spent["parse"]),
+            "search_us": us(spent["search"]), "reward_us": us(spent["reward"]),
+            "other_us": us(total - spent["search"] - spent["parse"] - spent["reward"])}
+
+
+def _recall_at_5(hits_titles: list[list[str]], golds: list[tuple[str, ...]]) -> float:
+    return float(np.mean([np.mean([g in set(h[:5]) for g in gold]) for h, gold in zip(hits_titles, golds)]))
+
+
+def bench_bm25(repeats: int) -> dict:
+    corpus = bundled_corpus("hotpotqa")
+    tasks = bundled_tasks("hotpotqa")
+    queries = [t.question for t in tasks]
+    golds = [t.supporting_titles for t in tasks]
+    analyze = make_analyzer("light")
+    out: dict = {"corpus_passages": len(corpus), "queries": len(queries)}
+
+    for name, k1, b in (("agentr1_bm25", 0.9, 0.4), ("agentr1_bm25_k1.5_b.75", 1.5, 0.75)):
+        t = time.perf_counter()
+        ours = BM25Retriever(corpus, k1=k1, b=b, cache=False)
+        build = time.perf_counter() - t
+        t = time.perf_counter()
+        for _ in range(repeats):
+            single = [ours.search([q], 5)[0] for q in queries]
+        qps_single = repeats * len(queries) / (time.perf_counter() - t)
+        t = time.perf_counter()
+        for _ in range(repeats):
+            batched = ours.search(queries, 5)
+        qps_batched = repeats * len(queries) / (time.perf_counter() - t)
+        assert [[p.id for p in h] for h in single] == [[p.id for p in h] for h in batched]
+        out[name] = {"build_s": round(build, 4), "qps_single": round(qps_single, 1),
+                     "qps_batched": round(qps_batched, 1),
+                     "recall@5": round(_recall_at_5([[p.title for p in h] for h in single], golds), 4)}
+
+    from rank_bm25 import BM25Okapi
+
+    t = time.perf_counter()
+    docs = [analyze(f"{p.title} {p.text}") for p in corpus]
+    peer = BM25Okapi(docs, k1=1.5, b=0.75)
+    build = time.perf_counter() - t
+    t = time.perf_counter()
+    hits = []
+    for q in queries:
+        scores = peer.get_scores(analyze(q))
+        top = np.argsort(-scores, kind="stable")[:5]
+        hits.append([corpus[int(i)].title for i in top])
+    qps = len(queries) / (time.perf_counter() - t)
+    out["rank_bm25_BM25Okapi_k1.5_b.75"] = {"build_s": round(build, 4), "qps_single": round(qps, 1),
+                                            "recall@5": round(_recall_at_5(hits, golds), 4)}
+    try:
+        import bm25s
+    except ImportError:
+        out["bm25s"] = "not installed"
+    else:
+        t = time.perf_counter()
+        r = bm25s.BM25(k1=0.9, b=0.4)
+        r.index([analyze(f"{p.title} {p.text}") for p in corpus], show_progress=False)
+        build = time.perf_counter() - t
+        vocab = r.vocab_dict
+        qtok = [[w for w in analyze(q) if w in vocab] or [next(iter(vocab))] for q in queries]
+        t = time.perf_counter()
+        for _ in range(repeats):
+            ids, _ = r.retrieve([[w for w in q] for q in qtok], k=5, show_progress=False, n_threads=1)
+        qps = repeats * len(queries) / (time.perf_counter() - t)
+        t = time.perf_counter()
+        for q in qtok[:100]:
+            r.retrieve([q], k=5, show_progress=False)
+        qps_single = 100 / (time.perf_counter() - t)
+        out["bm25s_k0.9_b0.4"] = {"build_s": round(build, 4), "qps_single": round(qps_single, 1),
+                                  "qps_batched": round(qps, 1),
+                                  "recall@5": round(_recall_at_5([[corpus[int(i)].title for i in row] for row in ids], golds), 4)}
+    base = out["rank_bm25_BM25Okapi_k1.5_b.75"]["qps_single"]
+    out["speedup_vs_rank_bm25"] = {
+        "single_same_params": round(out["agentr1_bm25_k1.5_b.75"]["qps_single"] / base, 1),
+        "batched_same_params": round(out["agentr1_bm25_k1.5_b.75"]["qps_batched"] / base, 1),
+    }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--episodes", type=int, default=200, help="oracle episodes per env (default 200)")
+    parser.add_argument("--repeats", type=int, default=3, help="passes over the queries per BM25 timing")
+    parser.add_argument("--json", default=None, help="also write the JSON result here")
+    args = parser.parse_args()
+    result = {"benchmark": "env_step", "machine": machine_info("agentr1-gym", "gymnasium", "scipy", "numpy",
+                                                               "rank-bm25", "bm25s"),
+              "envs": {env_id: bench_env(env_id, args.episodes) for env_id in agentr1_gym.env_ids()},
+              "bm25": bench_bm25(args.repeats)}
+    emit(result, args.json)
+
+
+if __name__ == "__main__":
+    main()

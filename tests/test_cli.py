@@ -1,0 +1,42 @@
+"""The agentr1 command: list, eval (oracle) and play with a scripted stdin."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+from agentr1_gym.cli import main
+
+
+def test_list(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "AgentR1/HotpotQA-v0" in out and "AgentR1/SyntheticMultihop-v0" in out
+
+
+def test_eval_oracle(capsys):
+    assert main(["eval", "AgentR1/Musique-v0", "--episodes", "5", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["episodes"] == 5 and summary["success"] == 1.0 and summary["em"] == 1.0
+    assert summary["format_ok"] == 1.0 and summary["reward"] > 1.0
+
+
+def test_eval_unknown_env_is_a_clean_error(capsys):
+    assert main(["eval", "AgentR1/HotPotQA-v0", "--episodes", "1"]) == 2
+    assert "Did you mean 'AgentR1/HotpotQA-v0'" in capsys.readouterr().err
+
+
+def test_play_with_scripted_stdin(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(
+        '<tool_call>{"name": "serch", "arguments": {"query": "x"}}</tool_call>\n/oracle\n<answer>no idea</answer>\n/quit\n'))
+    assert main(["play", "AgentR1/SyntheticMultihop-v0", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "Did you mean 'search'?" in out and "reward -0.050" in out
+    assert "episode terminated" in out and "'em': 0.0" in out
+
+
+def test_console_script_help():
+    out = subprocess.run([sys.executable, "-m", "agentr1_gym.cli", "--help"], capture_output=True, text=True, check=True)
+    assert "play" in out.stdout and "eval" in out.stdout

@@ -1,0 +1,58 @@
+"""QA metrics against hand-computed cases and the official HotpotQA script's edge cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentr1_gym.rewards import RewardConfig, exact_match, f1_score, normalize_answer, qa_metrics, sub_exact_match
+
+
+def test_normalize_answer():
+    assert normalize_answer("The  Kansas-Song!") == "kansassong"
+    assert normalize_answer("An apple, a pear and THE plum.") == "apple pear and plum"
+    assert normalize_answer("  theater ") == "theater"  # 'the' only as a whole word
+
+
+def test_exact_match_and_aliases():
+    assert exact_match("the Kansas Song", "Kansas Song") == 1.0
+    assert exact_match("Kansas", "Kansas Song") == 0.0
+    assert exact_match("NYC", ["New York City", "nyc"]) == 1.0
+
+
+def test_f1_hand_computed():
+    # pred tokens: [kansas, fight, song]; gold: [kansas, song]; common 2 -> P=2/3, R=1 -> F1=0.8
+    assert f1_score("Kansas fight song", "Kansas Song") == pytest.approx(0.8)
+    # repeated tokens count with multiplicity: pred [a1, a1], gold [a1] -> P=1/2, R=1 -> 2/3
+    assert f1_score("x x", "x") == pytest.approx(2 / 3)
+    assert f1_score("completely different", "Kansas Song") == 0.0
+
+
+def test_f1_yes_no_noanswer_edge_cases():
+    assert f1_score("yes", "no") == 0.0
+    assert f1_score("yes it is", "yes") == 0.0  # gold is 'yes', prediction differs -> 0
+    assert f1_score("yes", "yes because") == 0.0  # prediction is 'yes', gold differs -> 0
+    assert f1_score("Yes.", "yes") == 1.0
+    assert f1_score("noanswer", "no answer") == 0.0
+    assert f1_score("", "Kansas") == 0.0
+
+
+def test_sub_em():
+    assert sub_exact_match("It is the Kansas Song, I think", "Kansas Song") == 1.0
+    assert sub_exact_match("Kansas", "Kansas Song") == 0.0
+    assert sub_exact_match("anything", "the") == 0.0  # empty normalised gold never matches
+
+
+def test_qa_metrics_none():
+    assert qa_metrics(None, ["x"]) == {"em": 0.0, "sub_em": 0.0, "f1": 0.0}
+
+
+def test_reward_config_outcome_and_agent_r1_preset():
+    cfg = RewardConfig()
+    assert cfg.outcome(0.5, True) == {"answer": 0.5, "format": 0.1, "offset": 0.0}
+    r1 = RewardConfig.agent_r1()
+    assert sum(r1.outcome(1.0, True).values()) == 1.0
+    assert sum(r1.outcome(1.0, False).values()) == -1.0  # gated: a right answer in a bad format earns nothing
+    assert sum(r1.outcome(0.0, True).values()) == 0.0
+    assert sum(r1.outcome(float("nan"), True).values()) == 0.0
+    with pytest.raises(ValueError):
+        RewardConfig(answer_metric="bleu")
