@@ -1,0 +1,174 @@
+"""``AgentGRPOTrainer``: TRL's ``GRPOTrainer`` driven by multi-turn Gym rollouts.
+
+What comes from TRL unchanged: the training loop, generation-batch buffering, group reward normalisation (for
+``advantage_estimator="grpo"``), old/reference log-probs (with LoRA the reference is the base model with the
+adapter disabled: no second model in memory), peft wrapping, logging through ``report_to``, checkpoints and
+resume. What this class adds, because TRL lacks it:
+
+* rollouts: each group is ``num_generations`` episodes of one task seed, run token-exact by
+  :func:`~agentr1_trl.rollout.collect_rollouts`; the action mask goes to TRL as ``env_mask``;
+* rewards: the env's episode return (process + outcome rewards) is the reward; env metrics are logged as
+  ``env/*``;
+* advantages: ``rloo`` and ``reinforce_pp`` (token-level, with process rewards at the turns that earned them);
+* the loss: clipped surrogate over action tokens only plus a selectable KL estimator (k1/k3/low-var), written with
+  the pure functions of :mod:`agentr1_trl.advantages`.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import torch
+from datasets import Dataset
+from trl import GRPOTrainer
+
+import agentr1_gym
+from agentr1_gym.errors import ConfigError
+from agentr1_trl.advantages import clipped_policy_loss, kl_penalty, reinforce_pp_advantages, rloo_advantages
+from agentr1_trl.generation import GenerationBackend, HFGenerator, SamplingConfig
+from agentr1_trl.grpo_config import AgentGRPOConfig
+from agentr1_trl.rollout import Trajectory, collect_rollouts
+
+__all__ = ["AgentGRPOTrainer", "env_return", "seed_dataset"]
+
+
+def env_return(prompts: list, completions: list, episode_return: list[float], **_: Any) -> list[float]:
+    """Reward function: the env's episode return, computed during the rollout."""
+    return [float(r) for r in episode_return]
+
+
+def seed_dataset(num_tasks: int, seed_offset: int = 0) -> Dataset:
+    """A training "dataset" of task seeds (the env owns the tasks; the prompt column is a placeholder)."""
+    seeds = list(range(seed_offset, seed_offset + num_tasks))
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"task {s}"}] for s in seeds], "seed": seeds})
+
+
+class AgentGRPOTrainer(GRPOTrainer):
+    """GRPO (or RLOO / REINFORCE++) on an ``AgentR1/*`` env with action masks.
+
+    Args:
+        model: a causal LM or a path (see TRL's ``GRPOTrainer``).
+        args: :class:`AgentGRPOConfig`.
+        processing_class: the tokenizer; it needs a chat template.
+        peft_config: a peft ``LoraConfig`` to train a LoRA adapter (recommended).
+        env_factory: callable returning a fresh env; default ``agentr1_gym.make(args.env_id, **args.env_kwargs)``.
+        generator: a generation backend; default :class:`~agentr1_trl.generation.HFGenerator` over the policy.
+        train_dataset: rows with a ``seed`` column; default ``seed_dataset(args.num_tasks, args.seed_offset)``.
+    """
+
+    _tag_names = ["trl", "grpo", "agentr1"]
+
+    def __init__(self, model: Any, args: AgentGRPOConfig, processing_class: Any, *, peft_config: Any = None,
+                 env_factory: Any = None, generator: GenerationBackend | None = None, train_dataset: Any = None,
+                 callbacks: Any = None) -> None:
+        if not isinstance(args, AgentGRPOConfig):
+            raise ConfigError("AgentGRPOTrainer needs an AgentGRPOConfig")
+        if getattr(processing_class, "chat_template", None) is None:
+            raise ConfigError("the tokenizer has no chat_template; set one that renders tools and tool messages")
+        self.env_factory = env_factory or partial(agentr1_gym.make, args.env_id, **args.env_kwargs)
+        self._env_pool: list[Any] = []
+        self._pending_inputs: list[dict[str, Any]] | None = None
+        self.last_trajectories: list[Trajectory] = []
+        super().__init__(model=model, reward_funcs=[env_return], args=args,
+                         train_dataset=train_dataset if train_dataset is not None else seed_dataset(args.num_tasks, args.seed_offset),
+                         processing_class=processing_class, peft_config=peft_config, callbacks=callbacks,
+                         rollout_func=self._rollout)
+        if args.advantage_estimator != "grpo" and self.accelerator.num_processes > 1:
+            raise ConfigError(f"advantage_estimator={args.advantage_estimator!r} runs on one process; use 'grpo' "
+                              "for multi-process training")
+        self.generator = generator
+
+    # ---- rollouts ---------------------------------------------------------------------------------------
+    def _envs(self, n: int) -> list[Any]:
+        while len(self._env_pool) < n:
+            self._env_pool.append(self.env_factory())
+        return self._env_pool[:n]
+
+    def _rollout(self, prompts: list, trainer: Any) -> dict[str, list]:
+        inputs = self._pending_inputs
+        if inputs is None or len(inputs) != len(prompts):
+            raise RuntimeError("internal: rollout inputs were not staged")
+        args: AgentGRPOConfig = self.args
+        generator = self.generator or HFGenerator(self.accelerator.unwrap_model(self.model), self.processing_class)
+        sampling = SamplingConfig(max_new_tokens=args.max_new_tokens_per_turn, temperature=args.temperature,
+                                  top_p=args.top_p, top_k=args.top_k or 0, do_sample=True)
+        trajs = collect_rollouts(self._envs(len(prompts)), generator, self.processing_class, sampling=sampling,
+                                 seeds=[int(x["seed"]) for x in inputs], max_episode_tokens=args.max_episode_tokens,
+                                 chat_template_kwargs=args.chat_template_kwargs)
+        unstable = [t for t in trajs if not t.prefix_stable]
+        if unstable:
+            raise ConfigError(
+                "the chat template is not prefix-stable across turns (it rewrites earlier turns, e.g. drops "
+                "<think> blocks), so one sequence per episode would be mis-masked. Use a template that keeps "
+                "history verbatim (TRL ships '*_training.jinja' variants), or train on Trajectory.samples() "
+                "(one sample per turn) in your own loop.")
+        self.last_trajectories = trajs
+        mode = "train" if self.model.training else "eval"
+        for key in ("success", "em", "f1", "format_ok"):
+            values = [t.metrics.get(key, 0.0) if key != "success" else float(t.metrics.get("em", t.metrics.get("score", 0.0)) >= 1.0)
+                      for t in trajs]
+            self._metrics[mode][f"env/{key}"].append(sum(values) / len(values))
+        self._metrics[mode]["env/turns"].append(sum(t.num_turns for t in trajs) / len(trajs))
+        self._metrics[mode]["env/process_reward"].append(
+            sum(sum(r for r in t.rewards[:-1]) for t in trajs) / len(trajs))
+        self._metrics[mode]["env/action_errors"].append(
+            sum(sum(e is not None for e in t.action_errors) for t in trajs) / len(trajs))
+        return {"prompt_ids": [t.prompt_ids for t in trajs], "completion_ids": [t.completion_ids for t in trajs],
+                "logprobs": [t.logprobs for t in trajs], "env_mask": [t.action_mask for t in trajs],
+                "episode_return": [t.episode_return for t in trajs]}
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        self._pending_inputs = inputs
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._pending_inputs = None
+        args: AgentGRPOConfig = self.args
+        if args.advantage_estimator == "grpo":
+            return output
+        trajs = self.last_trajectories
+        device = output["completion_ids"].device
+        if args.advantage_estimator == "rloo":
+            returns = torch.tensor([t.episode_return for t in trajs], dtype=torch.float32)
+            output["advantages"] = rloo_advantages(returns, self.num_generations).to(device)
+        else:
+            width = output["completion_ids"].shape[1]
+            rewards = torch.zeros((len(trajs), width))
+            for i, t in enumerate(trajs):
+                tr = t.token_rewards()[:width]
+                rewards[i, : len(tr)] = torch.tensor(tr)
+            mask = output["completion_mask"].cpu() * output.get("tool_mask", torch.ones_like(output["completion_mask"])).cpu()
+            output["advantages"] = reinforce_pp_advantages(rewards, mask, gamma=args.gamma).to(device)
+        return output
+
+    # ---- loss -------------------------------------------------------------------------------------------
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
+        mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
+        logps = self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, completion_ids.size(1))[0]
+        old = inputs.get("old_per_token_logps")
+        old = logps.detach() if old is None else old
+        per_token = clipped_policy_loss(logps, old, inputs["advantages"], mask, eps_low=self.epsilon_low,
+                                        eps_high=self.epsilon_high)
+        mode = "train" if self.model.training else "eval"
+        if self.beta != 0.0:
+            kl = kl_penalty(logps, inputs["ref_per_token_logps"], self.args.kl_estimator) * mask
+            per_token = per_token + self.beta * kl
+            self._metrics[mode]["kl"].append((kl.sum() / mask.sum().clamp(min=1)).item())
+        mask_f = mask.to(per_token.dtype)
+        if self.loss_type == "grpo":  # mean over sequences of each sequence's mean over its action tokens
+            loss = ((per_token.sum(-1) / mask_f.sum(-1).clamp(min=1.0))).mean()
+        elif self.loss_type == "dr_grpo":
+            loss = per_token.sum() / (per_token.size(0) * max(completion_ids.size(1), 1))
+        else:  # bnpo / dapo: mean over all action tokens of the micro-batch
+            loss = per_token.sum() / mask_f.sum().clamp(min=1.0)
+        with torch.no_grad():
+            ratio = torch.exp(logps - old)
+            clipped = ((ratio < 1 - self.epsilon_low) | (ratio > 1 + self.epsilon_high)).to(mask_f.dtype) * mask_f
+            self._metrics[mode]["clip_ratio/region_mean"].append((clipped.sum() / mask_f.sum().clamp(min=1)).item())
+        if mode == "train":
+            loss = loss / self.current_gradient_accumulation_steps
+        return loss

@@ -1,0 +1,288 @@
+"""Token-exact multi-turn rollouts over Gymnasium envs, with action masks.
+
+For each episode the token sequence is built as the policy saw it:
+
+* the prompt is the chat template's rendering of the reset messages (with the env's tool schemas);
+* each turn appends the ids **as generated** (never decoded and re-encoded) with ``action_mask = 1``;
+* then the *observation tokens*: the template's text between the end of the generated turn and the start of the
+  next one (the turn-closing tokens the template adds, the rendered tool response message(s), the next
+  assistant header), with ``action_mask = 0``.
+
+The observation text is the difference of two renderings, which is only valid for templates that are
+*prefix-stable* (rendering more messages only appends text). Every turn checks that; a template that rewrites
+earlier turns (e.g. one that drops earlier ``<think>`` blocks) is detected, the episode switches to re-rendering
+the context each turn, and training uses one sample per turn (:meth:`Trajectory.samples`) instead of a
+mis-masked single sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import gymnasium as gym
+
+from agentr1_trl.generation.base import GenerationBackend, SamplingConfig
+
+__all__ = ["Sample", "Trajectory", "collect_rollouts", "render_chat"]
+
+
+@dataclass
+class Sample:
+    """One training sequence: prompt ids, completion ids and per-completion-token masks and rewards."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    action_mask: list[int]
+    logprobs: list[float]
+    token_rewards: list[float]
+
+
+@dataclass
+class Trajectory:
+    """One episode.
+
+    ``completion_ids`` holds everything after the prompt; ``action_mask[i]`` is 1 exactly where the policy
+    generated ``completion_ids[i]``; ``logprobs`` are the sampler's log-probs (0 where the mask is 0);
+    ``turn_ends[t]`` is the completion index of the last generated token of turn ``t`` and ``rewards[t]`` the env's
+    step reward for it (process rewards, plus the outcome on the last step).
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    action_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turn_ends: list[int] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    reward_components: list[dict[str, float]] = field(default_factory=list)
+    action_errors: list[str | None] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    truncated_reason: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)
+    task_id: str = ""
+    prefix_stable: bool = True
+    #: per turn: (context ids the turn was generated from, generated ids, logprobs)
+    turns: list[tuple[list[int], list[int], list[float]]] = field(default_factory=list)
+
+    @property
+    def episode_return(self) -> float:
+        return float(sum(self.rewards))
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turn_ends)
+
+    def token_rewards(self) -> list[float]:
+        """Per completion token: each step reward on the last generated token of its turn, 0 elsewhere."""
+        out = [0.0] * len(self.completion_ids)
+        for end, r in zip(self.turn_ends, self.rewards):
+            out[end] += r
+        return out
+
+    def samples(self) -> list[Sample]:
+        """Training samples: the whole episode as one sequence when the template is prefix-stable, else one sample
+        per turn (its own rendered context as prompt, the turn's generation as completion, its reward at the end)."""
+        if self.prefix_stable:
+            return [Sample(self.prompt_ids, self.completion_ids, self.action_mask, self.logprobs, self.token_rewards())]
+        out = []
+        for (context, gen, logps), reward in zip(self.turns, self.rewards):
+            rewards = [0.0] * len(gen)
+            rewards[-1] = reward
+            out.append(Sample(context, gen, [1] * len(gen), logps, rewards))
+        return out
+
+
+def render_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict] | None, *,
+                add_generation_prompt: bool, chat_template_kwargs: dict[str, Any] | None = None) -> str:
+    """The chat template's text for ``messages`` (tools passed only when there are some)."""
+    return tokenizer.apply_chat_template(
+        messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False,
+        **(chat_template_kwargs or {}),
+    )
+
+
+def _clean(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in m.items()} for m in messages]
+
+
+@dataclass
+class _Episode:
+    traj: Trajectory
+    messages: list[dict[str, Any]]
+    tools: list[dict] | None
+    rendered: str  # the template's text of `messages` + generation prompt
+    context_ids: list[int]  # what the next turn is generated from
+    done: bool = False
+
+
+class _ListBatch:
+    def __init__(self, envs: Sequence[gym.Env]) -> None:
+        self.envs = list(envs)
+
+    def reset(self, seeds: Sequence[int | None], options: Sequence[dict | None]) -> list[tuple[str, dict]]:
+        return [env.reset(seed=s, options=o) for env, s, o in zip(self.envs, seeds, options)]
+
+    def step(self, actions: dict[int, str]) -> dict[int, tuple]:
+        return {i: self.envs[i].step(a) for i, a in actions.items()}
+
+    def stop_strings(self) -> tuple[str, ...]:
+        return tuple(getattr(self.envs[0].unwrapped, "protocol", None).stop_strings) if hasattr(
+            self.envs[0].unwrapped, "protocol") else ()
+
+
+def _unbatch_info(infos: dict[str, Any], i: int) -> dict[str, Any]:
+    out = {}
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        mask = infos.get(f"_{key}")
+        if mask is not None and not mask[i]:
+            continue
+        out[key] = _unbatch_info(value, i) if isinstance(value, dict) else value[i]
+    return out
+
+
+class _VectorBatch:
+    """A Gymnasium vector env (sync or async, NEXT_STEP autoreset): finished sub-envs get a dummy action."""
+
+    def __init__(self, venv: gym.vector.VectorEnv) -> None:
+        self.venv = venv
+        self.n = venv.num_envs
+
+    def reset(self, seeds: Sequence[int | None], options: Sequence[dict | None]) -> list[tuple[str, dict]]:
+        if any(o for o in options):
+            raise ValueError("per-episode reset options are not supported with vector envs; pass a list of envs")
+        obs, infos = self.venv.reset(seed=list(seeds) if any(s is not None for s in seeds) else None)
+        return [(obs[i], _unbatch_info(infos, i)) for i in range(self.n)]
+
+    def step(self, actions: dict[int, str]) -> dict[int, tuple]:
+        full = tuple(actions.get(i, "") for i in range(self.n))
+        obs, rewards, term, trunc, infos = self.venv.step(full)
+        return {i: (obs[i], float(rewards[i]), bool(term[i]), bool(trunc[i]), _unbatch_info(infos, i)) for i in actions}
+
+    def stop_strings(self) -> tuple[str, ...]:
+        return tuple(self.venv.get_attr("protocol")[0].stop_strings)
+
+
+def collect_rollouts(
+    envs: Sequence[gym.Env] | gym.vector.VectorEnv,
+    backend: GenerationBackend,
+    tokenizer: Any,
+    *,
+    sampling: SamplingConfig | None = None,
+    seeds: Sequence[int | None] | None = None,
+    options: Sequence[dict | None] | None = None,
+    max_episode_tokens: int = 4096,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> list[Trajectory]:
+    """Run one episode per env, batching generation across all live episodes each turn.
+
+    Args:
+        envs: a list of envs (any env honouring the ToolEnv contract) or a Gymnasium vector env.
+        backend: generates one turn per prompt (:class:`~agentr1_trl.generation.HFGenerator`, ...).
+        tokenizer: the policy's tokenizer, with a chat template.
+        sampling: sampling settings; the env protocol's stop strings are added.
+        seeds, options: per-env reset arguments.
+        max_episode_tokens: prompt + completion budget; an episode that reaches it ends with
+            ``truncated_reason="token_budget"``.
+    """
+    batch = _VectorBatch(envs) if isinstance(envs, gym.vector.VectorEnv) else _ListBatch(envs)
+    n = batch.n if isinstance(batch, _VectorBatch) else len(batch.envs)
+    sampling = sampling or SamplingConfig()
+    sampling = replace(sampling, stop_strings=tuple(dict.fromkeys((*sampling.stop_strings, *batch.stop_strings()))))
+    seeds = list(seeds) if seeds is not None else [None] * n
+    options = list(options) if options is not None else [None] * n
+    if len(seeds) != n or len(options) != n:
+        raise ValueError(f"need one seed/option per env ({n}), got {len(seeds)} seeds and {len(options)} options")
+    eos_ids = {tokenizer.eos_token_id}
+    eos_text = tokenizer.decode([tokenizer.eos_token_id]) if tokenizer.eos_token_id is not None else None
+
+    episodes: list[_Episode] = []
+    for obs_info in batch.reset(seeds, options):
+        _, info = obs_info
+        messages = _clean(info["messages"])
+        tools = info.get("tools")
+        text = render_chat(tokenizer, messages, tools, add_generation_prompt=True, chat_template_kwargs=chat_template_kwargs)
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        episodes.append(_Episode(Trajectory(prompt_ids=list(ids), task_id=str(info.get("task_id", ""))),
+                                 messages, tools, text, list(ids)))
+
+    while True:
+        live = [i for i, ep in enumerate(episodes) if not ep.done]
+        for i in list(live):
+            if len(episodes[i].context_ids) >= max_episode_tokens:
+                _end(episodes[i], truncated_reason="token_budget")
+                live.remove(i)
+        if not live:
+            break
+        gens = backend.generate([episodes[i].context_ids for i in live], sampling)
+        actions: dict[int, str] = {}
+        for i, gen in zip(live, gens):
+            ep = episodes[i]
+            room = max_episode_tokens - len(ep.context_ids)
+            ids, logps = list(gen.ids[:room]), list(gen.logprobs[:room])
+            if not ids:  # nothing generated: count one EOS-free empty turn as the end
+                _end(ep, truncated_reason="empty_generation")
+                continue
+            traj = ep.traj
+            traj.turns.append((list(ep.context_ids), ids, logps))
+            traj.completion_ids += ids
+            traj.action_mask += [1] * len(ids)
+            traj.logprobs += logps
+            traj.turn_ends.append(len(traj.completion_ids) - 1)
+            text = tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            traj.actions.append(text)
+            actions[i] = text
+            if len(gen.ids) > room:
+                traj.truncated_reason = "token_budget"
+        results = batch.step(actions)
+        for i, (obs, reward, terminated, truncated, info) in results.items():
+            ep = episodes[i]
+            traj = ep.traj
+            traj.rewards.append(float(reward))
+            traj.reward_components.append({k: float(v) for k, v in info.get("reward_components", {}).items()})
+            traj.action_errors.append(info.get("action_error"))
+            if terminated or truncated or traj.truncated_reason:
+                traj.metrics = {k: float(v) for k, v in info.get("metrics", {}).items()}
+                _end(ep, terminated=terminated, truncated_reason=traj.truncated_reason or
+                     (info.get("truncated_reason") or "env") if not terminated else "")
+                continue
+            _append_observation(ep, tokenizer, actions[i], _clean(info["messages"]), eos_ids, eos_text,
+                                chat_template_kwargs)
+    return [ep.traj for ep in episodes]
+
+
+def _end(ep: _Episode, *, terminated: bool = False, truncated_reason: str = "") -> None:
+    ep.done = True
+    ep.traj.terminated = terminated
+    ep.traj.truncated = not terminated
+    ep.traj.truncated_reason = "" if terminated else truncated_reason
+
+
+def _append_observation(ep: _Episode, tokenizer: Any, action: str, messages: list[dict[str, Any]],
+                        eos_ids: set[int], eos_text: str | None, kw: dict[str, Any] | None) -> None:
+    before = ep.messages
+    assistant = messages[len(before)]
+    after_turn = messages[: len(before) + 1]
+    closed = render_chat(tokenizer, after_turn, ep.tools, add_generation_prompt=False, chat_template_kwargs=kw)
+    nxt = render_chat(tokenizer, messages, ep.tools, add_generation_prompt=True, chat_template_kwargs=kw)
+    head = ep.rendered + assistant["content"]
+    traj = ep.traj
+    if traj.prefix_stable and closed.startswith(head) and nxt.startswith(closed):
+        close = closed[len(head):]
+        gen_ids = traj.completion_ids[traj.turn_ends[-1]:traj.turn_ends[-1] + 1]
+        if eos_text and gen_ids and gen_ids[-1] in eos_ids and close.startswith(eos_text):
+            close = close[len(eos_text):]  # the model already generated the end-of-turn token
+        obs_ids = tokenizer.encode(close + nxt[len(closed):], add_special_tokens=False)
+        traj.completion_ids += obs_ids
+        traj.action_mask += [0] * len(obs_ids)
+        traj.logprobs += [0.0] * len(obs_ids)
+        ep.context_ids = traj.prompt_ids + traj.completion_ids
+    else:
+        traj.prefix_stable = False  # re-render the context each turn; train on per-turn samples
+        ep.context_ids = tokenizer.encode(nxt, add_special_tokens=False)
+    ep.rendered = nxt
+    ep.messages = messages
