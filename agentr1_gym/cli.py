@@ -40,8 +40,10 @@ def cmd_play(args: argparse.Namespace) -> int:
     env = agentr1_gym.make(args.env_id, **_parse_kv(args.env_arg))
     obs, info = env.reset(seed=args.seed)
     print(f"=== {args.env_id}  task {info['task_id']}\n{obs}\n")
-    print("Type one assistant turn per line ('\\n' for a newline). Commands: /oracle (show the oracle's next "
-          "turn), /reset, /quit.")
+    print(
+        "Type one assistant turn per line ('\\n' for a newline). Commands: /oracle (show the oracle's next "
+        "turn), /reset, /quit."
+    )
     total = 0.0
     for line in sys.stdin:
         line = line.rstrip("\n")
@@ -66,7 +68,9 @@ def cmd_play(args: argparse.Namespace) -> int:
             print(obs)
         if terminated or truncated:
             why = "terminated" if terminated else f"truncated ({info['truncated_reason']})"
-            print(f"=== episode {why}; metrics {info.get('metrics')}; gold {list(env.unwrapped.task.answers)}")
+            print(
+                f"=== episode {why}; metrics {info.get('metrics')}; gold {list(env.unwrapped.task.answers)}"
+            )
             print("/reset for a new task, /quit to leave.")
     return 0
 
@@ -74,8 +78,14 @@ def cmd_play(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from agentr1_gym.evaluation import evaluate
 
-    summary = evaluate(args.env_id, args.policy, episodes=args.episodes, seed=args.seed,
-                       env_kwargs=_parse_kv(args.env_arg), progress=not args.no_progress)
+    summary = evaluate(
+        args.env_id,
+        args.policy,
+        episodes=args.episodes,
+        seed=args.seed,
+        env_kwargs=_parse_kv(args.env_arg),
+        progress=not args.no_progress,
+    )
     if not args.returns:
         summary.pop("returns")
     print(json.dumps({"env": args.env_id, "policy": args.policy, **summary}, indent=2))
@@ -83,16 +93,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentr1", description="Tool-using LLM agent envs (Agent-R1) for RL.")
+    parser = argparse.ArgumentParser(
+        prog="agentr1", description="Tool-using LLM agent envs (Agent-R1) for RL."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("list", help="list the registered AgentR1 envs")
     p.set_defaults(func=cmd_list)
 
-    env_arg = {"metavar": "KEY=VALUE", "action": "append", "default": [],
-               "help": "env keyword argument (repeatable), e.g. --env-arg max_turns=8 --env-arg protocol=search_r1"}
+    env_arg = {
+        "metavar": "KEY=VALUE",
+        "action": "append",
+        "default": [],
+        "help": "env keyword argument (repeatable), e.g. --env-arg max_turns=8 --env-arg protocol=search_r1",
+    }
 
-    p = sub.add_parser("play", help="play an env in the terminal: type assistant turns, see observations and rewards")
+    p = sub.add_parser(
+        "play", help="play an env in the terminal: type assistant turns, see observations and rewards"
+    )
     p.add_argument("env_id", help="e.g. AgentR1/HotpotQA-v0")
     p.add_argument("--seed", type=int, default=0, help="reset seed (default 0)")
     p.add_argument("--env-arg", **env_arg)

@@ -17,8 +17,13 @@ def machine_info(*packages: str) -> dict[str, Any]:
             versions[p] = metadata.version(p)
         except metadata.PackageNotFoundError:
             versions[p] = None
-    return {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
-            "processor": platform.processor() or platform.machine(), "versions": versions}
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "versions": versions,
+    }
 
 
 def emit(result: dict[str, Any], path: str | None) -> None:

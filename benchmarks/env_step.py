@@ -61,10 +61,16 @@ def bench_env(env_id: str, episodes: int) -> dict:
             steps += 1
             done = term or trunc
     us = lambda x: round(1e6 * x / steps, 2)  # noqa: E731
-    return {"steps": steps, "steps_per_s": round(steps / total, 1), "step_us": us(total),
-            "overhead_us": us(total - spent["search"]), "parse_us": us(spent["parse"]),
-            "search_us": us(spent["search"]), "reward_us": us(spent["reward"]),
-            "other_us": us(total - spent["search"] - spent["parse"] - spent["reward"])}
+    return {
+        "steps": steps,
+        "steps_per_s": round(steps / total, 1),
+        "step_us": us(total),
+        "overhead_us": us(total - spent["search"]),
+        "parse_us": us(spent["parse"]),
+        "search_us": us(spent["search"]),
+        "reward_us": us(spent["reward"]),
+        "other_us": us(total - spent["search"] - spent["parse"] - spent["reward"]),
+    }
 
 
 def _recall_at_5(hits_titles: list[list[str]], golds: list[tuple[str, ...]]) -> float:
@@ -92,9 +98,12 @@ def bench_bm25(repeats: int) -> dict:
             batched = ours.search(queries, 5)
         qps_batched = repeats * len(queries) / (time.perf_counter() - t)
         assert [[p.id for p in h] for h in single] == [[p.id for p in h] for h in batched]
-        out[name] = {"build_s": round(build, 4), "qps_single": round(qps_single, 1),
-                     "qps_batched": round(qps_batched, 1),
-                     "recall@5": round(_recall_at_5([[p.title for p in h] for h in single], golds), 4)}
+        out[name] = {
+            "build_s": round(build, 4),
+            "qps_single": round(qps_single, 1),
+            "qps_batched": round(qps_batched, 1),
+            "recall@5": round(_recall_at_5([[p.title for p in h] for h in single], golds), 4),
+        }
 
     from rank_bm25 import BM25Okapi
 
@@ -109,8 +118,11 @@ def bench_bm25(repeats: int) -> dict:
         top = np.argsort(-scores, kind="stable")[:5]
         hits.append([corpus[int(i)].title for i in top])
     qps = len(queries) / (time.perf_counter() - t)
-    out["rank_bm25_BM25Okapi_k1.5_b.75"] = {"build_s": round(build, 4), "qps_single": round(qps, 1),
-                                            "recall@5": round(_recall_at_5(hits, golds), 4)}
+    out["rank_bm25_BM25Okapi_k1.5_b.75"] = {
+        "build_s": round(build, 4),
+        "qps_single": round(qps, 1),
+        "recall@5": round(_recall_at_5(hits, golds), 4),
+    }
     try:
         import bm25s
     except ImportError:
@@ -130,9 +142,12 @@ def bench_bm25(repeats: int) -> dict:
         for q in qtok[:100]:
             r.retrieve([q], k=5, show_progress=False)
         qps_single = 100 / (time.perf_counter() - t)
-        out["bm25s_k0.9_b0.4"] = {"build_s": round(build, 4), "qps_single": round(qps_single, 1),
-                                  "qps_batched": round(qps, 1),
-                                  "recall@5": round(_recall_at_5([[corpus[int(i)].title for i in row] for row in ids], golds), 4)}
+        out["bm25s_k0.9_b0.4"] = {
+            "build_s": round(build, 4),
+            "qps_single": round(qps_single, 1),
+            "qps_batched": round(qps, 1),
+            "recall@5": round(_recall_at_5([[corpus[int(i)].title for i in row] for row in ids], golds), 4),
+        }
     base = out["rank_bm25_BM25Okapi_k1.5_b.75"]["qps_single"]
     out["speedup_vs_rank_bm25"] = {
         "single_same_params": round(out["agentr1_bm25_k1.5_b.75"]["qps_single"] / base, 1),
@@ -147,10 +162,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="passes over the queries per BM25 timing")
     parser.add_argument("--json", default=None, help="also write the JSON result here")
     args = parser.parse_args()
-    result = {"benchmark": "env_step", "machine": machine_info("agentr1-gym", "gymnasium", "scipy", "numpy",
-                                                               "rank-bm25", "bm25s"),
-              "envs": {env_id: bench_env(env_id, args.episodes) for env_id in agentr1_gym.env_ids()},
-              "bm25": bench_bm25(args.repeats)}
+    result = {
+        "benchmark": "env_step",
+        "machine": machine_info("agentr1-gym", "gymnasium", "scipy", "numpy", "rank-bm25", "bm25s"),
+        "envs": {env_id: bench_env(env_id, args.episodes) for env_id in agentr1_gym.env_ids()},
+        "bm25": bench_bm25(args.repeats),
+    }
     emit(result, args.json)
 
 

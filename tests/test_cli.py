@@ -29,8 +29,13 @@ def test_eval_unknown_env_is_a_clean_error(capsys):
 
 
 def test_play_with_scripted_stdin(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "stdin", io.StringIO(
-        '<tool_call>{"name": "serch", "arguments": {"query": "x"}}</tool_call>\n/oracle\n<answer>no idea</answer>\n/quit\n'))
+    monkeypatch.setattr(
+        sys,
+        "stdin",
+        io.StringIO(
+            '<tool_call>{"name": "serch", "arguments": {"query": "x"}}</tool_call>\n/oracle\n<answer>no idea</answer>\n/quit\n'
+        ),
+    )
     assert main(["play", "AgentR1/SyntheticMultihop-v0", "--seed", "0"]) == 0
     out = capsys.readouterr().out
     assert "Did you mean 'search'?" in out and "reward -0.050" in out
@@ -38,5 +43,7 @@ def test_play_with_scripted_stdin(monkeypatch, capsys):
 
 
 def test_console_script_help():
-    out = subprocess.run([sys.executable, "-m", "agentr1_gym.cli", "--help"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "agentr1_gym.cli", "--help"], capture_output=True, text=True, check=True
+    )
     assert "play" in out.stdout and "eval" in out.stdout

@@ -33,9 +33,15 @@ def test_bundled_samples_have_their_gold_evidence_in_the_corpus(dataset, split):
 
 
 def test_hotpotqa_official_layout(tmp_path):
-    record = {"_id": "q1", "question": "Q?", "answer": "A", "type": "bridge", "level": "hard",
-              "supporting_facts": [["T1", 0], ["T2", 1], ["T1", 2]],
-              "context": [["T1", ["S one.", " S two."]], ["T2", ["X."]]]}
+    record = {
+        "_id": "q1",
+        "question": "Q?",
+        "answer": "A",
+        "type": "bridge",
+        "level": "hard",
+        "supporting_facts": [["T1", 0], ["T2", 1], ["T1", 2]],
+        "context": [["T1", ["S one.", " S two."]], ["T2", ["X."]]],
+    }
     path = tmp_path / "hotpot.json"
     path.write_text(json.dumps([record]))
     (task,) = load_hotpotqa(path)
@@ -45,9 +51,15 @@ def test_hotpotqa_official_layout(tmp_path):
 
 
 def test_2wiki_official_layout_and_hops(tmp_path):
-    record = {"_id": "w", "type": "bridge_comparison", "question": "Q?", "answer": "yes",
-              "supporting_facts": [["A", 0], ["B", 0], ["C", 0], ["D", 0]], "evidences": [],
-              "context": [["A", ["a1", "a2"]]]}
+    record = {
+        "_id": "w",
+        "type": "bridge_comparison",
+        "question": "Q?",
+        "answer": "yes",
+        "supporting_facts": [["A", 0], ["B", 0], ["C", 0], ["D", 0]],
+        "evidences": [],
+        "context": [["A", ["a1", "a2"]]],
+    }
     path = tmp_path / "w.json"
     path.write_text(json.dumps([record]))
     (task,) = load_2wiki(path)
@@ -55,11 +67,21 @@ def test_2wiki_official_layout_and_hops(tmp_path):
 
 
 def test_musique_and_flashrag(tmp_path):
-    m = {"id": "3hop1__1_2_3", "question": "Q?", "answer": "A", "answer_aliases": ["Alias"], "answerable": True,
-         "question_decomposition": [{}, {}, {}],
-         "paragraphs": [{"idx": 0, "title": "P", "paragraph_text": "p", "is_supporting": True},
-                        {"idx": 1, "title": "N", "paragraph_text": "n", "is_supporting": False}]}
-    (tmp_path / "m.jsonl").write_text(json.dumps(m) + "\n" + json.dumps({**m, "id": "x", "answerable": False}))
+    m = {
+        "id": "3hop1__1_2_3",
+        "question": "Q?",
+        "answer": "A",
+        "answer_aliases": ["Alias"],
+        "answerable": True,
+        "question_decomposition": [{}, {}, {}],
+        "paragraphs": [
+            {"idx": 0, "title": "P", "paragraph_text": "p", "is_supporting": True},
+            {"idx": 1, "title": "N", "paragraph_text": "n", "is_supporting": False},
+        ],
+    }
+    (tmp_path / "m.jsonl").write_text(
+        json.dumps(m) + "\n" + json.dumps({**m, "id": "x", "answerable": False})
+    )
     (task,) = load_musique(tmp_path / "m.jsonl")
     assert task.answers == ("A", "Alias") and task.hops == 3 and task.supporting_titles == ("P",)
     (tmp_path / "f.jsonl").write_text(json.dumps({"id": "f", "question": "q", "golden_answers": ["a", "b"]}))
@@ -102,8 +124,12 @@ def test_env_on_user_files_with_flashrag_corpus(tmp_path):
 
     import agentr1_gym  # noqa: F401
 
-    env = gym.make("AgentR1/HotpotQA-v0", dataset="flashrag", data_path=SHARED / "flashrag/nq_test_format_example.jsonl",
-                   corpus_path=SHARED / "flashrag/wiki_passages_sample1000.jsonl")
-    obs, info = env.reset(seed=0)
+    env = gym.make(
+        "AgentR1/HotpotQA-v0",
+        dataset="flashrag",
+        data_path=SHARED / "flashrag/nq_test_format_example.jsonl",
+        corpus_path=SHARED / "flashrag/wiki_passages_sample1000.jsonl",
+    )
+    obs, _info = env.reset(seed=0)
     obs, *_ = env.step(env.unwrapped.call_text("search", query="nobel prize physics"))
     assert "Doc 1 (Title:" in obs

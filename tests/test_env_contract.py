@@ -50,7 +50,7 @@ def test_gold_paragraph_rewarded_once(env):
 
 def test_termination_and_step_after_end(env):
     env.reset(seed=0)
-    obs, reward, term, trunc, info = env.step("<answer>wrong</answer>")
+    obs, _reward, term, trunc, info = env.step("<answer>wrong</answer>")
     assert term and not trunc and obs == ""
     assert info["metrics"]["em"] == 0.0 and info["outcome_reward"] == pytest.approx(0.1)  # format bonus only
     with pytest.raises(ResetNeededError, match="reset"):
@@ -93,24 +93,52 @@ def test_tool_output_is_truncated_with_marker():
     ("action", "key", "fragment"),
     [
         ("x" * 1_000_000, "invalid_format", "limit is 20000"),
-        ('<tool_call>{"name": "lookup", "arguments": {"query": "a"}}</tool_call>', "invalid_call", "Unknown tool 'lookup'"),
-        ('<tool_call>{"name": "search", "arguments": {}}</tool_call>', "invalid_call", "query: Field required"),
-        ('<tool_call>{"name": "search", "arguments": {"query": 42}}</tool_call>', "invalid_call", "valid string"),
-        ('<tool_call>{"name": "search", "arguments": {"query": "a", "k": 3}}</tool_call>', "invalid_call", "Extra inputs"),
-        ('<tool_call>{"name": "search", "arguments": {"query": "' + "q" * 5000 + '"}}</tool_call>', "invalid_call", "at most 2000"),
-        ('<tool_call>{"name": "search", "arguments": {"query": "a"}}</tool_call>' * 2, "invalid_format", "at most 1 per turn"),
+        (
+            '<tool_call>{"name": "lookup", "arguments": {"query": "a"}}</tool_call>',
+            "invalid_call",
+            "Unknown tool 'lookup'",
+        ),
+        (
+            '<tool_call>{"name": "search", "arguments": {}}</tool_call>',
+            "invalid_call",
+            "query: Field required",
+        ),
+        (
+            '<tool_call>{"name": "search", "arguments": {"query": 42}}</tool_call>',
+            "invalid_call",
+            "valid string",
+        ),
+        (
+            '<tool_call>{"name": "search", "arguments": {"query": "a", "k": 3}}</tool_call>',
+            "invalid_call",
+            "Extra inputs",
+        ),
+        (
+            '<tool_call>{"name": "search", "arguments": {"query": "' + "q" * 5000 + '"}}</tool_call>',
+            "invalid_call",
+            "at most 2000",
+        ),
+        (
+            '<tool_call>{"name": "search", "arguments": {"query": "a"}}</tool_call>' * 2,
+            "invalid_format",
+            "at most 1 per turn",
+        ),
         ("\x00\x1b[31m\u202e", "invalid_format", "No tool call"),
-        ('<tool_call>{"name": "search", "arguments": {"query": "a"}}</tool_call><answer>b</answer>', "invalid_format", "not both"),
+        (
+            '<tool_call>{"name": "search", "arguments": {"query": "a"}}</tool_call><answer>b</answer>',
+            "invalid_format",
+            "not both",
+        ),
     ],
 )
 def test_malformed_actions_are_penalised_not_raised(env, action, key, fragment):
     env.reset(seed=0)
     before = list(env.messages)
-    obs, reward, term, trunc, info = env.step(action)
+    obs, reward, term, _trunc, info = env.step(action)
     assert fragment in info["action_error"] and fragment in obs
     assert reward == pytest.approx(info["reward_components"][key]) and reward < 0
     assert not term and env.messages[: len(before)] == before  # history kept, episode goes on
-    obs, *_ , info = env.step(env.oracle_action())  # and the env still works
+    obs, *_, info = env.step(env.oracle_action())  # and the env still works
     assert info["action_error"] is None
 
 
@@ -123,7 +151,7 @@ def test_unicode_query_works(env):
 def test_several_calls_when_allowed():
     env = gym.make("AgentR1/SyntheticMultihop-v0", max_calls_per_turn=2).unwrapped
     env.reset(seed=0)
-    obs, reward, *_, info = env.step(env.call_text("search", query="a") + env.call_text("search", query="b"))
+    obs, _reward, *_, info = env.step(env.call_text("search", query="a") + env.call_text("search", query="b"))
     assert info["num_tool_calls"] == 2 and obs.count("<tool_response>") == 2
     assert [m["role"] for m in env.messages[-2:]] == ["tool", "tool"]
 
@@ -184,7 +212,7 @@ def test_make_keeps_time_limit_equal_to_max_turns():
 
 def test_synthetic_hops_and_world_determinism():
     env = gym.make("AgentR1/SyntheticMultihop-v0", min_hops=4, max_hops=4).unwrapped
-    _, info = env.reset(seed=5)
+    _, _info = env.reset(seed=5)
     assert env.task.hops == 4 and len(env.task.supporting_titles) == 4
     other = gym.make("AgentR1/SyntheticMultihop-v0", min_hops=4, max_hops=4, world_seed=1).unwrapped
     other.reset(seed=5)

@@ -8,8 +8,10 @@ import sys
 
 
 def test_import_is_light():
-    code = ("import sys, gymnasium as gym, agentr1_gym; env = gym.make('AgentR1/HotpotQA-v0'); env.reset(seed=0); "
-            "import json; print(json.dumps(sorted(m for m in ('torch', 'transformers', 'trl', 'pyserini', 'peft', 'vllm', 'faiss') if m in sys.modules)))")
+    code = (
+        "import sys, gymnasium as gym, agentr1_gym; env = gym.make('AgentR1/HotpotQA-v0'); env.reset(seed=0); "
+        "import json; print(json.dumps(sorted(m for m in ('torch', 'transformers', 'trl', 'pyserini', 'peft', 'vllm', 'faiss') if m in sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 

@@ -6,8 +6,8 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from agentr1_gym.core import Tool, ToolResult
-from agentr1_gym.protocol import HermesFormat, SearchR1Format, ToolCall, get_format
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.protocol import HermesFormat, SearchR1Format, ToolCall, get_format
 
 
 class _Args(BaseModel):
@@ -37,7 +37,9 @@ def test_hermes_parses_a_call_with_thinking():
 
 def test_hermes_parses_answer_and_stringified_arguments():
     assert H.parse("<think>done</think><answer> Kansas Song </answer>", TOOLS).answer == "Kansas Song"
-    parsed = H.parse('<tool_call>{"name": "search", "arguments": "{\\"query\\": \\"x\\"}"}</tool_call>', TOOLS)
+    parsed = H.parse(
+        '<tool_call>{"name": "search", "arguments": "{\\"query\\": \\"x\\"}"}</tool_call>', TOOLS
+    )
     assert parsed.calls == (ToolCall("search", {"query": "x"}),)
 
 
@@ -62,7 +64,10 @@ def test_roundtrip_of_format_call():
         ("<answer>x", "opened but not closed"),
         ("<answer>   </answer>", "empty"),
         ("<answer>a</answer> <answer>b</answer>", "2 <answer> blocks"),
-        ('<tool_call>{"name": "search", "arguments": {"query": "q"}}</tool_call><answer>a</answer>', "both a tool call and an <answer>"),
+        (
+            '<tool_call>{"name": "search", "arguments": {"query": "q"}}</tool_call><answer>a</answer>',
+            "both a tool call and an <answer>",
+        ),
         ("<tool_call>" + "[" * 100_000 + "</tool_call>", "not valid JSON"),
     ],
 )
@@ -94,7 +99,14 @@ def test_tool_schema_is_openai_function_format():
     schema = _Search().schema()
     assert schema == {
         "type": "function",
-        "function": {"name": "search", "description": "search", "parameters": {
-            "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"],
-            "additionalProperties": False}},
+        "function": {
+            "name": "search",
+            "description": "search",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}},
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+        },
     }

@@ -17,8 +17,12 @@ ENV_IDS = agentr1_gym.env_ids()
 
 
 def test_registry_lists_the_issue_envs():
-    assert {"AgentR1/HotpotQA-v0", "AgentR1/2WikiMultihopQA-v0", "AgentR1/Musique-v0",
-            "AgentR1/SyntheticMultihop-v0"} <= set(ENV_IDS)
+    assert {
+        "AgentR1/HotpotQA-v0",
+        "AgentR1/2WikiMultihopQA-v0",
+        "AgentR1/Musique-v0",
+        "AgentR1/SyntheticMultihop-v0",
+    } <= set(ENV_IDS)
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -42,7 +46,11 @@ def _episode(env, seed, actions):
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_determinism(env_id):
     a, b = gym.make(env_id), gym.make(env_id)
-    actions = [a.unwrapped.call_text("search", query="who founded the company"), "garbage", "<answer>x</answer>"]
+    actions = [
+        a.unwrapped.call_text("search", query="who founded the company"),
+        "garbage",
+        "<answer>x</answer>",
+    ]
     assert _episode(a, 7, actions) == _episode(b, 7, actions)
     # the task order after one seeded reset is deterministic too
     ids_a = [a.reset(seed=3)[1]["task_id"]] + [a.reset()[1]["task_id"] for _ in range(5)]
@@ -89,8 +97,11 @@ def test_vector_envs_batch_infos(env_id, vector_cls):
     try:
         obs, info = envs.reset(seed=0)
         assert len(obs) == 2 and all(isinstance(o, str) and o for o in obs)
-        actions = ('<tool_call>{"name": "search", "arguments": {"query": "capital"}}</tool_call>', "no tags here")
-        obs, rewards, term, trunc, info = envs.step(actions)
+        actions = (
+            '<tool_call>{"name": "search", "arguments": {"query": "capital"}}</tool_call>',
+            "no tags here",
+        )
+        obs, rewards, _term, _trunc, info = envs.step(actions)
         assert rewards.shape == (2,)
         assert np.isclose(info["reward_components"]["invalid_format"][1], -0.1)
         assert info["action_error"][0] is None and "No tool call" in info["action_error"][1]
@@ -99,20 +110,39 @@ def test_vector_envs_batch_infos(env_id, vector_cls):
         envs.close()
 
 
-_ADVERSARIAL = st.sampled_from([
-    "", "<tool_call>", "</tool_call>", "<tool_call>{}</tool_call>", "<tool_call>[1,2]</tool_call>",
-    '<tool_call>{"name": "search", "arguments": {"query": null}}</tool_call>',
-    '<tool_call>{"name": "search", "arguments": "{\\"query\\": 5}"}</tool_call>',
-    "<answer></answer>", "<answer>a</answer><answer>b</answer>", "<think><answer>x</answer>",
-    "<search>q</search>", "\x00\x01\x02", "😀" * 50, "<tool_call>" + "{" * 5000 + "</tool_call>",
-])
+_ADVERSARIAL = st.sampled_from(
+    [
+        "",
+        "<tool_call>",
+        "</tool_call>",
+        "<tool_call>{}</tool_call>",
+        "<tool_call>[1,2]</tool_call>",
+        '<tool_call>{"name": "search", "arguments": {"query": null}}</tool_call>',
+        '<tool_call>{"name": "search", "arguments": "{\\"query\\": 5}"}</tool_call>',
+        "<answer></answer>",
+        "<answer>a</answer><answer>b</answer>",
+        "<think><answer>x</answer>",
+        "<search>q</search>",
+        "\x00\x01\x02",
+        "😀" * 50,
+        "<tool_call>" + "{" * 5000 + "</tool_call>",
+    ]
+)
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(actions=st.lists(st.one_of(st.text(max_size=300), _ADVERSARIAL,
-                                  st.builds(lambda a, b: a + b, _ADVERSARIAL, st.text(max_size=50))),
-                        min_size=1, max_size=8))
+@given(
+    actions=st.lists(
+        st.one_of(
+            st.text(max_size=300),
+            _ADVERSARIAL,
+            st.builds(lambda a, b: a + b, _ADVERSARIAL, st.text(max_size=50)),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
 def test_fuzz_step_never_raises(env_id, actions):
     env = _FUZZ_ENVS.setdefault(env_id, gym.make(env_id))
     env.reset(seed=0)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from agentr1_gym.rewards import RewardConfig, exact_match, f1_score, normalize_answer, qa_metrics, sub_exact_match
+from agentr1_gym.rewards import (
+    RewardConfig,
+    exact_match,
+    f1_score,
+    normalize_answer,
+    qa_metrics,
+    sub_exact_match,
+)
 
 
 def test_normalize_answer():

@@ -48,7 +48,9 @@ def _reference_scores(corpus, query, k1=0.9, b=0.4):
     return np.array(out)
 
 
-@pytest.mark.parametrize("query", ["capital of France", "Kansas university fight song", "cats cats mammals", "Berlin"])
+@pytest.mark.parametrize(
+    "query", ["capital of France", "Kansas university fight song", "cats cats mammals", "Berlin"]
+)
 def test_scores_match_reference(corpus, query):
     r = BM25Retriever(corpus, cache=False)
     assert np.allclose(r.score(query), _reference_scores(corpus, query), rtol=1e-5)
@@ -70,7 +72,7 @@ def test_edge_cases(corpus):
     assert r.search(["capital"], k=0) == [[]]
     assert len(r.search(["capital"], k=10_000)[0]) == 3  # only passages that share a term
     assert r.search([], k=3) == []
-    assert r.search(["x" * 10_000 + " Paris AND * \" :"], k=1)[0][0].title in {"Paris", "France"}
+    assert r.search(["x" * 10_000 + ' Paris AND * " :'], k=1)[0][0].title in {"Paris", "France"}
     with pytest.raises(TypeError, match="list of queries"):
         r.search("Paris", k=1)
 
@@ -88,16 +90,25 @@ def test_disk_cache_and_process_sharing(corpus, tmp_path, monkeypatch):
 
 def test_corpus_jsonl_layouts(tmp_path: Path):
     a = tmp_path / "a.jsonl"
-    a.write_text('{"id": "1", "contents": "\\"Paris\\"\\nParis is a city."}\n{"id": "2", "title": "Rome", "text": "Rome."}\n')
+    a.write_text(
+        '{"id": "1", "contents": "\\"Paris\\"\\nParis is a city."}\n{"id": "2", "title": "Rome", "text": "Rome."}\n'
+    )
     c = Corpus.from_jsonl(a)
-    assert [(p.id, p.title, p.text) for p in c] == [("1", "Paris", "Paris is a city."), ("2", "Rome", "Rome.")]
+    assert [(p.id, p.title, p.text) for p in c] == [
+        ("1", "Paris", "Paris is a city."),
+        ("2", "Rome", "Rome."),
+    ]
     assert pickle.loads(pickle.dumps(c)).key == c.key
 
 
 def test_search_tool_metadata(corpus):
     tool = SearchTool(make_retriever("bm25", corpus), top_k=2)
     (res,) = tool.execute_batch([tool.validate({"query": "capital of Germany"})])
-    assert res.success and res.content.startswith("Doc 1 (Title: Berlin)") and res.metadata["titles"][0] == "Berlin"
+    assert (
+        res.success
+        and res.content.startswith("Doc 1 (Title: Berlin)")
+        and res.metadata["titles"][0] == "Berlin"
+    )
     (miss,) = tool.execute_batch([tool.validate({"query": "qqqq"})])
     assert not miss.success and "No passage" in miss.content
 

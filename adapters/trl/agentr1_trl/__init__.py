@@ -6,7 +6,13 @@ reference is the base model with the adapter disabled), and bridges for TRL's st
 (:mod:`agentr1_trl.bridges`).
 """
 
-from agentr1_trl.generation import Generation, GenerationBackend, HFGenerator, SamplingConfig, ScriptedGenerator
+from agentr1_trl.generation import (
+    Generation,
+    GenerationBackend,
+    HFGenerator,
+    SamplingConfig,
+    ScriptedGenerator,
+)
 from agentr1_trl.rollout import Sample, Trajectory, collect_rollouts
 
 __all__ = [

@@ -38,7 +38,9 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
     return (x - mean) * torch.rsqrt(var + eps) * mask.to(x.dtype)
 
 
-def grpo_advantages(returns: torch.Tensor, group_size: int, *, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
+def grpo_advantages(
+    returns: torch.Tensor, group_size: int, *, scale: bool = True, eps: float = 1e-4
+) -> torch.Tensor:
     """GRPO: each episode's return minus its group's mean, divided by the group's std if ``scale``.
     ``returns`` is ``(B,)`` with groups of ``group_size`` consecutive episodes (same task)."""
     grouped = returns.view(-1, group_size)
@@ -77,8 +79,9 @@ def _discounted_cumsum_reverse(x: torch.Tensor, valid: torch.Tensor, gamma: floa
     return out
 
 
-def reinforce_pp_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0,
-                            whiten: bool = True) -> torch.Tensor:
+def reinforce_pp_advantages(
+    token_rewards: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0, whiten: bool = True
+) -> torch.Tensor:
     """REINFORCE++: per-token discounted return-to-go along the action timeline, whitened over the whole batch.
 
     Process rewards therefore credit only the turns before them, and tool tokens contribute no steps.
@@ -92,8 +95,14 @@ def reinforce_pp_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, *, 
     return masked_whiten(out, mask) if whiten else out
 
 
-def gae_advantages(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0,
-                   lam: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
+def gae_advantages(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE over the action-token timeline only (the advantage mask).
 
     For the action tokens ``t_0 < t_1 < ...`` of a row: ``delta_k = r_{t_k} + gamma * V(t_{k+1}) - V(t_k)`` (0
@@ -104,7 +113,8 @@ def gae_advantages(token_rewards: torch.Tensor, values: torch.Tensor, mask: torc
     r = torch.gather(token_rewards, 1, order) * valid
     v = torch.gather(values, 1, order) * valid
     next_v = torch.cat([v[:, 1:], torch.zeros_like(v[:, :1])], dim=1) * torch.cat(
-        [valid[:, 1:], torch.zeros_like(valid[:, :1])], dim=1)
+        [valid[:, 1:], torch.zeros_like(valid[:, :1])], dim=1
+    )
     delta = r + gamma * next_v - v
     adv = _discounted_cumsum_reverse(delta, valid, gamma * lam)
     out_adv = torch.zeros_like(token_rewards)
@@ -128,8 +138,15 @@ def kl_penalty(logps: torch.Tensor, ref_logps: torch.Tensor, kind: str = "k3") -
     raise ValueError(f"unknown KL estimator {kind!r}; use 'k1', 'k3' or 'low_var_kl'")
 
 
-def clipped_policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
-                        mask: torch.Tensor, *, eps_low: float = 0.2, eps_high: float = 0.2) -> torch.Tensor:
+def clipped_policy_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+) -> torch.Tensor:
     """Per-token PPO clipped surrogate ``-min(ratio * A, clip(ratio, 1-eps_low, 1+eps_high) * A)``, zero off mask.
     ``advantages`` may be ``(B,)`` (one per sequence) or ``(B, T)``."""
     if advantages.dim() == 1:

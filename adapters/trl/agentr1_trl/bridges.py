@@ -24,7 +24,13 @@ from agentr1_trl.generation import HFGenerator, SamplingConfig
 from agentr1_trl.grpo_trainer import env_return
 from agentr1_trl.rollout import collect_rollouts
 
-__all__ = ["component_reward", "env_return", "make_environment_factory", "make_rollout_func", "prompt_dataset"]
+__all__ = [
+    "component_reward",
+    "env_return",
+    "make_environment_factory",
+    "make_rollout_func",
+    "prompt_dataset",
+]
 
 
 def prompt_dataset(env_id: str, seeds: Sequence[int], env_kwargs: dict[str, Any] | None = None) -> Dataset:
@@ -38,9 +44,15 @@ def prompt_dataset(env_id: str, seeds: Sequence[int], env_kwargs: dict[str, Any]
     return Dataset.from_dict({"prompt": prompts, "seed": [int(s) for s in seeds]})
 
 
-def make_rollout_func(env_id: str, seeds: Sequence[int], *, env_kwargs: dict[str, Any] | None = None,
-                      max_new_tokens_per_turn: int = 128, max_episode_tokens: int = 2048,
-                      generator_factory: Callable[[Any], Any] | None = None) -> Callable[[list, Any], dict[str, list]]:
+def make_rollout_func(
+    env_id: str,
+    seeds: Sequence[int],
+    *,
+    env_kwargs: dict[str, Any] | None = None,
+    max_new_tokens_per_turn: int = 128,
+    max_episode_tokens: int = 2048,
+    generator_factory: Callable[[Any], Any] | None = None,
+) -> Callable[[list, Any], dict[str, list]]:
     """A ``rollout_func`` for TRL's ``GRPOTrainer`` over ``env_id``; use it with ``prompt_dataset(env_id, seeds)``.
 
     ``generator_factory(trainer)`` builds the generation backend (default: HF ``generate`` on the trainer's model).
@@ -56,23 +68,43 @@ def make_rollout_func(env_id: str, seeds: Sequence[int], *, env_kwargs: dict[str
         try:
             seeds_ = [by_prompt[p[-1]["content"] if isinstance(p, list) else p] for p in prompts]
         except KeyError:
-            raise ConfigError("a prompt is not one of prompt_dataset(env_id, seeds)'s prompts; build the train "
-                              "dataset with prompt_dataset() and the same seeds") from None
+            raise ConfigError(
+                "a prompt is not one of prompt_dataset(env_id, seeds)'s prompts; build the train "
+                "dataset with prompt_dataset() and the same seeds"
+            ) from None
         while len(pool) < len(prompts):
             pool.append(agentr1_gym.make(env_id, **(env_kwargs or {})))
         tok = trainer.processing_class
-        gen = (generator_factory(trainer) if generator_factory else
-               HFGenerator(trainer.accelerator.unwrap_model(trainer.model), tok))
+        gen = (
+            generator_factory(trainer)
+            if generator_factory
+            else HFGenerator(trainer.accelerator.unwrap_model(trainer.model), tok)
+        )
         args = trainer.args
-        sampling = SamplingConfig(max_new_tokens=max_new_tokens_per_turn, temperature=args.temperature,
-                                  top_p=args.top_p, top_k=args.top_k or 0)
-        trajs = collect_rollouts(pool[: len(prompts)], gen, tok, sampling=sampling, seeds=seeds_,
-                                 max_episode_tokens=max_episode_tokens,
-                                 chat_template_kwargs=getattr(args, "chat_template_kwargs", None))
-        return {"prompt_ids": [t.prompt_ids for t in trajs], "completion_ids": [t.completion_ids for t in trajs],
-                "logprobs": [t.logprobs for t in trajs], "env_mask": [t.action_mask for t in trajs],
-                "episode_return": [t.episode_return for t in trajs], "step_rewards": [t.rewards for t in trajs],
-                "reward_components": [t.reward_components for t in trajs]}
+        sampling = SamplingConfig(
+            max_new_tokens=max_new_tokens_per_turn,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k or 0,
+        )
+        trajs = collect_rollouts(
+            pool[: len(prompts)],
+            gen,
+            tok,
+            sampling=sampling,
+            seeds=seeds_,
+            max_episode_tokens=max_episode_tokens,
+            chat_template_kwargs=getattr(args, "chat_template_kwargs", None),
+        )
+        return {
+            "prompt_ids": [t.prompt_ids for t in trajs],
+            "completion_ids": [t.completion_ids for t in trajs],
+            "logprobs": [t.logprobs for t in trajs],
+            "env_mask": [t.action_mask for t in trajs],
+            "episode_return": [t.episode_return for t in trajs],
+            "step_rewards": [t.rewards for t in trajs],
+            "reward_components": [t.reward_components for t in trajs],
+        }
 
     return rollout_func
 
@@ -105,13 +137,17 @@ def _tool_method(schema: dict[str, Any]) -> Callable[..., str]:
     for arg, spec in props.items():
         py = _JSON_TO_PY.get(spec.get("type", "string"), str)
         default = inspect.Parameter.empty if arg in required else spec.get("default")
-        parameters.append(inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=py))
+        parameters.append(
+            inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=py)
+        )
         annotations[arg] = py
         arg_docs.append(f"    {arg}: {spec.get('description', arg)}")
     method.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     method.__annotations__ = annotations
     method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"{fn['description']}\n\nArgs:\n" + "\n".join(arg_docs) + "\n\nReturns:\n    The tool's output."
+    method.__doc__ = (
+        f"{fn['description']}\n\nArgs:\n" + "\n".join(arg_docs) + "\n\nReturns:\n    The tool's output."
+    )
     return method
 
 
@@ -136,7 +172,7 @@ class _EnvironmentBase:
         if self.done:
             return "The episode is over; no more tool calls."
         env = self.env.unwrapped
-        obs, reward, terminated, truncated, info = self.env.step(env.call_text(name, **arguments))
+        _obs, reward, terminated, truncated, info = self.env.step(env.call_text(name, **arguments))
         self.total += float(reward)
         self.done = terminated or truncated
         return info["messages"][-1]["content"] if not info["action_error"] else info["action_error"]
@@ -176,8 +212,14 @@ def make_environment_factory(env_id: str, **env_kwargs: Any) -> Callable[[], Any
     methods = {}
     for schema in info["tools"]:
         if schema["function"]["name"] in {"reset", "get_reward", "answer"}:
-            raise ConfigError(f"tool name {schema['function']['name']!r} clashes with the environment's own methods")
+            raise ConfigError(
+                f"tool name {schema['function']['name']!r} clashes with the environment's own methods"
+            )
         methods[schema["function"]["name"]] = _tool_method(schema)
     cls_name = "".join(ch for ch in env_id.split("/")[-1] if ch.isalnum()) + "Environment"
-    cls = type(cls_name, (_EnvironmentBase,), {**methods, "_make_env": staticmethod(partial(agentr1_gym.make, env_id, **env_kwargs))})
+    cls = type(
+        cls_name,
+        (_EnvironmentBase,),
+        {**methods, "_make_env": staticmethod(partial(agentr1_gym.make, env_id, **env_kwargs))},
+    )
     return cls

@@ -41,7 +41,9 @@ def env_return(prompts: list, completions: list, episode_return: list[float], **
 def seed_dataset(num_tasks: int, seed_offset: int = 0) -> Dataset:
     """A training "dataset" of task seeds (the env owns the tasks; the prompt column is a placeholder)."""
     seeds = list(range(seed_offset, seed_offset + num_tasks))
-    return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"task {s}"}] for s in seeds], "seed": seeds})
+    return Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": f"task {s}"}] for s in seeds], "seed": seeds}
+    )
 
 
 class AgentGRPOTrainer(GRPOTrainer):
@@ -57,26 +59,47 @@ class AgentGRPOTrainer(GRPOTrainer):
         train_dataset: rows with a ``seed`` column; default ``seed_dataset(args.num_tasks, args.seed_offset)``.
     """
 
-    _tag_names = ["trl", "grpo", "agentr1"]
+    _tag_names = ["trl", "grpo", "agentr1"]  # noqa: RUF012  (TRL declares it this way)
 
-    def __init__(self, model: Any, args: AgentGRPOConfig, processing_class: Any, *, peft_config: Any = None,
-                 env_factory: Any = None, generator: GenerationBackend | None = None, train_dataset: Any = None,
-                 callbacks: Any = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        args: AgentGRPOConfig,
+        processing_class: Any,
+        *,
+        peft_config: Any = None,
+        env_factory: Any = None,
+        generator: GenerationBackend | None = None,
+        train_dataset: Any = None,
+        callbacks: Any = None,
+    ) -> None:
         if not isinstance(args, AgentGRPOConfig):
             raise ConfigError("AgentGRPOTrainer needs an AgentGRPOConfig")
         if getattr(processing_class, "chat_template", None) is None:
-            raise ConfigError("the tokenizer has no chat_template; set one that renders tools and tool messages")
+            raise ConfigError(
+                "the tokenizer has no chat_template; set one that renders tools and tool messages"
+            )
         self.env_factory = env_factory or partial(agentr1_gym.make, args.env_id, **args.env_kwargs)
         self._env_pool: list[Any] = []
         self._pending_inputs: list[dict[str, Any]] | None = None
         self.last_trajectories: list[Trajectory] = []
-        super().__init__(model=model, reward_funcs=[env_return], args=args,
-                         train_dataset=train_dataset if train_dataset is not None else seed_dataset(args.num_tasks, args.seed_offset),
-                         processing_class=processing_class, peft_config=peft_config, callbacks=callbacks,
-                         rollout_func=self._rollout)
+        super().__init__(
+            model=model,
+            reward_funcs=[env_return],
+            args=args,
+            train_dataset=train_dataset
+            if train_dataset is not None
+            else seed_dataset(args.num_tasks, args.seed_offset),
+            processing_class=processing_class,
+            peft_config=peft_config,
+            callbacks=callbacks,
+            rollout_func=self._rollout,
+        )
         if args.advantage_estimator != "grpo" and self.accelerator.num_processes > 1:
-            raise ConfigError(f"advantage_estimator={args.advantage_estimator!r} runs on one process; use 'grpo' "
-                              "for multi-process training")
+            raise ConfigError(
+                f"advantage_estimator={args.advantage_estimator!r} runs on one process; use 'grpo' "
+                "for multi-process training"
+            )
         self.generator = generator
 
     # ---- rollouts ---------------------------------------------------------------------------------------
@@ -90,33 +113,57 @@ class AgentGRPOTrainer(GRPOTrainer):
         if inputs is None or len(inputs) != len(prompts):
             raise RuntimeError("internal: rollout inputs were not staged")
         args: AgentGRPOConfig = self.args
-        generator = self.generator or HFGenerator(self.accelerator.unwrap_model(self.model), self.processing_class)
-        sampling = SamplingConfig(max_new_tokens=args.max_new_tokens_per_turn, temperature=args.temperature,
-                                  top_p=args.top_p, top_k=args.top_k or 0, do_sample=True)
-        trajs = collect_rollouts(self._envs(len(prompts)), generator, self.processing_class, sampling=sampling,
-                                 seeds=[int(x["seed"]) for x in inputs], max_episode_tokens=args.max_episode_tokens,
-                                 chat_template_kwargs=args.chat_template_kwargs)
+        generator = self.generator or HFGenerator(
+            self.accelerator.unwrap_model(self.model), self.processing_class
+        )
+        sampling = SamplingConfig(
+            max_new_tokens=args.max_new_tokens_per_turn,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k or 0,
+            do_sample=True,
+        )
+        trajs = collect_rollouts(
+            self._envs(len(prompts)),
+            generator,
+            self.processing_class,
+            sampling=sampling,
+            seeds=[int(x["seed"]) for x in inputs],
+            max_episode_tokens=args.max_episode_tokens,
+            chat_template_kwargs=args.chat_template_kwargs,
+        )
         unstable = [t for t in trajs if not t.prefix_stable]
         if unstable:
             raise ConfigError(
                 "the chat template is not prefix-stable across turns (it rewrites earlier turns, e.g. drops "
                 "<think> blocks), so one sequence per episode would be mis-masked. Use a template that keeps "
                 "history verbatim (TRL ships '*_training.jinja' variants), or train on Trajectory.samples() "
-                "(one sample per turn) in your own loop.")
+                "(one sample per turn) in your own loop."
+            )
         self.last_trajectories = trajs
         mode = "train" if self.model.training else "eval"
         for key in ("success", "em", "f1", "format_ok"):
-            values = [t.metrics.get(key, 0.0) if key != "success" else float(t.metrics.get("em", t.metrics.get("score", 0.0)) >= 1.0)
-                      for t in trajs]
+            values = [
+                t.metrics.get(key, 0.0)
+                if key != "success"
+                else float(t.metrics.get("em", t.metrics.get("score", 0.0)) >= 1.0)
+                for t in trajs
+            ]
             self._metrics[mode][f"env/{key}"].append(sum(values) / len(values))
         self._metrics[mode]["env/turns"].append(sum(t.num_turns for t in trajs) / len(trajs))
         self._metrics[mode]["env/process_reward"].append(
-            sum(sum(r for r in t.rewards[:-1]) for t in trajs) / len(trajs))
+            sum(sum(r for r in t.rewards[:-1]) for t in trajs) / len(trajs)
+        )
         self._metrics[mode]["env/action_errors"].append(
-            sum(sum(e is not None for e in t.action_errors) for t in trajs) / len(trajs))
-        return {"prompt_ids": [t.prompt_ids for t in trajs], "completion_ids": [t.completion_ids for t in trajs],
-                "logprobs": [t.logprobs for t in trajs], "env_mask": [t.action_mask for t in trajs],
-                "episode_return": [t.episode_return for t in trajs]}
+            sum(sum(e is not None for e in t.action_errors) for t in trajs) / len(trajs)
+        )
+        return {
+            "prompt_ids": [t.prompt_ids for t in trajs],
+            "completion_ids": [t.completion_ids for t in trajs],
+            "logprobs": [t.logprobs for t in trajs],
+            "env_mask": [t.action_mask for t in trajs],
+            "episode_return": [t.episode_return for t in trajs],
+        }
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         self._pending_inputs = inputs
@@ -138,7 +185,10 @@ class AgentGRPOTrainer(GRPOTrainer):
             for i, t in enumerate(trajs):
                 tr = t.token_rewards()[:width]
                 rewards[i, : len(tr)] = torch.tensor(tr)
-            mask = output["completion_mask"].cpu() * output.get("tool_mask", torch.ones_like(output["completion_mask"])).cpu()
+            mask = (
+                output["completion_mask"].cpu()
+                * output.get("tool_mask", torch.ones_like(output["completion_mask"])).cpu()
+            )
             output["advantages"] = reinforce_pp_advantages(rewards, mask, gamma=args.gamma).to(device)
         return output
 
@@ -148,11 +198,14 @@ class AgentGRPOTrainer(GRPOTrainer):
         input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
         mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
-        logps = self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, completion_ids.size(1))[0]
+        logps = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1)
+        )[0]
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old
-        per_token = clipped_policy_loss(logps, old, inputs["advantages"], mask, eps_low=self.epsilon_low,
-                                        eps_high=self.epsilon_high)
+        per_token = clipped_policy_loss(
+            logps, old, inputs["advantages"], mask, eps_low=self.epsilon_low, eps_high=self.epsilon_high
+        )
         mode = "train" if self.model.training else "eval"
         if self.beta != 0.0:
             kl = kl_penalty(logps, inputs["ref_per_token_logps"], self.args.kl_estimator) * mask
@@ -160,15 +213,19 @@ class AgentGRPOTrainer(GRPOTrainer):
             self._metrics[mode]["kl"].append((kl.sum() / mask.sum().clamp(min=1)).item())
         mask_f = mask.to(per_token.dtype)
         if self.loss_type == "grpo":  # mean over sequences of each sequence's mean over its action tokens
-            loss = ((per_token.sum(-1) / mask_f.sum(-1).clamp(min=1.0))).mean()
+            loss = (per_token.sum(-1) / mask_f.sum(-1).clamp(min=1.0)).mean()
         elif self.loss_type == "dr_grpo":
             loss = per_token.sum() / (per_token.size(0) * max(completion_ids.size(1), 1))
         else:  # bnpo / dapo: mean over all action tokens of the micro-batch
             loss = per_token.sum() / mask_f.sum().clamp(min=1.0)
         with torch.no_grad():
             ratio = torch.exp(logps - old)
-            clipped = ((ratio < 1 - self.epsilon_low) | (ratio > 1 + self.epsilon_high)).to(mask_f.dtype) * mask_f
-            self._metrics[mode]["clip_ratio/region_mean"].append((clipped.sum() / mask_f.sum().clamp(min=1)).item())
+            clipped = ((ratio < 1 - self.epsilon_low) | (ratio > 1 + self.epsilon_high)).to(
+                mask_f.dtype
+            ) * mask_f
+            self._metrics[mode]["clip_ratio/region_mean"].append(
+                (clipped.sum() / mask_f.sum().clamp(min=1)).item()
+            )
         if mode == "train":
             loss = loss / self.current_gradient_accumulation_steps
         return loss

@@ -86,7 +86,15 @@ class Trajectory:
         """Training samples: the whole episode as one sequence when the template is prefix-stable, else one sample
         per turn (its own rendered context as prompt, the turn's generation as completion, its reward at the end)."""
         if self.prefix_stable:
-            return [Sample(self.prompt_ids, self.completion_ids, self.action_mask, self.logprobs, self.token_rewards())]
+            return [
+                Sample(
+                    self.prompt_ids,
+                    self.completion_ids,
+                    self.action_mask,
+                    self.logprobs,
+                    self.token_rewards(),
+                )
+            ]
         out = []
         for (context, gen, logps), reward in zip(self.turns, self.rewards):
             rewards = [0.0] * len(gen)
@@ -95,11 +103,20 @@ class Trajectory:
         return out
 
 
-def render_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict] | None, *,
-                add_generation_prompt: bool, chat_template_kwargs: dict[str, Any] | None = None) -> str:
+def render_chat(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict] | None,
+    *,
+    add_generation_prompt: bool,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> str:
     """The chat template's text for ``messages`` (tools passed only when there are some)."""
     return tokenizer.apply_chat_template(
-        messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False,
+        messages,
+        tools=tools or None,
+        add_generation_prompt=add_generation_prompt,
+        tokenize=False,
         **(chat_template_kwargs or {}),
     )
 
@@ -129,8 +146,11 @@ class _ListBatch:
         return {i: self.envs[i].step(a) for i, a in actions.items()}
 
     def stop_strings(self) -> tuple[str, ...]:
-        return tuple(getattr(self.envs[0].unwrapped, "protocol", None).stop_strings) if hasattr(
-            self.envs[0].unwrapped, "protocol") else ()
+        return (
+            tuple(getattr(self.envs[0].unwrapped, "protocol", None).stop_strings)
+            if hasattr(self.envs[0].unwrapped, "protocol")
+            else ()
+        )
 
 
 def _unbatch_info(infos: dict[str, Any], i: int) -> dict[str, Any]:
@@ -154,14 +174,19 @@ class _VectorBatch:
 
     def reset(self, seeds: Sequence[int | None], options: Sequence[dict | None]) -> list[tuple[str, dict]]:
         if any(o for o in options):
-            raise ValueError("per-episode reset options are not supported with vector envs; pass a list of envs")
+            raise ValueError(
+                "per-episode reset options are not supported with vector envs; pass a list of envs"
+            )
         obs, infos = self.venv.reset(seed=list(seeds) if any(s is not None for s in seeds) else None)
         return [(obs[i], _unbatch_info(infos, i)) for i in range(self.n)]
 
     def step(self, actions: dict[int, str]) -> dict[int, tuple]:
         full = tuple(actions.get(i, "") for i in range(self.n))
         obs, rewards, term, trunc, infos = self.venv.step(full)
-        return {i: (obs[i], float(rewards[i]), bool(term[i]), bool(trunc[i]), _unbatch_info(infos, i)) for i in actions}
+        return {
+            i: (obs[i], float(rewards[i]), bool(term[i]), bool(trunc[i]), _unbatch_info(infos, i))
+            for i in actions
+        }
 
     def stop_strings(self) -> tuple[str, ...]:
         return tuple(self.venv.get_attr("protocol")[0].stop_strings)
@@ -192,11 +217,15 @@ def collect_rollouts(
     batch = _VectorBatch(envs) if isinstance(envs, gym.vector.VectorEnv) else _ListBatch(envs)
     n = batch.n if isinstance(batch, _VectorBatch) else len(batch.envs)
     sampling = sampling or SamplingConfig()
-    sampling = replace(sampling, stop_strings=tuple(dict.fromkeys((*sampling.stop_strings, *batch.stop_strings()))))
+    sampling = replace(
+        sampling, stop_strings=tuple(dict.fromkeys((*sampling.stop_strings, *batch.stop_strings())))
+    )
     seeds = list(seeds) if seeds is not None else [None] * n
     options = list(options) if options is not None else [None] * n
     if len(seeds) != n or len(options) != n:
-        raise ValueError(f"need one seed/option per env ({n}), got {len(seeds)} seeds and {len(options)} options")
+        raise ValueError(
+            f"need one seed/option per env ({n}), got {len(seeds)} seeds and {len(options)} options"
+        )
     eos_ids = {tokenizer.eos_token_id}
     eos_text = tokenizer.decode([tokenizer.eos_token_id]) if tokenizer.eos_token_id is not None else None
 
@@ -205,10 +234,19 @@ def collect_rollouts(
         _, info = obs_info
         messages = _clean(info["messages"])
         tools = info.get("tools")
-        text = render_chat(tokenizer, messages, tools, add_generation_prompt=True, chat_template_kwargs=chat_template_kwargs)
+        text = render_chat(
+            tokenizer, messages, tools, add_generation_prompt=True, chat_template_kwargs=chat_template_kwargs
+        )
         ids = tokenizer.encode(text, add_special_tokens=False)
-        episodes.append(_Episode(Trajectory(prompt_ids=list(ids), task_id=str(info.get("task_id", ""))),
-                                 messages, tools, text, list(ids)))
+        episodes.append(
+            _Episode(
+                Trajectory(prompt_ids=list(ids), task_id=str(info.get("task_id", ""))),
+                messages,
+                tools,
+                text,
+                list(ids),
+            )
+        )
 
     while True:
         live = [i for i, ep in enumerate(episodes) if not ep.done]
@@ -239,7 +277,7 @@ def collect_rollouts(
             if len(gen.ids) > room:
                 traj.truncated_reason = "token_budget"
         results = batch.step(actions)
-        for i, (obs, reward, terminated, truncated, info) in results.items():
+        for i, (_obs, reward, terminated, truncated, info) in results.items():
             ep = episodes[i]
             traj = ep.traj
             traj.rewards.append(float(reward))
@@ -247,11 +285,17 @@ def collect_rollouts(
             traj.action_errors.append(info.get("action_error"))
             if terminated or truncated or traj.truncated_reason:
                 traj.metrics = {k: float(v) for k, v in info.get("metrics", {}).items()}
-                _end(ep, terminated=terminated, truncated_reason=traj.truncated_reason or
-                     (info.get("truncated_reason") or "env") if not terminated else "")
+                _end(
+                    ep,
+                    terminated=terminated,
+                    truncated_reason=traj.truncated_reason or (info.get("truncated_reason") or "env")
+                    if not terminated
+                    else "",
+                )
                 continue
-            _append_observation(ep, tokenizer, actions[i], _clean(info["messages"]), eos_ids, eos_text,
-                                chat_template_kwargs)
+            _append_observation(
+                ep, tokenizer, actions[i], _clean(info["messages"]), eos_ids, eos_text, chat_template_kwargs
+            )
     return [ep.traj for ep in episodes]
 
 
@@ -262,21 +306,30 @@ def _end(ep: _Episode, *, terminated: bool = False, truncated_reason: str = "") 
     ep.traj.truncated_reason = "" if terminated else truncated_reason
 
 
-def _append_observation(ep: _Episode, tokenizer: Any, action: str, messages: list[dict[str, Any]],
-                        eos_ids: set[int], eos_text: str | None, kw: dict[str, Any] | None) -> None:
+def _append_observation(
+    ep: _Episode,
+    tokenizer: Any,
+    action: str,
+    messages: list[dict[str, Any]],
+    eos_ids: set[int],
+    eos_text: str | None,
+    kw: dict[str, Any] | None,
+) -> None:
     before = ep.messages
     assistant = messages[len(before)]
     after_turn = messages[: len(before) + 1]
-    closed = render_chat(tokenizer, after_turn, ep.tools, add_generation_prompt=False, chat_template_kwargs=kw)
+    closed = render_chat(
+        tokenizer, after_turn, ep.tools, add_generation_prompt=False, chat_template_kwargs=kw
+    )
     nxt = render_chat(tokenizer, messages, ep.tools, add_generation_prompt=True, chat_template_kwargs=kw)
     head = ep.rendered + assistant["content"]
     traj = ep.traj
     if traj.prefix_stable and closed.startswith(head) and nxt.startswith(closed):
-        close = closed[len(head):]
-        gen_ids = traj.completion_ids[traj.turn_ends[-1]:traj.turn_ends[-1] + 1]
+        close = closed[len(head) :]
+        gen_ids = traj.completion_ids[traj.turn_ends[-1] : traj.turn_ends[-1] + 1]
         if eos_text and gen_ids and gen_ids[-1] in eos_ids and close.startswith(eos_text):
-            close = close[len(eos_text):]  # the model already generated the end-of-turn token
-        obs_ids = tokenizer.encode(close + nxt[len(closed):], add_special_tokens=False)
+            close = close[len(eos_text) :]  # the model already generated the end-of-turn token
+        obs_ids = tokenizer.encode(close + nxt[len(closed) :], add_special_tokens=False)
         traj.completion_ids += obs_ids
         traj.action_mask += [0] * len(obs_ids)
         traj.logprobs += [0.0] * len(obs_ids)

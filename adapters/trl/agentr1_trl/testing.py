@@ -13,8 +13,18 @@ __all__ = ["corpus_for_tokenizer", "qwen25_chat_template", "tiny_model", "tiny_t
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 #: markup that gets one token each, as in Qwen2.5's vocabulary
-MARKUP_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>",
-                 "<answer>", "</answer>", "<tools>", "</tools>"]
+MARKUP_TOKENS = [
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    "<tools>",
+    "</tools>",
+]
 
 
 def qwen25_chat_template() -> str:
@@ -22,7 +32,9 @@ def qwen25_chat_template() -> str:
     return (resources.files("trl") / "chat_templates" / "qwen2_5.jinja").read_text(encoding="utf-8")
 
 
-def corpus_for_tokenizer(env_ids: Iterable[str] = ("AgentR1/SyntheticMultihop-v0",), episodes: int = 50) -> list[str]:
+def corpus_for_tokenizer(
+    env_ids: Iterable[str] = ("AgentR1/SyntheticMultihop-v0",), episodes: int = 50
+) -> list[str]:
     """Text to train the tiny tokenizer on: prompts and oracle transcripts of the given envs, and the template."""
     import gymnasium as gym
 
@@ -44,7 +56,9 @@ def corpus_for_tokenizer(env_ids: Iterable[str] = ("AgentR1/SyntheticMultihop-v0
 
 
 @lru_cache(maxsize=4)
-def tiny_tokenizer(vocab_size: int = 600, env_ids: tuple[str, ...] = ("AgentR1/SyntheticMultihop-v0",)) -> Any:
+def tiny_tokenizer(
+    vocab_size: int = 600, env_ids: tuple[str, ...] = ("AgentR1/SyntheticMultihop-v0",)
+) -> Any:
     """A byte-level BPE tokenizer trained in about a second, wrapped as a ``PreTrainedTokenizerFast`` with the
     Qwen2.5 chat template, ``eos = <|im_end|>`` and ``pad = <|endoftext|>``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -53,11 +67,20 @@ def tiny_tokenizer(vocab_size: int = 600, env_ids: tuple[str, ...] = ("AgentR1/S
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(corpus_for_tokenizer(env_ids), trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   bos_token=None, unk_token=None)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+    )
     fast.add_tokens(MARKUP_TOKENS)
     fast.chat_template = qwen25_chat_template()
     fast.padding_side = "left"
@@ -70,9 +93,16 @@ def tiny_model(tokenizer: Any, *, hidden_size: int = 16, layers: int = 2, seed: 
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-        num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192,
-        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
     )
     torch.manual_seed(seed)

@@ -24,7 +24,7 @@ def trim_generation(ids: list[int], tokenizer: Any, eos_ids: set[int], stop_stri
             return i + 1
         if stop_strings:
             piece = tokenizer.decode([tok], skip_special_tokens=False)
-            text = (text + piece)[-(longest + len(piece) + 8):]
+            text = (text + piece)[-(longest + len(piece) + 8) :]
             if any(s in text for s in stop_strings):
                 return i + 1
     return len(ids)
@@ -47,13 +47,15 @@ class HFGenerator:
         extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         self.eos_ids = {i for i in ([eos] + (extra if isinstance(extra, list) else [extra])) if i is not None}
         if tokenizer.pad_token_id is None:
-            raise ValueError("the tokenizer needs a pad token (tokenizer.pad_token = tokenizer.eos_token works)")
+            raise ValueError(
+                "the tokenizer needs a pad token (tokenizer.pad_token = tokenizer.eos_token works)"
+            )
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
         out: list[Generation] = []
         for start in range(0, len(prompts), self.batch_size):
-            out.extend(self._generate_batch(prompts[start:start + self.batch_size], sampling))
+            out.extend(self._generate_batch(prompts[start : start + self.batch_size], sampling))
         return out
 
     def _generate_batch(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
@@ -63,11 +65,17 @@ class HFGenerator:
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
         kwargs: dict[str, Any] = {
-            "max_new_tokens": sampling.max_new_tokens, "do_sample": sampling.do_sample, "pad_token_id": pad,
-            "eos_token_id": sorted(self.eos_ids), "return_dict_in_generate": True, "output_scores": True,
+            "max_new_tokens": sampling.max_new_tokens,
+            "do_sample": sampling.do_sample,
+            "pad_token_id": pad,
+            "eos_token_id": sorted(self.eos_ids),
+            "return_dict_in_generate": True,
+            "output_scores": True,
         }
         if sampling.do_sample:
-            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None)
+            kwargs.update(
+                temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None
+            )
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         if sampling.stop_strings:
@@ -80,7 +88,9 @@ class HFGenerator:
             if was_training:
                 self.model.train()
         new = result.sequences[:, width:]
-        scores = torch.stack(result.scores, dim=1).float()  # (batch, new_tokens, vocab), after logits processors
+        scores = torch.stack(
+            result.scores, dim=1
+        ).float()  # (batch, new_tokens, vocab), after logits processors
         logps = torch.log_softmax(scores, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
         gens = []
         for row, row_logps in zip(new.tolist(), logps.tolist()):

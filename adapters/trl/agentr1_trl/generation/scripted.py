@@ -14,7 +14,9 @@ class ScriptedGenerator:
     """Answers the ``i``-th prompt of each call with ``script(prompt_ids, i) -> text``, tokenised without special tokens (plus EOS if
     ``add_eos``). Log-probs are 0. It records every generation it returned in ``history``."""
 
-    def __init__(self, tokenizer: Any, script: Callable[[Sequence[int], int], str], *, add_eos: bool = False) -> None:
+    def __init__(
+        self, tokenizer: Any, script: Callable[[Sequence[int], int], str], *, add_eos: bool = False
+    ) -> None:
         self.tokenizer = tokenizer
         self.script = script
         self.add_eos = add_eos
@@ -23,7 +25,9 @@ class ScriptedGenerator:
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
         out = []
         for i, p in enumerate(prompts):
-            ids = self.tokenizer.encode(self.script(p, i), add_special_tokens=False)[: sampling.max_new_tokens]
+            ids = self.tokenizer.encode(self.script(p, i), add_special_tokens=False)[
+                : sampling.max_new_tokens
+            ]
             if self.add_eos and len(ids) < sampling.max_new_tokens:
                 ids.append(self.tokenizer.eos_token_id)
             self.history.append(list(ids))

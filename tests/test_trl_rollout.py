@@ -1,0 +1,152 @@
+"""Rollouts: every masked token's origin, observation deltas, prefix-stability detection, token budgets."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+pytest.importorskip("trl")
+
+from agentr1_trl import HFGenerator, SamplingConfig, ScriptedGenerator, collect_rollouts
+from agentr1_trl.rollout import render_chat
+from agentr1_trl.testing import tiny_model, tiny_tokenizer
+
+import agentr1_gym  # noqa: F401
+
+ENV = "AgentR1/SyntheticMultihop-v0"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+def _oracle_script(envs, bad_first_turn=()):
+    """Each env's oracle, with a malformed call as the first turn of the envs listed in bad_first_turn."""
+    turn = {}
+
+    def script(prompt_ids, i):
+        live = [k for k, e in enumerate(envs) if not getattr(e.unwrapped, "_done", True)]
+        k = live[i]
+        turn[k] = turn.get(k, 0) + 1
+        if k in bad_first_turn and turn[k] == 1:
+            return '<think>hmm</think><tool_call>{"name": "search", "arguments": {"q": 1}}</tool_call>'
+        return "<think>next step</think>" + envs[k].unwrapped.oracle_action()
+
+    return script
+
+
+def _check_provenance(traj, generated_turns, tok):
+    """mask==1 exactly on the generated ids, in order; everything else is template/tool text."""
+    gen_positions = [i for i, m in enumerate(traj.action_mask) if m == 1]
+    assert [traj.completion_ids[i] for i in gen_positions] == [t for turn in generated_turns for t in turn]
+    # each generated turn is contiguous and ends at turn_ends
+    pos = 0
+    for turn, end in zip(generated_turns, traj.turn_ends):
+        start = traj.completion_ids.index(turn[0], pos) if turn else pos
+        assert traj.completion_ids[start : start + len(turn)] == turn
+        assert end == start + len(turn) - 1
+        assert all(traj.action_mask[start : end + 1])
+        pos = end + 1
+    masked_out = tok.decode([t for t, m in zip(traj.completion_ids, traj.action_mask) if m == 0])
+    assert "<tool_response>" in masked_out and "<|im_start|>assistant" in masked_out
+    assert len(traj.logprobs) == len(traj.completion_ids) == len(traj.action_mask)
+
+
+def test_mask_provenance_with_malformed_call(tok):
+    envs = [gym.make(ENV) for _ in range(3)]
+    gen = ScriptedGenerator(tok, _oracle_script(envs, bad_first_turn={1}))
+    trajs = collect_rollouts(envs, gen, tok, seeds=[0, 1, 2], max_episode_tokens=8192)
+    # history holds the generations in call order; regroup per episode using the turn counts
+    per_ep = {k: [] for k in range(3)}
+    calls = iter(gen.history)
+    active = list(range(3))
+    turn_idx = 0
+    while active:
+        for k in list(active):
+            if turn_idx < trajs[k].num_turns:
+                per_ep[k].append(next(calls))
+        turn_idx += 1
+        active = [k for k in active if turn_idx < trajs[k].num_turns]
+    for k, traj in enumerate(trajs):
+        assert traj.terminated and traj.prefix_stable and traj.metrics["em"] == 1.0
+        _check_provenance(traj, per_ep[k], tok)
+    assert trajs[1].action_errors[0] and trajs[1].rewards[0] == pytest.approx(-0.05)
+    # the token sequence decodes to exactly the chat template's rendering of the final conversation
+    env = envs[0].unwrapped
+    full = tok.decode(trajs[0].prompt_ids + trajs[0].completion_ids)
+    rendered = render_chat(
+        tok, env.messages, [t.schema() for t in env.tools.values()], add_generation_prompt=False
+    )
+    assert rendered.startswith(full)
+    assert (
+        rendered[len(full) :] == "<|im_end|>\n"
+    )  # only the closing of the final answer turn is not part of it
+
+
+def test_process_rewards_sit_on_turn_ends(tok):
+    envs = [gym.make(ENV, min_hops=2, max_hops=2)]
+    trajs = collect_rollouts(envs, ScriptedGenerator(tok, _oracle_script(envs)), tok, seeds=[4])
+    (t,) = trajs
+    tr = t.token_rewards()
+    nonzero = [i for i, r in enumerate(tr) if r != 0]
+    assert nonzero == t.turn_ends
+    assert [tr[i] for i in t.turn_ends] == pytest.approx(
+        [0.1, 0.1, 1.1]
+    )  # gold paragraph, gold paragraph, answer+format
+    assert sum(tr) == pytest.approx(envs[0].unwrapped.max_episode_reward())
+
+
+THINK_DROPPING = (
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{%- if m.role == 'assistant' and not loop.last %}{{ m.content.split('</think>')[-1] }}"
+    "{%- else %}{{ m.content }}{%- endif %}<|im_end|>\n{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+)
+
+
+def test_non_prefix_stable_template_falls_back_to_per_turn_samples():
+    import copy
+
+    tok = copy.deepcopy(tiny_tokenizer())
+    tok.chat_template = THINK_DROPPING
+    envs = [gym.make(ENV, min_hops=2, max_hops=2)]
+    gen = ScriptedGenerator(tok, _oracle_script(envs))
+    (t,) = collect_rollouts(envs, gen, tok, seeds=[1])
+    assert not t.prefix_stable and t.terminated
+    samples = t.samples()
+    assert len(samples) == t.num_turns == 3
+    for sample, generated in zip(samples, gen.history):
+        assert sample.completion_ids == generated and all(sample.action_mask)
+        # the context of each turn is the template's own rendering (earlier thinking dropped)
+        assert "next step" not in tok.decode(sample.prompt_ids)
+    assert [s.token_rewards[-1] for s in samples] == pytest.approx(t.rewards)
+
+
+def test_token_budget_truncates(tok):
+    envs = [gym.make(ENV)]
+    (t,) = collect_rollouts(
+        envs,
+        ScriptedGenerator(tok, lambda p, i: "x " * 500),
+        tok,
+        seeds=[0],
+        sampling=SamplingConfig(max_new_tokens=400),
+        max_episode_tokens=800,
+    )
+    assert t.truncated and t.truncated_reason == "token_budget"
+    assert len(t.prompt_ids) + len(t.completion_ids) <= 800
+
+
+def test_hf_generator_and_vector_env(tok):
+    model = tiny_model(tok)
+    venv = gym.vector.SyncVectorEnv(
+        [lambda: gym.make(ENV, max_hops=1, max_turns=2, max_episode_steps=2) for _ in range(2)]
+    )
+    trajs = collect_rollouts(
+        venv, HFGenerator(model, tok), tok, seeds=[0, 1], sampling=SamplingConfig(max_new_tokens=12)
+    )
+    for t in trajs:
+        assert t.num_turns == 2 and t.truncated_reason == "max_turns"
+        gen_logps = [lp for lp, m in zip(t.logprobs, t.action_mask) if m]
+        assert all(lp <= 0 for lp in gen_logps) and any(lp < 0 for lp in gen_logps)
+        assert sum(t.action_mask) <= 24

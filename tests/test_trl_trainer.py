@@ -1,0 +1,198 @@
+"""AgentGRPOTrainer and the stock-TRL bridges on a tiny random Qwen2 model (a few steps each)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+
+import pytest
+
+pytest.importorskip("trl")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import torch
+from agentr1_trl import ScriptedGenerator
+from agentr1_trl.bridges import (
+    component_reward,
+    env_return,
+    make_environment_factory,
+    make_rollout_func,
+    prompt_dataset,
+)
+from agentr1_trl.grpo_config import AgentGRPOConfig
+from agentr1_trl.grpo_trainer import AgentGRPOTrainer
+from agentr1_trl.testing import tiny_model, tiny_tokenizer
+from peft import LoraConfig
+from trl import GRPOConfig, GRPOTrainer
+
+ENV = "AgentR1/SyntheticMultihop-v0"
+
+
+def _mixed_script(prompt_ids, i):
+    """Half the live episodes answer at once (format bonus), half write junk (format penalties): reward variance."""
+    return "<answer>Nobody</answer>" if i % 2 == 0 else "<think>I am not sure what to do</think>"
+
+
+def _config(tmp_path, **kw):
+    base = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_steps=2,
+        learning_rate=5e-2,
+        logging_steps=1,
+        report_to="none",
+        beta=0.04,
+        max_new_tokens_per_turn=16,
+        max_episode_tokens=1536,
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        env_kwargs={"max_turns": 3},
+    )
+    base.update(kw)
+    return AgentGRPOConfig(**base)
+
+
+def _trainer(tmp_path, **kw):
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=0)
+    base = copy.deepcopy(model)
+    trainer = AgentGRPOTrainer(
+        model,
+        _config(tmp_path, **kw),
+        tok,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        generator=ScriptedGenerator(tok, _mixed_script),
+    )
+    return trainer, base
+
+
+def _lora(model):
+    return {k: v.detach().clone() for k, v in model.named_parameters() if "lora_" in k}
+
+
+def _base(model):
+    return {
+        k.replace("base_model.model.", "").replace(".base_layer", ""): v.detach().clone()
+        for k, v in model.named_parameters()
+        if "lora_" not in k
+    }
+
+
+def test_agent_grpo_trains_lora_only_and_reference_is_the_base(tmp_path):
+    trainer, base = _trainer(tmp_path)
+    lora_before = _lora(trainer.model)
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    assert any(h.get("reward_std", 0) > 0 for h in trainer.state.log_history)
+    lora_after = _lora(trainer.model)
+    assert any(not torch.equal(lora_before[k], lora_after[k]) for k in lora_before), "LoRA weights must move"
+    base_params = dict(base.named_parameters())
+    for name, value in _base(trainer.model).items():
+        assert torch.equal(value, base_params[name].detach()), f"base weight {name} changed"
+    # the KL reference (adapter disabled) is exactly the base model
+    ids = torch.tensor([trainer.last_trajectories[0].prompt_ids[:50]])
+    with trainer.model.disable_adapter():
+        ref_logits = trainer.model(input_ids=ids).logits
+    assert torch.allclose(ref_logits, base(input_ids=ids).logits, atol=1e-6)
+    assert not torch.allclose(trainer.model(input_ids=ids).logits, ref_logits)
+    metrics = trainer.state.log_history[0]
+    assert {"env/success", "env/format_ok", "env/turns", "kl", "rewards/env_return/mean"} <= set(metrics)
+
+
+def test_resume_reproduces_the_next_step(tmp_path):
+    a, _ = _trainer(tmp_path / "a", save_strategy="steps", save_steps=1)
+    a.train()
+    final_a = _lora(a.model)
+    b, _ = _trainer(tmp_path / "b", save_strategy="no")
+    b.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-1"))
+    final_b = _lora(b.model)
+    assert b.state.global_step == 2
+    for k in final_a:
+        assert torch.allclose(final_a[k], final_b[k], atol=1e-6), k
+
+
+@pytest.mark.parametrize("estimator", ["rloo", "reinforce_pp"])
+def test_other_estimators_run(tmp_path, estimator):
+    trainer, _ = _trainer(tmp_path, advantage_estimator=estimator, max_steps=1, kl_estimator="low_var_kl")
+    trainer.train()
+    assert math.isfinite(trainer.state.log_history[0]["loss"])
+
+
+def test_config_checks():
+    with pytest.raises(ValueError, match="advantage_estimator"):
+        AgentGRPOConfig(output_dir="/tmp/x", advantage_estimator="ppo", report_to="none")
+    with pytest.raises(ValueError, match="kl_estimator"):
+        AgentGRPOConfig(output_dir="/tmp/x", kl_estimator="k2", report_to="none")
+
+
+def _stock_config(tmp_path):
+    return GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_steps=2,
+        report_to="none",
+        max_completion_length=24,
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        logging_steps=1,
+        learning_rate=5e-2,
+    )
+
+
+def test_stock_grpo_with_rollout_func(tmp_path):
+    tok = tiny_tokenizer()
+    model = tiny_model(tok)
+    seeds = range(8)
+    rollout = make_rollout_func(
+        ENV,
+        seeds,
+        env_kwargs={"max_turns": 3},
+        max_new_tokens_per_turn=16,
+        max_episode_tokens=1536,
+        generator_factory=lambda trainer: ScriptedGenerator(tok, _mixed_script),
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[env_return, component_reward("invalid_format")],
+        args=_stock_config(tmp_path),
+        processing_class=tok,
+        train_dataset=prompt_dataset(ENV, seeds, {"max_turns": 3}),
+        rollout_func=rollout,
+    )
+    before = {k: v.clone() for k, v in model.named_parameters()}
+    trainer.train()
+    log = trainer.state.log_history[0]
+    assert log["rewards/env_invalid_format/mean"] < 0 and log["reward_std"] > 0
+    assert any(not torch.equal(before[k], v) for k, v in trainer.model.named_parameters())
+
+
+def test_stock_grpo_with_environment_factory(tmp_path):
+    tok = tiny_tokenizer()
+    model = tiny_model(tok)
+    factory = make_environment_factory(ENV, max_turns=3)
+    env = factory()
+    assert "Question:" in env.reset(seed=1)
+    first_entity = env.env.unwrapped.task.supporting_titles[0]
+    assert env.search(query=first_entity).startswith(f"Doc 1 (Title: {first_entity})")
+    assert env.answer(answer=env.env.unwrapped.gold_answers[0]) == "Answer recorded."
+    assert env.get_reward() == pytest.approx(0.1 + 1.0 + 0.1)  # gold paragraph + answer + format
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=None,
+        args=_stock_config(tmp_path),
+        processing_class=tok,
+        train_dataset=prompt_dataset(ENV, range(8), {"max_turns": 3}),
+        environment_factory=factory,
+    )
+    names = {t.__name__ for t in trainer.tools}
+    assert {"search", "answer"} <= names
+    trainer.train()
+    log = trainer.state.log_history[0]
+    assert f"rewards/{type(env).__name__}/mean" in log and math.isfinite(log["loss"])
