@@ -118,7 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="evaluate a policy: success, EM/F1, format validity, mean reward")
     p.add_argument("env_id", help="e.g. AgentR1/HotpotQA-v0")
-    p.add_argument("--policy", default="oracle", help="scripted policy: oracle | no-tool (default oracle)")
+    p.add_argument(
+        "--policy",
+        default="oracle",
+        help="scripted policy: oracle | canonical (the oracle, named for code envs) | no-tool (default oracle)",
+    )
     p.add_argument("--episodes", type=int, default=100, help="number of episodes (default 100)")
     p.add_argument("--seed", type=int, default=0, help="episode i is reset with seed SEED+i (default 0)")
     p.add_argument("--env-arg", **env_arg)

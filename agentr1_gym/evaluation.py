@@ -32,7 +32,8 @@ def no_tool_policy(obs: str, info: dict[str, Any], env: Any) -> str:
     return env.answer_text("unknown")
 
 
-POLICIES: dict[str, Policy] = {"oracle": oracle_policy, "no-tool": no_tool_policy}
+#: ``canonical`` is the oracle under the name code benchmarks use (it submits the reference solution)
+POLICIES: dict[str, Policy] = {"oracle": oracle_policy, "canonical": oracle_policy, "no-tool": no_tool_policy}
 
 
 def evaluate(
@@ -77,5 +78,7 @@ def evaluate(
             metrics.setdefault(key, []).append(float(value))
     summary: dict[str, Any] = {"episodes": episodes, "reward": float(np.mean(returns))}
     summary.update({k: float(np.mean(v)) for k, v in sorted(metrics.items())})
+    if "pass" in metrics:  # code envs: one sample per task, so the pass rate is pass@1
+        summary["pass@1"] = summary["pass"]
     summary["returns"] = returns
     return summary

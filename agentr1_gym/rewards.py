@@ -87,7 +87,15 @@ def qa_metrics(prediction: str | None, gold: str | Iterable[str]) -> dict[str, f
 
 
 #: process (per-step) reward components, present in every step's ``reward_components``
-PROCESS_KEYS = ("invalid_format", "invalid_call", "tool_success", "retrieval", "execution")
+PROCESS_KEYS = (
+    "invalid_format",
+    "invalid_call",
+    "tool_success",
+    "retrieval",
+    "execution",
+    "doctest",
+    "progress",
+)
 #: outcome components, non-zero only on the step that ends the episode
 OUTCOME_KEYS = ("answer", "format", "offset")
 
@@ -124,7 +132,14 @@ class RewardConfig(BaseModel):
         0.1, description="Per gold supporting paragraph retrieved for the first time in the episode."
     )
     execution_reward: float = Field(
-        0.05, description="Code envs: per code run that exits without error (first success per episode only)."
+        0.05, description="Code envs: the first code run of the episode that exits without error."
+    )
+    doctest_reward: float = Field(
+        0.1, description="Code envs: the first code run that passes the task prompt's own examples."
+    )
+    progress_reward: float = Field(
+        0.05,
+        description="Math envs: per needed intermediate result computed for the first time in the episode.",
     )
 
     @classmethod
@@ -138,6 +153,8 @@ class RewardConfig(BaseModel):
             outcome_offset=-1.0,
             retrieval_reward=0.0,
             execution_reward=0.0,
+            doctest_reward=0.0,
+            progress_reward=0.0,
         )
 
     def outcome(self, score: float, format_ok: bool) -> dict[str, float]:

@@ -24,29 +24,44 @@ ENV = "AgentR1/SyntheticMultihop-v0"
 
 
 def _script(prompt_ids, i):
-    return "<answer>Nobody</answer>" if i % 2 == 0 else "<think>I am not sure what to do next, so I think</think>"
+    return (
+        "<answer>Nobody</answer>"
+        if i % 2 == 0
+        else "<think>I am not sure what to do next, so I think</think>"
+    )
 
 
 def worker(name: str, steps: int, hidden: int, generations: int) -> dict:
     os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
     import torch
-    from peft import LoraConfig
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
     from agentr1_trl import ScriptedGenerator
     from agentr1_trl.bridges import env_return, make_rollout_func, prompt_dataset
     from agentr1_trl.grpo_config import AgentGRPOConfig
     from agentr1_trl.grpo_trainer import AgentGRPOTrainer
     from agentr1_trl.testing import tiny_model, tiny_tokenizer
+    from peft import LoraConfig
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
 
     torch.set_num_threads(os.cpu_count() or 1)
     tok = tiny_tokenizer()
     model = tiny_model(tok, hidden_size=hidden, seed=0)
     lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
-    common = dict(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=generations, num_generations=generations,
-                  max_steps=steps + 1, learning_rate=1e-3, logging_steps=1, report_to="none", beta=0.04,
-                  use_cpu=True, bf16=False, save_strategy="no", seed=0, disable_tqdm=True)
+    common = dict(
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=generations,
+        num_generations=generations,
+        max_steps=steps + 1,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to="none",
+        beta=0.04,
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
     env_kwargs = {"max_turns": 4}
     times: list[float] = []
 
@@ -58,26 +73,44 @@ def worker(name: str, steps: int, hidden: int, generations: int) -> dict:
             times.append(time.perf_counter() - self.t)
 
     if name == "AgentGRPOTrainer":
-        args = AgentGRPOConfig(**common, env_id=ENV, env_kwargs=env_kwargs, max_new_tokens_per_turn=32,
-                               max_episode_tokens=2048)
-        trainer = AgentGRPOTrainer(model, args, tok, peft_config=lora, generator=ScriptedGenerator(tok, _script),
-                                   callbacks=[Timer()])
+        args = AgentGRPOConfig(
+            **common, env_id=ENV, env_kwargs=env_kwargs, max_new_tokens_per_turn=32, max_episode_tokens=2048
+        )
+        trainer = AgentGRPOTrainer(
+            model, args, tok, peft_config=lora, generator=ScriptedGenerator(tok, _script), callbacks=[Timer()]
+        )
     else:
         seeds = range(1000)
-        rollout = make_rollout_func(ENV, seeds, env_kwargs=env_kwargs, max_new_tokens_per_turn=32,
-                                    max_episode_tokens=2048,
-                                    generator_factory=lambda trainer: ScriptedGenerator(tok, _script))
+        rollout = make_rollout_func(
+            ENV,
+            seeds,
+            env_kwargs=env_kwargs,
+            max_new_tokens_per_turn=32,
+            max_episode_tokens=2048,
+            generator_factory=lambda trainer: ScriptedGenerator(tok, _script),
+        )
         args = GRPOConfig(**common, max_completion_length=2048)
-        trainer = GRPOTrainer(model=model, reward_funcs=[env_return], args=args, processing_class=tok,
-                              train_dataset=prompt_dataset(ENV, seeds, env_kwargs), rollout_func=rollout,
-                              peft_config=lora, callbacks=[Timer()])
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[env_return],
+            args=args,
+            processing_class=tok,
+            train_dataset=prompt_dataset(ENV, seeds, env_kwargs),
+            rollout_func=rollout,
+            peft_config=lora,
+            callbacks=[Timer()],
+        )
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     tokens = [h["completions/mean_length"] * generations for h in logs]
-    return {"trainer": name, "sec_per_step": sum(times[1:]) / len(times[1:]), "step_times": times,
-            "generated_tokens_per_step": sum(tokens) / len(tokens),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "params": sum(p.numel() for p in trainer.model.parameters())}
+    return {
+        "trainer": name,
+        "sec_per_step": sum(times[1:]) / len(times[1:]),
+        "step_times": times,
+        "generated_tokens_per_step": sum(tokens) / len(tokens),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "params": sum(p.numel() for p in trainer.model.parameters()),
+    }
 
 
 def main() -> None:
@@ -96,14 +129,35 @@ def main() -> None:
 
     runs = {}
     for name in ("AgentGRPOTrainer", "GRPOTrainer"):
-        out = subprocess.run([sys.executable, __file__, "--worker", name, "--steps", str(args.steps), "--hidden",
-                              str(args.hidden), "--generations", str(args.generations)],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                name,
+                "--steps",
+                str(args.steps),
+                "--hidden",
+                str(args.hidden),
+                "--generations",
+                str(args.generations),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         runs[name] = json.loads(out.stdout.strip().splitlines()[-1])
-    result = {"benchmark": "trainer_step", "machine": machine_info("agentr1-gym", "torch", "transformers", "trl", "peft"),
-              "env": ENV, "runs": runs,
-              "time_ratio_agent_over_stock": round(runs["AgentGRPOTrainer"]["sec_per_step"] / runs["GRPOTrainer"]["sec_per_step"], 3),
-              "same_tokens": runs["AgentGRPOTrainer"]["generated_tokens_per_step"] == runs["GRPOTrainer"]["generated_tokens_per_step"]}
+    result = {
+        "benchmark": "trainer_step",
+        "machine": machine_info("agentr1-gym", "torch", "transformers", "trl", "peft"),
+        "env": ENV,
+        "runs": runs,
+        "time_ratio_agent_over_stock": round(
+            runs["AgentGRPOTrainer"]["sec_per_step"] / runs["GRPOTrainer"]["sec_per_step"], 3
+        ),
+        "same_tokens": runs["AgentGRPOTrainer"]["generated_tokens_per_step"]
+        == runs["GRPOTrainer"]["generated_tokens_per_step"],
+    }
     emit(result, args.json)
 
 

@@ -52,3 +52,15 @@ def register_envs() -> None:
         "Procedurally generated k-hop questions (1-2 hops by default) over a synthetic world; has an oracle.",
         6,
     )
+    _register(
+        "AgentR1/HumanEval-v0",
+        "agentr1_gym.envs.code:HumanEvalEnv",
+        "HumanEval (164 problems): debug with a sandboxed python tool, submit a function; hidden tests grade it.",
+        6,
+    )
+    _register(
+        "AgentR1/Calculator-v0",
+        "agentr1_gym.envs.calculator:CalculatorEnv",
+        "Procedural arithmetic and multi-step word problems with exact answers and a safe calculator tool.",
+        6,
+    )

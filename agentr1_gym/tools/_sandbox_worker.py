@@ -20,9 +20,9 @@ The worker enforces the wall-clock timeout by killing the child's process group.
 
 from __future__ import annotations
 
-import builtins  # noqa: F401 - imported here so forked children do not pay for the imports
+import builtins
 import ctypes
-import io  # noqa: F401
+import io
 import json
 import os
 import resource
@@ -30,7 +30,7 @@ import select
 import shutil
 import signal
 import socket  # noqa: F401
-import subprocess  # noqa: F401
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,9 +38,31 @@ import traceback
 
 CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
 # Modules user code commonly imports, loaded once here: forked children get them for free, and they stay
-# importable after the child drops privileges.
-import bisect, collections, copy, datetime, decimal, fractions, functools, hashlib, heapq, itertools, math  # noqa: E401,F401,E402
-import operator, random, re, statistics, string, typing  # noqa: E401,F401,E402
+# importable after the child drops privileges (when the Python installation is not readable by nobody).
+PRELOAD = (
+    "bisect",
+    "collections",
+    "copy",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "doctest",
+    "fractions",
+    "functools",
+    "hashlib",
+    "heapq",
+    "itertools",
+    "math",
+    "operator",
+    "random",
+    "re",
+    "statistics",
+    "string",
+    "typing",
+    "unittest",
+)
+for _name in PRELOAD:
+    __import__(_name)
 
 #: set by main(): whether the worker left the host's network namespace (then children have no network)
 NET_ISOLATED = False
@@ -56,9 +78,6 @@ def _try_unshare(flags: int) -> bool:
 
 def _guard(workdir: str, block_network: bool) -> None:
     """Python-level guards; see the module docstring for what they are and are not."""
-    import builtins
-    import io
-    import subprocess
 
     def _denied(what: str):
         def deny(*args, **kwargs):
@@ -66,9 +85,34 @@ def _guard(workdir: str, block_network: bool) -> None:
 
         return deny
 
-    for name in ("fork", "forkpty", "system", "popen", "execv", "execve", "execl", "execle", "execlp", "execlpe",
-                 "execvp", "execvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnv", "spawnve", "spawnvp",
-                 "spawnvpe", "posix_spawn", "posix_spawnp", "setsid", "chroot", "setuid", "setgid"):
+    for name in (
+        "fork",
+        "forkpty",
+        "system",
+        "popen",
+        "execv",
+        "execve",
+        "execl",
+        "execle",
+        "execlp",
+        "execlpe",
+        "execvp",
+        "execvpe",
+        "spawnl",
+        "spawnle",
+        "spawnlp",
+        "spawnlpe",
+        "spawnv",
+        "spawnve",
+        "spawnvp",
+        "spawnvpe",
+        "posix_spawn",
+        "posix_spawnp",
+        "setsid",
+        "chroot",
+        "setuid",
+        "setgid",
+    ):
         if hasattr(os, name):
             setattr(os, name, _denied(f"os.{name}"))
     subprocess.Popen = _denied("subprocess")  # type: ignore[misc,assignment]
@@ -81,7 +125,9 @@ def _guard(workdir: str, block_network: bool) -> None:
         real_kill(pid, sig)
 
     os.kill = kill
-    os.killpg = lambda pgid, sig: (_ for _ in ()).throw(PermissionError("killpg is not allowed in the sandbox"))
+    os.killpg = lambda pgid, sig: (_ for _ in ()).throw(
+        PermissionError("killpg is not allowed in the sandbox")
+    )
     del real_killpg
 
     root = os.path.realpath(workdir)
@@ -106,8 +152,22 @@ def _guard(workdir: str, block_network: bool) -> None:
 
     builtins.open = io.open = open_  # type: ignore[assignment]
     os.open = os_open
-    for name in ("remove", "unlink", "rmdir", "mkdir", "makedirs", "rename", "replace", "chmod", "chown", "symlink",
-                 "link", "truncate", "listdir", "scandir"):
+    for name in (
+        "remove",
+        "unlink",
+        "rmdir",
+        "mkdir",
+        "makedirs",
+        "rename",
+        "replace",
+        "chmod",
+        "chown",
+        "symlink",
+        "link",
+        "truncate",
+        "listdir",
+        "scandir",
+    ):
         fn = getattr(os, name, None)
         if fn is None:
             continue
@@ -155,9 +215,12 @@ def _run_code(req: dict, workdir: str, status_fd: int, namespaced: bool) -> None
             if var not in ("PATH", "LANG", "LC_ALL"):
                 del os.environ[var]
         os.environ.update(HOME=workdir, TMPDIR=workdir, PYTHONHASHSEED="0")
-        with open(os.path.join(workdir, ".stdin"), "w", encoding="utf-8") as f:
-            f.write(req.get("stdin", ""))
-        fd_in = os.open(os.path.join(workdir, ".stdin"), os.O_RDONLY)
+        if req.get("stdin"):
+            with open(os.path.join(workdir, ".stdin"), "w", encoding="utf-8") as f:
+                f.write(req["stdin"])
+            fd_in = os.open(os.path.join(workdir, ".stdin"), os.O_RDONLY)
+        else:
+            fd_in = os.open(os.devnull, os.O_RDONLY)
         fd_out = os.open(os.path.join(workdir, ".stdout"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         fd_err = os.open(os.path.join(workdir, ".stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         for src, dst in ((fd_in, 0), (fd_out, 1), (fd_err, 2)):
@@ -180,19 +243,21 @@ def _run_code(req: dict, workdir: str, status_fd: int, namespaced: bool) -> None
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)
-    except BaseException as e:  # noqa: BLE001 - report every failure of user code
+    except BaseException as e:
         exc_name = type(e).__name__
         try:  # the user's frames only, not this file's
             frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != __file__]
-            lines = (["Traceback (most recent call last):\n"] if frames else []) + traceback.format_list(frames)
+            lines = (["Traceback (most recent call last):\n"] if frames else []) + traceback.format_list(
+                frames
+            )
             sys.stderr.write("".join(lines + traceback.format_exception_only(type(e), e)))
-        except BaseException:  # noqa: BLE001
+        except BaseException:
             pass
         code = 1
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except BaseException:  # noqa: BLE001
+    except BaseException:
         pass
     try:
         os.write(status_fd, json.dumps({"exception": exc_name}).encode()[:4000])
@@ -219,27 +284,68 @@ def _world_traversable(path: str) -> bool:
 DROP_PRIVILEGES = os.geteuid() == 0 and _world_traversable(sys.prefix) and _world_traversable(sys.base_prefix)
 
 
-def _child(req: dict, workdir: str, status_w: int) -> None:
-    """The forked child: session, PID namespace, privileges, then run (as PID 1's child in a PID namespace)."""
+def _wait_and_run(req_r: int, workdir: str, status_w: int) -> None:
+    """Block until the request arrives (or the worker goes away), then run it. Never returns."""
+    chunks = []
+    while chunk := os.read(req_r, 1 << 16):
+        chunks.append(chunk)
+    os.close(req_r)
+    if not chunks:  # the worker is shutting down or replacing this child
+        os._exit(0)
+    _run_code(json.loads(b"".join(chunks)), workdir, status_w, namespaced=NET_ISOLATED)
+
+
+def _child(req_r: int, workdir: str, status_w: int, pid_namespace: bool) -> None:
+    """The pre-forked child: session, PID namespace, privileges; then wait for the request and run it (as the
+    PID namespace's first process's child when there is one)."""
     os.setsid()
-    isolated_pids = bool(req.get("pid_namespace")) and _try_unshare(CLONE_NEWPID)
-    if DROP_PRIVILEGES:  # run as nobody: RLIMIT_NPROC is not enforced for root, and root-only files stay closed
+    isolated_pids = pid_namespace and _try_unshare(CLONE_NEWPID)
+    if (
+        DROP_PRIVILEGES
+    ):  # run as nobody: RLIMIT_NPROC is not enforced for root, and root-only files stay closed
         try:
             os.setgroups([])
             os.setgid(65534)
             os.setuid(65534)
         except OSError:
             pass
-    namespaced = NET_ISOLATED
     if not isolated_pids:
-        _run_code(req, workdir, status_w, namespaced=namespaced)
+        _wait_and_run(req_r, workdir, status_w)
     pid = os.fork()  # the first process in a new PID namespace is its init
     if pid == 0:
-        _run_code(req, workdir, status_w, namespaced=namespaced)
+        _wait_and_run(req_r, workdir, status_w)
+    os.close(req_r)
+    os.close(status_w)
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         os._exit(128 + os.WTERMSIG(status))
     os._exit(os.WEXITSTATUS(status))
+
+
+class Prepared:
+    """A child forked ahead of the next request (so the fork is off the caller's critical path)."""
+
+    def __init__(self, pid_namespace: bool) -> None:
+        self.workdir = tempfile.mkdtemp(prefix="agentr1-sbx-")
+        os.chmod(self.workdir, 0o777)  # the child may run as nobody
+        req_r, self.req_w = os.pipe()
+        self.status_r, status_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self.req_w)
+            os.close(self.status_r)
+            try:
+                _child(req_r, self.workdir, status_w, pid_namespace)
+            finally:
+                os._exit(70)
+        os.close(req_r)
+        os.close(status_w)
+
+    def cancel(self) -> None:
+        os.close(self.req_w)  # the child reads EOF and exits
+        os.close(self.status_r)
+        os.waitpid(self.pid, 0)
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def _read_capped(path: str, limit: int) -> tuple[str, int]:
@@ -254,19 +360,21 @@ def _read_capped(path: str, limit: int) -> tuple[str, int]:
     return text, max(0, size - len(text.encode("utf-8", errors="replace")))
 
 
-def handle(req: dict) -> dict:
-    workdir = tempfile.mkdtemp(prefix="agentr1-sbx-")
-    os.chmod(workdir, 0o777)  # the namespaced child runs as an unmapped user
-    status_r, status_w = os.pipe()
+_PENDING_CLEANUP: list[str] = []
+
+
+def handle(req: dict, prep: Prepared) -> dict:
+    """Send ``req`` to the prepared child, wait for it (killing its group at the deadline), collect the result."""
     start = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        os.close(status_r)
-        try:
-            _child(req, workdir, status_w)
-        finally:
-            os._exit(70)
-    os.close(status_w)
+    pid, workdir, status_r = prep.pid, prep.workdir, prep.status_r
+    payload = json.dumps(req).encode()
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(prep.req_w, view) :]
+    except BrokenPipeError:
+        pass  # the child died before reading; its status tells
+    os.close(prep.req_w)
     timed_out = False
     deadline = start + float(req["timeout_s"])
     info = b""
@@ -307,10 +415,18 @@ def handle(req: dict) -> dict:
     limit = int(req["max_output_chars"])
     stdout, out_cut = _read_capped(os.path.join(workdir, ".stdout"), limit)
     stderr, err_cut = _read_capped(os.path.join(workdir, ".stderr"), limit)
-    shutil.rmtree(workdir, ignore_errors=True)
-    return {"stdout": stdout, "stderr": stderr, "stdout_truncated": out_cut, "stderr_truncated": err_cut,
-            "exit_code": exit_code, "signal": sig, "exception": exc, "timed_out": timed_out,
-            "duration_s": duration}
+    _PENDING_CLEANUP.append(workdir)  # removed after the reply is sent, off the caller's critical path
+    return {
+        "stdout": stdout,
+        "stderr": stderr,
+        "stdout_truncated": out_cut,
+        "stderr_truncated": err_cut,
+        "exit_code": exit_code,
+        "signal": sig,
+        "exception": exc,
+        "timed_out": timed_out,
+        "duration_s": duration,
+    }
 
 
 def main() -> None:
@@ -318,16 +434,25 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if "--no-namespaces" not in sys.argv:  # the worker needs no network: leave it once, children inherit that
         NET_ISOLATED = _try_unshare(CLONE_NEWNET) or _try_unshare(CLONE_NEWUSER | CLONE_NEWNET)
+    pid_namespace = "--pid-namespace" in sys.argv
+    import gc
+
+    gc.freeze()  # forked children then do not touch (copy) the worker's objects when they collect garbage
     out = sys.stdout
+    prep = Prepared(pid_namespace)
     for line in sys.stdin:
         if not line.strip():
             continue
         try:
-            result = handle(json.loads(line))
-        except Exception as e:  # noqa: BLE001 - report worker failures to the host
+            result = handle(json.loads(line), prep)
+        except Exception as e:
             result = {"worker_error": f"{type(e).__name__}: {e}"}
         out.write(json.dumps(result) + "\n")
         out.flush()
+        prep = Prepared(pid_namespace)  # fork the next child while the caller reads this result
+        while _PENDING_CLEANUP:
+            shutil.rmtree(_PENDING_CLEANUP.pop(), ignore_errors=True)
+    prep.cancel()
 
 
 if __name__ == "__main__":

@@ -45,7 +45,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentr1_gym.core import Tool, ToolResult
 from agentr1_gym.errors import ToolInfrastructureError
 
-__all__ = ["ExecResult", "PythonSandbox", "PythonTool", "SandboxConfig", "format_exec_result", "shared_sandbox"]
+__all__ = [
+    "ExecResult",
+    "PythonSandbox",
+    "PythonTool",
+    "SandboxConfig",
+    "format_exec_result",
+    "shared_sandbox",
+]
 
 _WORKER = str(Path(__file__).with_name("_sandbox_worker.py"))
 
@@ -58,13 +65,19 @@ class SandboxConfig(BaseModel):
     timeout_s: float = Field(5.0, gt=0, description="Wall-clock limit per run.")
     cpu_s: int = Field(5, ge=1, description="CPU-seconds limit per run (RLIMIT_CPU).")
     memory_mb: int = Field(1024, ge=64, description="Address-space limit (RLIMIT_AS).")
-    file_mb: int = Field(16, ge=1, description="Largest file the code may write, output included (RLIMIT_FSIZE).")
+    file_mb: int = Field(
+        16, ge=1, description="Largest file the code may write, output included (RLIMIT_FSIZE)."
+    )
     max_output_chars: int = Field(8000, ge=100, description="stdout and stderr are each cut to this length.")
     pool_size: int = Field(2, ge=1, le=64, description="Warm worker processes (runs in parallel).")
-    namespaces: bool = Field(True, description="Run workers in their own network namespace where the kernel allows it.")
+    namespaces: bool = Field(
+        True, description="Run workers in their own network namespace where the kernel allows it."
+    )
     pid_namespace: bool = Field(
-        False, description="Also run each program in a new PID namespace (it cannot see or signal any other "
-        "process; costs one more fork per run, about 2 ms here).")
+        False,
+        description="Also run each program in a new PID namespace (it cannot see or signal any other "
+        "process; costs one more fork per run, about 2 ms here).",
+    )
 
 
 @dataclass
@@ -95,18 +108,28 @@ def format_exec_result(r: ExecResult) -> str:
     else:
         status = f"exit code {r.exit_code}" + (f" ({r.exception})" if r.exception else "")
     parts = [status]
-    for name, text, cut in (("stdout", r.stdout, r.stdout_truncated), ("stderr", r.stderr, r.stderr_truncated)):
+    for name, text, cut in (
+        ("stdout", r.stdout, r.stdout_truncated),
+        ("stderr", r.stderr, r.stderr_truncated),
+    ):
         if text or cut:
             parts.append(f"{name}:\n{text}" + (f"\n...[truncated {cut} bytes]" if cut else ""))
     return "\n".join(parts)
 
 
 class _Worker:
-    def __init__(self, namespaces: bool) -> None:
+    def __init__(self, namespaces: bool, pid_namespace: bool) -> None:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")}
         args = [sys.executable, "-I", _WORKER] + ([] if namespaces else ["--no-namespaces"])
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     env=env, close_fds=True)
+        args += ["--pid-namespace"] if pid_namespace else []
+        self.proc = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            close_fds=True,
+        )
 
     def call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -156,10 +179,10 @@ class PythonSandbox:
         return (shared_sandbox, (self.config,))
 
     def _acquire(self) -> _Worker:
-        with self._lock:
-            if self._idle.empty() and self._started < self.config.pool_size:
+        with self._lock:  # start the whole pool at once: idle workers fork their next child ahead of time
+            while self._started < self.config.pool_size:
                 self._started += 1
-                return _Worker(self.config.namespaces)
+                self._idle.put(_Worker(self.config.namespaces, self.config.pid_namespace))
         return self._idle.get()
 
     def _release(self, worker: _Worker) -> None:
@@ -172,9 +195,16 @@ class PythonSandbox:
     def run(self, code: str, *, stdin: str = "", timeout_s: float | None = None) -> ExecResult:
         """Run ``code`` (as ``__main__``) with ``stdin``; never raises for anything the code does."""
         cfg = self.config
-        request = {"code": code, "stdin": stdin, "timeout_s": timeout_s or cfg.timeout_s, "cpu_s": cfg.cpu_s,
-                   "memory_mb": cfg.memory_mb, "file_mb": cfg.file_mb, "max_output_chars": cfg.max_output_chars,
-                   "pid_namespace": cfg.pid_namespace}
+        request = {
+            "code": code,
+            "stdin": stdin,
+            "timeout_s": timeout_s or cfg.timeout_s,
+            "cpu_s": cfg.cpu_s,
+            "memory_mb": cfg.memory_mb,
+            "file_mb": cfg.file_mb,
+            "max_output_chars": cfg.max_output_chars,
+            "pid_namespace": cfg.pid_namespace,
+        }
         worker = self._acquire()
         try:
             reply = worker.call(request, timeout=float(request["timeout_s"]) + 10.0)
@@ -215,7 +245,9 @@ def shared_sandbox(config: SandboxConfig | None = None) -> PythonSandbox:
 
 class PythonArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    code: str = Field(..., min_length=1, max_length=20_000, description="Python code to run; print what you need.")
+    code: str = Field(
+        ..., min_length=1, max_length=20_000, description="Python code to run; print what you need."
+    )
 
 
 class PythonTool(Tool):
@@ -223,7 +255,9 @@ class PythonTool(Tool):
     ``exit_code``, ``exception``, ``timed_out`` and the ``code``."""
 
     name: ClassVar[str] = "python"
-    description: ClassVar[str] = "Run a Python program in a sandbox (no network, no input, 5 s) and see its output."
+    description: ClassVar[str] = (
+        "Run a Python program in a sandbox (no network, no input, 5 s) and see its output."
+    )
     Args = PythonArgs
 
     def __init__(self, sandbox: PythonSandbox | None = None) -> None:
@@ -234,7 +268,16 @@ class PythonTool(Tool):
 
     def execute_batch(self, batch: Sequence[BaseModel]) -> list[ToolResult]:
         results = self.sandbox.run_many([a.code for a in batch])  # type: ignore[attr-defined]
-        return [ToolResult(format_exec_result(r), success=r.ok,
-                           metadata={"exit_code": r.exit_code, "exception": r.exception, "timed_out": r.timed_out,
-                                     "code": a.code})  # type: ignore[attr-defined]
-                for a, r in zip(batch, results)]
+        return [
+            ToolResult(
+                format_exec_result(r),
+                success=r.ok,
+                metadata={
+                    "exit_code": r.exit_code,
+                    "exception": r.exception,
+                    "timed_out": r.timed_out,
+                    "code": a.code,
+                },
+            )  # type: ignore[attr-defined]
+            for a, r in zip(batch, results)
+        ]

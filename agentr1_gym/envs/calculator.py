@@ -1,0 +1,247 @@
+"""``AgentR1/Calculator-v0``: arithmetic and multi-step word problems with exact answers and a calculator tool.
+
+Problems are generated procedurally from the reset seed: plain arithmetic ("Compute (37 * 12 - 45) / 9.") and
+word problems of two to four steps (shopping change, unit rates, discounts with tax, sharing, averages). Each
+problem carries its solution as calculator expressions; the answer is checked numerically (tolerance
+``max(1e-6, 1e-4 * |gold|)``; fractions like ``3/4``, ``$``, ``%`` and thousands separators are understood).
+Process reward: ``progress`` for each needed intermediate result the calculator produces for the first time.
+The oracle evaluates the solution steps with the calculator, then answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from agentr1_gym.core import ToolEnv, ToolResult
+from agentr1_gym.errors import ConfigError
+from agentr1_gym.protocol import ToolCall, ToolCallFormat
+from agentr1_gym.rewards import RewardConfig
+from agentr1_gym.tools.calculator import CalculatorTool, evaluate, format_number
+
+__all__ = ["CalculatorEnv", "MathTask", "parse_number"]
+
+_NAMES = [
+    "Ana",
+    "Ben",
+    "Chloe",
+    "Dev",
+    "Elif",
+    "Femi",
+    "Grace",
+    "Hugo",
+    "Ines",
+    "Jun",
+    "Kofi",
+    "Lena",
+    "Mateo",
+]
+_ITEMS = [
+    ("notebook", "notebooks"),
+    ("pen", "pens"),
+    ("apple", "apples"),
+    ("ticket", "tickets"),
+    ("book", "books"),
+]
+
+
+class MathTask(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    question: str
+    answer: Fraction
+    steps: tuple[str, ...]  # calculator expressions of the solution, in order
+    kind: str
+
+
+def parse_number(text: str) -> Fraction | None:
+    """The last number in a text: integers, decimals, ``a/b`` fractions; ``$``, ``%``, ``,`` separators ignored."""
+    cleaned = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
+    matches = re.findall(r"-?\d+(?:\.\d+)?(?:\s*/\s*-?\d+(?:\.\d+)?)?|-?\.\d+", cleaned)
+    if not matches:
+        return None
+    token = matches[-1].replace(" ", "")
+    try:
+        if "/" in token:
+            num, den = token.split("/")
+            return Fraction(num) / Fraction(den) if Fraction(den) != 0 else None
+        return Fraction(token)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _arith(rng: np.random.Generator) -> tuple[str, list[str], str]:
+    a, b, c, d = (int(x) for x in rng.integers(2, 99, size=4))
+    shapes = [
+        f"({a} * {b} - {c}) / {d}",
+        f"{a} * {b} + {c} * {d}",
+        f"({a} + {b}) * ({c} - {d})",
+        f"{a} ** 2 - {b} * {c}",
+        f"({a} * {b} * {c}) / ({d} + {a})",
+    ]
+    expr = shapes[int(rng.integers(len(shapes)))]
+    return f"Compute {expr}.", [expr], "arithmetic"
+
+
+def _shopping(rng: np.random.Generator) -> tuple[str, list[str], str]:
+    name = _NAMES[int(rng.integers(len(_NAMES)))]
+    (_, p1), (_, p2) = (_ITEMS[int(k)] for k in rng.choice(len(_ITEMS), 2, replace=False))
+    n1, n2 = (int(x) for x in rng.integers(2, 12, size=2))
+    c1, c2 = (int(x) for x in rng.integers(2, 30, size=2))
+    cost = n1 * c1 + n2 * c2
+    paid = (cost // 50 + 1) * 50
+    q = (
+        f"{name} buys {n1} {p1} at ${c1} each and {n2} {p2} at ${c2} each, and pays with ${paid}. "
+        "How many dollars of change does "
+        f"{name} get?"
+    )
+    return q, [f"{n1} * {c1}", f"{n2} * {c2}", f"{paid} - ({n1 * c1} + {n2 * c2})"], "shopping"
+
+
+def _rate(rng: np.random.Generator) -> tuple[str, list[str], str]:
+    t1, t2 = (int(x) for x in rng.integers(2, 9, size=2))
+    speed = int(rng.integers(30, 120))
+    d = speed * t1
+    q = f"A train travels {d} km in {t1} hours. At the same speed, how many km does it travel in {t2} hours?"
+    return q, [f"{d} / {t1}", f"{speed} * {t2}"], "rate"
+
+
+def _discount(rng: np.random.Generator) -> tuple[str, list[str], str]:
+    price = int(rng.integers(20, 400))
+    off = int(rng.choice([10, 15, 20, 25, 30, 40]))
+    tax = int(rng.choice([5, 8, 10, 20]))
+    after = Fraction(price) * (100 - off) / 100
+    q = (
+        f"A jacket costs ${price}. It is discounted by {off}%, and then a {tax}% sales tax is added to the "
+        "discounted price. What is the final price in dollars?"
+    )
+    return (
+        q,
+        [f"{price} * (100 - {off}) / 100", f"{format_number(after).split(' ')[0]} * (100 + {tax}) / 100"],
+        "discount",
+    )
+
+
+def _average(rng: np.random.Generator) -> tuple[str, list[str], str]:
+    k = int(rng.integers(3, 6))
+    scores = [int(x) for x in rng.integers(50, 100, size=k)]
+    name = _NAMES[int(rng.integers(len(_NAMES)))]
+    q = f"{name}'s test scores are {', '.join(map(str, scores))}. What is the average score?"
+    return q, [" + ".join(map(str, scores)), f"{sum(scores)} / {k}"], "average"
+
+
+def _sharing(rng: np.random.Generator) -> tuple[str, list[str], str]:
+    n = int(rng.integers(3, 9))
+    each_a, each_b = (int(x) for x in rng.integers(1, 9, size=2))
+    a, b = n * each_a, n * each_b
+    q = f"{n} friends share {a} apples and {b} oranges equally. How many pieces of fruit does each friend get?"
+    return q, [f"{a} + {b}", f"{a + b} / {n}"], "sharing"
+
+
+_GENERATORS = {
+    "arithmetic": _arith,
+    "shopping": _shopping,
+    "rate": _rate,
+    "discount": _discount,
+    "average": _average,
+    "sharing": _sharing,
+}
+
+
+class CalculatorEnv(ToolEnv):
+    """Math problems with a safe calculator tool.
+
+    Args:
+        kinds: which problem generators to draw from (default all: arithmetic, shopping, rate, discount, average,
+            sharing).
+        Other arguments: see :class:`~agentr1_gym.core.ToolEnv`.
+    """
+
+    def __init__(
+        self,
+        *,
+        kinds: tuple[str, ...] | list[str] | None = None,
+        protocol: str | ToolCallFormat = "hermes",
+        max_turns: int = 6,
+        max_calls_per_turn: int = 1,
+        max_action_chars: int = 20_000,
+        tool_output_chars: int = 4_000,
+        max_context_chars: int | None = None,
+        reward: RewardConfig | dict[str, Any] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        kinds = tuple(kinds or _GENERATORS)
+        unknown = [k for k in kinds if k not in _GENERATORS]
+        if unknown or not kinds:
+            raise ConfigError(f"unknown problem kinds {unknown}; choose from {sorted(_GENERATORS)}")
+        if max_turns < 5:
+            raise ConfigError(
+                "max_turns must be >= 5 (up to 3 calculator steps and an answer, with a spare turn)"
+            )
+        self.kinds = kinds
+        super().__init__(
+            tools=[CalculatorTool()],
+            protocol=protocol,
+            max_turns=max_turns,
+            max_calls_per_turn=max_calls_per_turn,
+            max_action_chars=max_action_chars,
+            tool_output_chars=tool_output_chars,
+            max_context_chars=max_context_chars,
+            reward=reward,
+            render_mode=render_mode,
+        )
+        self._needed: set[Fraction] = set()
+        self._oracle_step = 0
+
+    def _sample_task(self, options: dict[str, Any]) -> MathTask:
+        kind = options.get("kind") or self.kinds[int(self.np_random.integers(len(self.kinds)))]
+        if kind not in _GENERATORS:
+            raise ConfigError(f"options['kind'] must be one of {sorted(_GENERATORS)}")
+        question, steps, kind = _GENERATORS[kind](self.np_random)
+        answer = evaluate(steps[-1])
+        digest = hashlib.sha1("\n".join([question, *steps]).encode()).hexdigest()[:10]
+        return MathTask(
+            id=f"{kind}-{digest}", question=question, answer=answer, steps=tuple(steps), kind=kind
+        )
+
+    def _on_reset(self) -> None:
+        self._needed = {evaluate(s) for s in self.task.steps}
+        self._oracle_step = 0
+
+    def _task_prompt(self, task: MathTask) -> str:
+        return (
+            "Solve the problem below. Use the calculator for every computation, one step per turn, and give "
+            f"the final number inside <answer>...</answer>.\n\nProblem: {task.question}"
+        )
+
+    def _score(self, answer: str | None) -> tuple[float, dict[str, float]]:
+        value = parse_number(answer) if answer is not None else None
+        gold = self.task.answer
+        ok = value is not None and abs(float(value - gold)) <= max(1e-6, 1e-4 * abs(float(gold)))
+        return float(ok), {"correct": float(ok), "em": float(ok)}
+
+    def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
+        value = result.metadata.get("value")
+        if value is not None and value in self._needed:
+            self._needed.discard(value)
+            return {"progress": self.reward_config.progress_reward}
+        return {}
+
+    def max_episode_reward(self) -> float:
+        cfg = self.reward_config
+        distinct = len({evaluate(s) for s in self.task.steps})
+        return cfg.answer_weight + cfg.format_weight + cfg.outcome_offset + cfg.progress_reward * distinct
+
+    def oracle_action(self) -> str:
+        """Evaluate each solution step with the calculator, then answer."""
+        steps = self.task.steps
+        if self._oracle_step < len(steps):
+            self._oracle_step += 1
+            return self.call_text("calculator", expression=steps[self._oracle_step - 1])
+        return self.answer_text(format_number(self.task.answer).split(" ")[0])
