@@ -92,6 +92,94 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_corpus(path: str | None):
+    from agentr1_gym.data import bundled_corpus
+    from agentr1_gym.tools.search import Corpus
+
+    return bundled_corpus("hotpotqa") if path is None else Corpus.from_jsonl(path)
+
+
+def cmd_corpus_build(args: argparse.Namespace) -> int:
+    import json as _json
+
+    from agentr1_gym.data import load_qa
+
+    seen: dict[str, str] = {}
+    questions = 0
+    for path in args.input:
+        tasks = load_qa(path, None if args.dataset == "auto" else args.dataset)
+        questions += len(tasks)
+        for task in tasks:
+            for title, text in task.context:
+                seen.setdefault(title, text)  # dedup by title, first paragraph wins
+    if not seen:
+        print("error: the inputs carry no context paragraphs", file=sys.stderr)
+        return 2
+    with open(args.output, "w", encoding="utf-8") as f:
+        for i, (title, text) in enumerate(seen.items()):
+            f.write(
+                _json.dumps(
+                    {"id": str(i), "contents": f'"{title}"\n{text}', "title": title, "text": text},
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
+    print(f"wrote {len(seen)} passages (deduplicated by title) from {questions} questions to {args.output}")
+    return 0
+
+
+def cmd_index_build(args: argparse.Namespace) -> int:
+    import time
+
+    corpus = _load_corpus(args.corpus)
+    start = time.perf_counter()
+    if args.backend == "lucene":
+        from agentr1_gym.tools.search.lucene import build_lucene_index
+
+        build_lucene_index(corpus, args.output, threads=args.threads)
+    else:
+        from agentr1_gym.tools.search.dense import build_dense_index
+
+        if not args.encoder:
+            print("error: --encoder MODEL_DIR is required for the dense backend", file=sys.stderr)
+            return 2
+        build_dense_index(
+            corpus,
+            args.output,
+            encoder_path=args.encoder,
+            index_type=args.index_type,
+            prefixes=args.prefixes,
+            show_progress=True,
+        )
+    print(
+        f"built a {args.backend} index of {len(corpus)} passages in {time.perf_counter() - start:.1f} s: {args.output}"
+    )
+    return 0
+
+
+def cmd_serve_retriever(args: argparse.Namespace) -> int:
+    from agentr1_gym.server import serve
+    from agentr1_gym.tools.search import make_retriever
+
+    settings: dict[str, Any] = {}
+    if args.index:
+        settings["index_path"] = args.index
+    if args.encoder:
+        settings["encoder_path"] = args.encoder
+    if args.backend == "dense" and args.index_type:
+        settings["index_type"] = args.index_type
+    corpus = None if (args.index and args.backend != "bm25") else _load_corpus(args.corpus)
+    retriever = make_retriever(args.backend, corpus, **settings)
+    size = len(retriever) if hasattr(retriever, "__len__") else None
+    print(
+        f"serving {args.backend} over {size} passages on http://{args.host}:{args.port} "
+        "(/health, /v1/search, /retrieve, /search)",
+        flush=True,
+    )
+    serve(retriever, host=args.host, port=args.port, backend=args.backend, passages=size)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentr1", description="Tool-using LLM agent envs (Agent-R1) for RL."
@@ -129,6 +217,62 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--returns", action="store_true", help="also print every episode's return")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser(
+        "serve-retriever",
+        help="serve a retriever over HTTP (our API, Search-R1's /retrieve, Agent-R1's /search)",
+    )
+    p.add_argument("--backend", default="bm25", choices=["bm25", "lucene", "dense"], help="default bm25")
+    p.add_argument(
+        "--corpus", default=None, help="JSONL corpus (default: the bundled HotpotQA sample's corpus)"
+    )
+    p.add_argument(
+        "--index", default=None, help="prebuilt lucene/dense index directory (else built from --corpus)"
+    )
+    p.add_argument("--encoder", default=None, help="sentence-transformers model directory (dense)")
+    p.add_argument("--index-type", default=None, choices=["flat", "ivf", "hnsw"], help="dense index type")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to bind (default 127.0.0.1; use 0.0.0.0 to serve other machines, explicitly)",
+    )
+    p.add_argument("--port", type=int, default=8000, help="default 8000")
+    p.set_defaults(func=cmd_serve_retriever)
+
+    p = sub.add_parser("index", help="build retrieval indexes")
+    isub = p.add_subparsers(dest="index_command", required=True)
+    b = isub.add_parser("build", help="build a lucene or dense index from a JSONL corpus")
+    b.add_argument("--backend", required=True, choices=["lucene", "dense"])
+    b.add_argument(
+        "--corpus", default=None, help="JSONL corpus (default: the bundled HotpotQA sample's corpus)"
+    )
+    b.add_argument("--output", required=True, help="index directory to write")
+    b.add_argument("--encoder", default=None, help="sentence-transformers model directory (dense)")
+    b.add_argument(
+        "--index-type", default="flat", choices=["flat", "ivf", "hnsw"], help="dense: default flat"
+    )
+    b.add_argument(
+        "--prefixes", default=None, choices=["none", "e5", "bge"], help="dense: instruction prefixes"
+    )
+    b.add_argument("--threads", type=int, default=2, help="lucene: indexing threads (default 2)")
+    b.set_defaults(func=cmd_index_build)
+
+    p = sub.add_parser("corpus", help="build retrieval corpora")
+    csub = p.add_subparsers(dest="corpus_command", required=True)
+    c = csub.add_parser(
+        "build", help="turn official HotpotQA/2Wiki/MuSiQue files into a JSONL corpus (dedup by title)"
+    )
+    c.add_argument("--input", nargs="+", required=True, help="dataset files (JSON/JSONL, optionally .gz)")
+    c.add_argument(
+        "--dataset",
+        default="auto",
+        choices=["auto", "hotpotqa", "2wikimultihopqa", "musique"],
+        help="layout of the inputs (default: detected)",
+    )
+    c.add_argument(
+        "--output", required=True, help="corpus JSONL to write ({id, contents, title, text} per line)"
+    )
+    c.set_defaults(func=cmd_corpus_build)
     return parser
 
 

@@ -8,3 +8,55 @@ import tempfile
 os.environ.setdefault("AGENTR1_CACHE", tempfile.mkdtemp(prefix="agentr1-test-cache-"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def build_tiny_encoder(path, texts):
+    """A randomly initialised 2-layer BERT sentence-transformer with a WordPiece tokenizer trained on ``texts``."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import models as tmodels
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    tok = Tokenizer(tmodels.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(
+        texts,
+        trainers.WordPieceTrainer(
+            vocab_size=2000,
+            special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+            show_progress=False,
+        ),
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=128,
+    )
+    torch.manual_seed(0)
+    bert = BertModel(
+        BertConfig(
+            vocab_size=tok.get_vocab_size(),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=128,
+        )
+    )
+    raw = os.path.join(str(path), "hf")
+    bert.save_pretrained(raw)
+    fast.save_pretrained(raw)
+    word = models.Transformer(raw, max_seq_length=128)
+    model = SentenceTransformer(modules=[word, models.Pooling(word.get_word_embedding_dimension(), "mean")])
+    model.save(str(path))
+    return str(path)

@@ -39,6 +39,9 @@ class QAEnvBase(ToolEnv):
         corpus: Corpus | None,
         retriever: str | Retriever = "bm25",
         retriever_kwargs: dict[str, Any] | None = None,
+        index_path: str | Path | None = None,
+        encoder_path: str | Path | None = None,
+        server_url: str | None = None,
         top_k: int = 3,
         protocol: str | ToolCallFormat = "hermes",
         max_turns: int = 6,
@@ -50,7 +53,15 @@ class QAEnvBase(ToolEnv):
         render_mode: str | None = None,
     ) -> None:
         self.corpus = corpus
-        self.retriever = make_retriever(retriever, corpus, **(retriever_kwargs or {}))
+        settings = dict(retriever_kwargs or {})
+        for key, value in (
+            ("index_path", index_path),
+            ("encoder_path", encoder_path),
+            ("server_url", server_url),
+        ):
+            if value is not None:
+                settings[key] = str(value)
+        self.retriever = make_retriever(retriever, corpus, **settings)
         super().__init__(
             tools=[SearchTool(self.retriever, top_k=top_k)],
             protocol=protocol,
@@ -145,7 +156,12 @@ class MultiHopQAEnv(QAEnvBase):
         data_path: a dataset file in its official layout (JSON, JSONL, optionally .gz) instead of the sample.
         corpus_path: a JSONL corpus (``{"id","contents"}`` or ``{"id","title","text"}``) to search; default: the
             bundled sample's corpus, or the context paragraphs of ``data_path``'s questions.
-        retriever, retriever_kwargs: the search backend (``"bm25"``) and its settings, or a retriever object.
+        retriever: the search backend: ``"bm25"`` (embedded), ``"lucene"`` (Pyserini), ``"dense"`` (faiss),
+            ``"http"`` (a retrieval server), or any object with ``search(queries, k)``.
+        index_path: a prebuilt Lucene or dense index (default: built from the corpus and cached).
+        encoder_path: the sentence-transformers model directory for ``dense``.
+        server_url: the server for ``http``; ``retriever_kwargs`` holds further backend settings (e.g.
+            ``{"api": "search_r1"}``, ``{"index_type": "hnsw", "prefixes": "e5"}``, ``{"threads": 4}``).
         top_k: passages per search.
         Other arguments: see :class:`~agentr1_gym.core.ToolEnv`.
 
@@ -162,6 +178,9 @@ class MultiHopQAEnv(QAEnvBase):
         tasks: Sequence[QATask] | None = None,
         retriever: str | Retriever = "bm25",
         retriever_kwargs: dict[str, Any] | None = None,
+        index_path: str | Path | None = None,
+        encoder_path: str | Path | None = None,
+        server_url: str | None = None,
         top_k: int = 3,
         protocol: str | ToolCallFormat = "hermes",
         max_turns: int = 6,
@@ -199,6 +218,9 @@ class MultiHopQAEnv(QAEnvBase):
             corpus=corpus,
             retriever=retriever,
             retriever_kwargs=retriever_kwargs,
+            index_path=index_path,
+            encoder_path=encoder_path,
+            server_url=server_url,
             top_k=top_k,
             protocol=protocol,
             max_turns=max_turns,

