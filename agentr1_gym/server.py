@@ -14,6 +14,7 @@ Malformed requests get a 422 that says which field is wrong. Several env process
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -53,12 +54,15 @@ def _doc(p: Passage) -> dict[str, str]:
 def create_app(retriever: Retriever, *, backend: str = "", passages: int | None = None) -> Any:
     """A FastAPI app serving ``retriever``."""
     try:
-        from fastapi import FastAPI, HTTPException, Query
+        from fastapi import FastAPI, HTTPException, Query, Response
         from fastapi.concurrency import run_in_threadpool
     except ImportError:
         raise MissingDependencyError("fastapi", "serve", "agentr1 serve-retriever") from None
 
     app = FastAPI(title="agentr1-gym retrieval server", version="1")
+
+    def _json(obj: Any) -> Response:  # plain json.dumps: FastAPI's jsonable_encoder walk costs ms per batch
+        return Response(json.dumps(obj, ensure_ascii=False).encode(), media_type="application/json")
 
     def _check(queries: list[str]) -> list[str]:
         for q in queries:
@@ -68,9 +72,16 @@ def create_app(retriever: Retriever, *, backend: str = "", passages: int | None 
                 )
         return queries
 
+    # The embedded bm25 backend is pure CPU work under the GIL: a thread hop only adds latency. Backends that wait
+    # on native code or I/O (lucene, dense, http) run in the thread pool so the event loop stays free.
+    inline = getattr(retriever, "backend", "") == "bm25"
+
     async def _search(queries: list[str], k: int) -> tuple[list[list[Passage]], float]:
         start = time.perf_counter()
-        hits = await run_in_threadpool(retriever.search, _check(queries), k)
+        if inline:
+            hits = retriever.search(_check(queries), k)
+        else:
+            hits = await run_in_threadpool(retriever.search, _check(queries), k)
         return hits, time.perf_counter() - start
 
     @app.get("/health")

@@ -122,3 +122,12 @@ def test_perfect_searcher_finds_gold_paragraphs_on_hotpotqa():
     hits = retriever.search(queries, k=5)
     recall = np.mean([gold in {p.title for p in h} for gold, h in zip(golds, hits)])
     assert recall >= 0.95, recall
+
+
+def test_large_corpus_batched_equals_single():
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(3000)]
+    corpus = Corpus(Passage(str(i), f"t{i}", " ".join(rng.choice(words, 12))) for i in range(25_000))
+    r = BM25Retriever(corpus, cache=False)
+    queries = [" ".join(rng.choice(words, 3)) for _ in range(30)]
+    assert r.search(queries, k=5) == [r.search([q], k=5)[0] for q in queries]

@@ -128,8 +128,11 @@ def make_world(world_seed: int = 0, entities_per_type: int = 40) -> World:
     relations: dict[tuple[int, str], int] = {}
     for e, etype in enumerate(types):
         for rel in _BY_SOURCE[etype]:
-            choices = [c for c in by_type[rel.target] if c != e]
-            relations[(e, rel.name)] = int(rng.choice(choices))
+            targets = by_type[rel.target]
+            target = e
+            while target == e:  # never related to itself
+                target = targets[int(rng.integers(len(targets)))]
+            relations[(e, rel.name)] = target
     passages = []
     for e, (name, etype) in enumerate(zip(names, types)):
         facts = [f"{name} is a {etype}."]
