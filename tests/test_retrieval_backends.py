@@ -217,6 +217,19 @@ def test_200_concurrent_requests(server):
     assert len(results) == 200 and all(len(r) == 2 and r[1] for r in results)
 
 
+def test_several_env_processes_share_one_server(server):
+    url, _ = server
+    make = lambda: gym.make("AgentR1/HotpotQA-v0", retriever="http", server_url=url)  # noqa: E731
+    envs = gym.vector.AsyncVectorEnv([make, make], shared_memory=False)
+    try:
+        envs.reset(seed=0)
+        obs, _, _, _, info = envs.step(tuple(envs.call("oracle_action")))
+        assert all(o.startswith("<tool_response>\nDoc 1 (Title:") for o in obs)
+        assert list(info["action_error"]) == [None, None]
+    finally:
+        envs.close()
+
+
 def test_env_over_http_and_server_death(server):
     url, proc = server
     env = gym.make(

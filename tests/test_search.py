@@ -131,3 +131,10 @@ def test_large_corpus_batched_equals_single():
     r = BM25Retriever(corpus, cache=False)
     queries = [" ".join(rng.choice(words, 3)) for _ in range(30)]
     assert r.search(queries, k=5) == [r.search([q], k=5)[0] for q in queries]
+
+
+def test_kilt_knowledge_source_layout(tmp_path):
+    path = tmp_path / "kilt.jsonl"
+    path.write_text('{"_id": "290", "wikipedia_title": "A", "text": ["A\\n", "A is a letter.\\n"]}\n')
+    (p,) = Corpus.from_jsonl(path)
+    assert (p.id, p.title, p.text) == ("290", "A", "A A is a letter.")

@@ -80,7 +80,9 @@ class Corpus(Sequence[Passage]):
 
     @classmethod
     def from_jsonl(cls, path: str | Path) -> Corpus:
-        """Read a JSONL corpus: ``{"id", "contents"}`` (FlashRAG, ``"Title"\\ntext``) or ``{"id", "title", "text"}``.
+        """Read a JSONL corpus: ``{"id", "contents"}`` (FlashRAG/Search-R1 wiki-18, ``"Title"\\ntext``),
+        ``{"id", "title", "text"}``, or KILT's knowledge source (``{"_id", "wikipedia_title", "text": [paragraphs]}``,
+        one passage per page).
 
         A ``.json`` file holding a list of such objects (or ``{"title", "text"}`` without ids) is read too.
         """
@@ -103,6 +105,10 @@ def _record_to_passage(record: dict, index: int, path: Path) -> Passage:
     if not isinstance(record, dict):
         raise DataError(f"{path}: passage {index} is not a JSON object")
     pid = str(record.get("id", record.get("_id", index)))
+    if "wikipedia_title" in record:  # the KILT knowledge source: one page, its paragraphs as a list
+        text = record.get("text", "")
+        text = " ".join(str(t).strip() for t in text) if isinstance(text, list) else str(text)
+        return Passage(id=pid, title=str(record["wikipedia_title"]), text=text)
     if "contents" in record:
         title, text = split_contents(str(record["contents"]))
         title = str(record.get("title", title))
