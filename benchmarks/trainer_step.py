@@ -1,4 +1,5 @@
-"""One optimisation step of AgentGRPOTrainer vs TRL's stock GRPOTrainer on the same tiny model, batch and tokens.
+"""One optimisation step of AgentGRPOTrainer and AgentPPOTrainer vs TRL's stock GRPOTrainer on the same tiny model,
+batch and tokens.
 
     python benchmarks/trainer_step.py [--steps 6] [--hidden 64] [--json out.json]
 
@@ -72,7 +73,17 @@ def worker(name: str, steps: int, hidden: int, generations: int) -> dict:
         def on_step_end(self, args, state, control, **kw):
             times.append(time.perf_counter() - self.t)
 
-    if name == "AgentGRPOTrainer":
+    if name == "AgentPPOTrainer":
+        from agentr1_trl.ppo_config import AgentPPOConfig
+        from agentr1_trl.ppo_trainer import AgentPPOTrainer
+
+        args = AgentPPOConfig(
+            **common, env_id=ENV, env_kwargs=env_kwargs, max_new_tokens_per_turn=32, max_episode_tokens=2048
+        )
+        trainer = AgentPPOTrainer(
+            model, args, tok, peft_config=lora, generator=ScriptedGenerator(tok, _script), callbacks=[Timer()]
+        )
+    elif name == "AgentGRPOTrainer":
         args = AgentGRPOConfig(
             **common, env_id=ENV, env_kwargs=env_kwargs, max_new_tokens_per_turn=32, max_episode_tokens=2048
         )
@@ -128,7 +139,7 @@ def main() -> None:
     from _common import emit, machine_info
 
     runs = {}
-    for name in ("AgentGRPOTrainer", "GRPOTrainer"):
+    for name in ("AgentGRPOTrainer", "GRPOTrainer", "AgentPPOTrainer"):
         out = subprocess.run(
             [
                 sys.executable,
@@ -155,8 +166,10 @@ def main() -> None:
         "time_ratio_agent_over_stock": round(
             runs["AgentGRPOTrainer"]["sec_per_step"] / runs["GRPOTrainer"]["sec_per_step"], 3
         ),
-        "same_tokens": runs["AgentGRPOTrainer"]["generated_tokens_per_step"]
-        == runs["GRPOTrainer"]["generated_tokens_per_step"],
+        "time_ratio_ppo_over_stock_grpo": round(
+            runs["AgentPPOTrainer"]["sec_per_step"] / runs["GRPOTrainer"]["sec_per_step"], 3
+        ),
+        "same_tokens": len({r["generated_tokens_per_step"] for r in runs.values()}) == 1,
     }
     emit(result, args.json)
 

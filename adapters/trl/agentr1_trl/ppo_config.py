@@ -1,0 +1,35 @@
+"""Configuration of :class:`~agentr1_trl.ppo_trainer.AgentPPOTrainer`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agentr1_gym.errors import ConfigError
+from agentr1_trl.grpo_config import AgentGRPOConfig
+
+__all__ = ["AgentPPOConfig"]
+
+
+@dataclass
+class AgentPPOConfig(AgentGRPOConfig):
+    """:class:`AgentGRPOConfig` plus the critic and GAE settings. ``advantage_estimator`` is ignored (PPO uses GAE
+    over the action-token timeline); ``num_generations`` only sets how many episodes share a task seed."""
+
+    vf_coef: float = field(default=0.5, metadata={"help": "Weight of the value loss."})
+    cliprange_value: float = field(
+        default=0.2, metadata={"help": "Clip range of the value update around old values."}
+    )
+    lam: float = field(default=0.95, metadata={"help": "GAE lambda (gamma is `gamma`)."})
+    whiten_advantages: bool = field(
+        default=True, metadata={"help": "Whiten GAE advantages over action tokens."}
+    )
+    critic_warmup_steps: int = field(
+        default=0, metadata={"help": "Optimizer steps that train only the value head (policy loss weight 0)."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 <= self.lam <= 1.0 or not 0.0 <= self.gamma <= 1.0:
+            raise ConfigError("need 0 <= lam <= 1 and 0 <= gamma <= 1")
+        if self.vf_coef < 0 or self.cliprange_value <= 0 or self.critic_warmup_steps < 0:
+            raise ConfigError("need vf_coef >= 0, cliprange_value > 0, critic_warmup_steps >= 0")

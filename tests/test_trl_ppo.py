@@ -1,0 +1,118 @@
+"""AgentPPOTrainer on the tiny random Qwen2 (a few steps) and value-guided decoding."""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+
+import pytest
+
+pytest.importorskip("trl")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import gymnasium as gym
+import torch
+from agentr1_trl import ScriptedGenerator, collect_rollouts
+from agentr1_trl.ppo_config import AgentPPOConfig
+from agentr1_trl.ppo_trainer import AgentPPOTrainer, ValueGuidedGenerator
+from agentr1_trl.testing import tiny_model, tiny_tokenizer
+from peft import LoraConfig
+
+import agentr1_gym  # noqa: F401
+
+
+def _script(prompt_ids, i):
+    return "<answer>Nobody</answer>" if i % 2 == 0 else "<think>I am not sure</think>"
+
+
+def _trainer(tmp_path, **kw):
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=0)
+    base = copy.deepcopy(model)
+    cfg = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_steps=2,
+        learning_rate=5e-2,
+        logging_steps=1,
+        report_to="none",
+        beta=0.04,
+        max_new_tokens_per_turn=16,
+        max_episode_tokens=1536,
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        env_kwargs={"max_turns": 3},
+    )
+    cfg.update(kw)
+    trainer = AgentPPOTrainer(
+        model,
+        AgentPPOConfig(**cfg),
+        tok,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        generator=ScriptedGenerator(tok, _script),
+    )
+    return trainer, base
+
+
+def _params(model, key):
+    return {k: v.detach().clone() for k, v in model.named_parameters() if key in k}
+
+
+def test_ppo_trains_lora_and_value_head_not_the_base(tmp_path):
+    trainer, base = _trainer(tmp_path)
+    lora0, head0 = _params(trainer.model, "lora_"), _params(trainer.model, "value_head")
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) and math.isfinite(h["loss/value"]) for h in logs)
+    assert any(not torch.equal(v, _params(trainer.model, "lora_")[k]) for k, v in lora0.items())
+    assert any(not torch.equal(v, _params(trainer.model, "value_head")[k]) for k, v in head0.items())
+    base_params = dict(base.named_parameters())
+    for name, value in trainer.model.named_parameters():
+        if "lora_" in name or "value_head" in name:
+            continue
+        clean = name.replace("base_model.model.", "").replace(".base_layer", "")
+        assert torch.equal(value, base_params[clean]), name
+    assert {"loss/policy", "loss/value", "value/explained_variance", "kl"} <= set(logs[0])
+
+
+def test_critic_warmup_keeps_the_policy_fixed(tmp_path):
+    trainer, _ = _trainer(tmp_path, critic_warmup_steps=5, beta=0.0, max_steps=1)
+    lora0 = _params(trainer.model, "lora_")
+    trainer.train()
+    assert all(torch.equal(v, _params(trainer.model, "lora_")[k]) for k, v in lora0.items())
+    assert trainer.value_head.weight.abs().sum() > 0
+
+
+def test_ppo_resume_reproduces_the_next_step(tmp_path):
+    a, _ = _trainer(tmp_path / "a", save_strategy="steps", save_steps=1)
+    a.train()
+    assert (tmp_path / "a" / "checkpoint-1" / "value_head.pt").exists()
+    b, _ = _trainer(tmp_path / "b")
+    b.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-1"))
+    for key in ("lora_", "value_head"):
+        pa, pb = _params(a.model, key), _params(b.model, key)
+        assert all(torch.allclose(pa[k], pb[k], atol=1e-6) for k in pa), key
+
+
+def test_value_guided_decoding_picks_the_highest_value(tmp_path):
+    trainer, _ = _trainer(tmp_path, max_steps=1)
+    tok = trainer.processing_class
+    torch.manual_seed(0)
+    with torch.no_grad():  # a random (non-zero) head, so the candidates get different values
+        trainer.value_head.weight.normal_()
+    texts = iter(["<answer>a</answer>", "<answer>bbb</answer>", "<answer>cc</answer>"] * 10)
+    base = ScriptedGenerator(tok, lambda p, i: next(texts))
+    guided = ValueGuidedGenerator(base, trainer.model, trainer.value_head, tok, n=3)
+    envs = [gym.make("AgentR1/SyntheticMultihop-v0")]
+    (traj,) = collect_rollouts(envs, guided, tok, seeds=[0])
+    assert len(guided.last_scores[0]) == 3 and traj.terminated
+    scores = guided.last_scores[0]
+    assert len(set(scores)) == 3
+    assert (
+        traj.actions[0]
+        == ["<answer>a</answer>", "<answer>bbb</answer>", "<answer>cc</answer>"][scores.index(max(scores))]
+    )
