@@ -273,7 +273,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", required=True, help="corpus JSONL to write ({id, contents, title, text} per line)"
     )
     c.set_defaults(func=cmd_corpus_build)
+    _plugin_commands(sub)
     return parser
+
+
+def _plugin_commands(sub: Any) -> None:
+    """Subcommands contributed by other packages through the ``agentr1.commands`` entry point group (the TRL
+    adapter's ``train``); the core package never imports them by name."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="agentr1.commands"):
+        try:
+            ep.load()(sub)
+        except ImportError as exc:
+            missing = str(exc)
+            p = sub.add_parser(ep.name, help=f"(unavailable: {missing})")
+            p.set_defaults(func=lambda args, _m=missing, _n=ep.name: _unavailable(_n, _m))
+
+
+def _unavailable(name: str, missing: str) -> int:
+    print(
+        f'error: `agentr1 {name}` needs the TRL adapter: pip install "agentr1-gym[trl]" ({missing})',
+        file=sys.stderr,
+    )
+    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:

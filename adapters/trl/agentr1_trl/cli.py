@@ -1,0 +1,171 @@
+"""``agentr1 train``: GRPO or PPO with LoRA on an AgentR1 env, from flags and/or a YAML config.
+
+Registered into the ``agentr1`` command through the ``agentr1.commands`` entry point, so the core package never
+imports the adapter. Writes ``OUTPUT_DIR/adapter`` (the LoRA adapter, the tokenizer and, for PPO, the value head),
+``metrics.jsonl`` (the trainer's log history) and ``reward_curve.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["cmd_train", "plot_reward_curve", "register"]
+
+DEFAULTS: dict[str, Any] = {
+    "per_device_train_batch_size": 8,
+    "num_generations": 8,
+    "learning_rate": 2e-4,
+    "beta": 0.0,
+    "max_new_tokens_per_turn": 48,
+    "max_episode_tokens": 1536,
+    "logging_steps": 1,
+    "save_strategy": "no",
+    "report_to": "none",
+    "temperature": 1.0,
+}
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def plot_reward_curve(log_history: list[dict[str, Any]], path: str | Path, title: str = "") -> None:
+    """Reward (and env success / format rates where logged) per logged step, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    logs = [h for h in log_history if "reward" in h]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = [h["step"] for h in logs]
+    for key, label in (
+        ("reward", "mean episode return"),
+        ("env/success", "success rate"),
+        ("env/format_ok", "format-valid rate"),
+    ):
+        if any(key in h for h in logs):
+            ax.plot(steps, [h.get(key, float("nan")) for h in logs], marker="o", label=label)
+    ax.set_xlabel("optimizer step")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import yaml
+    from peft import LoraConfig
+
+    settings: dict[str, Any] = dict(DEFAULTS)
+    if args.config:
+        loaded = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
+        if not isinstance(loaded, dict):
+            print(f"error: {args.config} must hold a mapping of config fields", file=sys.stderr)
+            return 2
+        settings.update(loaded)
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"error: --set expects key=value, got {item!r}", file=sys.stderr)
+            return 2
+        settings[key] = _value(value)
+    algo = settings.pop("algo", args.algo)
+    model_name = settings.pop("model", args.model)
+    lora_r = int(settings.pop("lora_r", args.lora_r))
+    settings.setdefault("env_id", args.env)
+    settings.setdefault(
+        "env_kwargs", _value(args.env_kwargs) if args.env_kwargs else {"max_hops": 1, "max_turns": 3}
+    )
+    settings.setdefault("max_steps", args.max_steps)
+    output_dir = Path(settings.setdefault("output_dir", args.output_dir or f"runs/agentr1-{algo}"))
+
+    if model_name == "smollm2":
+        from agentr1_trl.models import load_default_policy
+
+        model, tokenizer = load_default_policy()
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_name)
+        model = AutoModelForCausalLM.from_pretrained(model_name)
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+    lora = LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules="all-linear", task_type="CAUSAL_LM")
+    if algo == "ppo":
+        from agentr1_trl.ppo_config import AgentPPOConfig as Config
+        from agentr1_trl.ppo_trainer import AgentPPOTrainer as Trainer
+    elif algo == "grpo":
+        from agentr1_trl.grpo_config import AgentGRPOConfig as Config  # type: ignore[assignment]
+        from agentr1_trl.grpo_trainer import AgentGRPOTrainer as Trainer  # type: ignore[assignment]
+    else:
+        print(f"error: --algo must be grpo or ppo, got {algo!r}", file=sys.stderr)
+        return 2
+    try:
+        config = Config(**settings)
+    except TypeError as exc:
+        print(f"error: bad config field: {exc}", file=sys.stderr)
+        return 2
+    trainer = Trainer(model, config, tokenizer, peft_config=lora)
+    trainer.train()
+    adapter = output_dir / "adapter"
+    trainer.save_model(str(adapter))
+    tokenizer.save_pretrained(str(adapter))
+    with (output_dir / "metrics.jsonl").open("w", encoding="utf-8") as f:
+        for row in trainer.state.log_history:
+            f.write(json.dumps(row) + "\n")
+    plot_reward_curve(
+        trainer.state.log_history,
+        output_dir / "reward_curve.png",
+        f"{algo.upper()} on {config.env_id} ({model_name})",
+    )
+    print(f"wrote {adapter}, {output_dir / 'metrics.jsonl'} and {output_dir / 'reward_curve.png'}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``train`` to the ``agentr1`` command."""
+    p = subparsers.add_parser(
+        "train",
+        help="train a LoRA policy with GRPO or PPO on an AgentR1 env (default: SmolLM2-135M-Instruct "
+        "on AgentR1/SyntheticMultihop-v0, a few minutes on a CPU)",
+    )
+    p.add_argument("--env", default="AgentR1/SyntheticMultihop-v0", help="env id (default the synthetic env)")
+    p.add_argument(
+        "--env-kwargs",
+        default=None,
+        help='env keyword arguments as JSON (default {"max_hops": 1, "max_turns": 3})',
+    )
+    p.add_argument("--algo", default="grpo", choices=["grpo", "ppo"], help="default grpo")
+    p.add_argument(
+        "--model", default="smollm2", help="'smollm2' (the offline default policy) or a local model dir"
+    )
+    p.add_argument("--output-dir", default=None, help="default runs/agentr1-ALGO")
+    p.add_argument("--max-steps", type=int, default=10, help="optimizer steps (default 10)")
+    p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (default 16, all linear layers)")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="YAML file of AgentGRPOConfig/AgentPPOConfig fields (and algo, "
+        "model, lora_r); flags and --set override it",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one config field, e.g. --set learning_rate=1e-4 (repeatable)",
+    )
+    p.set_defaults(func=cmd_train)
