@@ -214,6 +214,15 @@ class ToolEnv(gym.Env[str, str], ABC):
     def _score(self, answer: str | None) -> tuple[float, dict[str, float]]:
         """Score a final answer (``None``: none given): ``(score in [0, 1], metrics to log)``."""
 
+    def _pick_task(self, tasks: Sequence[Any], options: dict[str, Any]) -> Any:
+        """For envs over a fixed task list: ``options["task_index"]`` if given, else a draw from ``np_random``."""
+        index = options.get("task_index")
+        if index is None:
+            return tasks[int(self.np_random.integers(len(tasks)))]
+        if not isinstance(index, int) or not 0 <= index < len(tasks):
+            raise ConfigError(f"options['task_index'] must be an int in [0, {len(tasks)}), got {index!r}")
+        return tasks[index]
+
     def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
         """Extra process-reward components for one executed call (keys from ``PROCESS_KEYS``)."""
         return {}

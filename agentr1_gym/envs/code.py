@@ -168,14 +168,7 @@ class HumanEvalEnv(ToolEnv):
         self._oracle_ran = False
 
     def _sample_task(self, options: dict[str, Any]) -> CodeTask:
-        index = options.get("task_index")
-        if index is None:
-            return self.tasks[int(self.np_random.integers(len(self.tasks)))]
-        if not isinstance(index, int) or not 0 <= index < len(self.tasks):
-            raise ConfigError(
-                f"options['task_index'] must be an int in [0, {len(self.tasks)}), got {index!r}"
-            )
-        return self.tasks[index]
+        return self._pick_task(self.tasks, options)
 
     def _on_reset(self) -> None:
         self._ran_ok = self._doctest_ok = self._oracle_ran = False
