@@ -78,6 +78,16 @@ def cmd_play(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from agentr1_gym.evaluation import evaluate
 
+    if args.model:  # model-backed policies live in the TRL adapter, found through an entry point
+        from importlib.metadata import entry_points
+
+        found = [ep for ep in entry_points(group="agentr1.policies") if ep.name == "model"]
+        if not found:
+            print('error: --model needs the TRL adapter: pip install "agentr1-gym[trl]"', file=sys.stderr)
+            return 2
+        args.env_kwargs_parsed = _parse_kv(args.env_arg)
+        return int(found[0].load()(args))
+
     summary = evaluate(
         args.env_id,
         args.policy,
@@ -215,6 +225,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="episode i is reset with seed SEED+i (default 0)")
     p.add_argument("--env-arg", **env_arg)
     p.add_argument("--returns", action="store_true", help="also print every episode's return")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="evaluate a model instead of a scripted policy: 'smollm2' or a "
+        "local model directory (needs the trl extra)",
+    )
+    p.add_argument("--adapter", default=None, help="LoRA adapter directory for --model (from agentr1 train)")
+    p.add_argument(
+        "--baseline",
+        default="tool",
+        choices=["tool", "naive-rag"],
+        help="with --model: 'tool' (Base Tool Call, default) or 'naive-rag' (one search, then answer)",
+    )
+    p.add_argument(
+        "--value-guided",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --model and a PPO adapter: sample N candidate turns, keep the highest-value one",
+    )
+    p.add_argument(
+        "--max-new-tokens", type=int, default=128, help="with --model: tokens per turn (default 128)"
+    )
+    p.add_argument("--temperature", type=float, default=0.0, help="with --model: 0 = greedy (default)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=cmd_eval)
 

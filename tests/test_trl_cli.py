@@ -60,3 +60,103 @@ def test_train_rejects_bad_fields(tmp_path, tiny_dir, capsys):
         main(["train", "--model", tiny_dir, "--set", "no_such_field=1", "--output-dir", str(tmp_path)]) == 2
     )
     assert "bad config field" in capsys.readouterr().err
+
+
+def _eval(capsys, *argv):
+    capsys.readouterr()
+    assert main(["eval", *argv, "--no-progress"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_eval_model_baselines_and_value_guided(tmp_path, tiny_dir, capsys):
+    out = tmp_path / "ppo"
+    assert (
+        main(
+            [
+                "train",
+                "--model",
+                tiny_dir,
+                "--algo",
+                "ppo",
+                "--max-steps",
+                "1",
+                "--lora-r",
+                "2",
+                "--set",
+                "per_device_train_batch_size=2",
+                "--set",
+                "num_generations=2",
+                "--set",
+                "use_cpu=true",
+                "--set",
+                "max_new_tokens_per_turn=8",
+                "--output-dir",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    tool = _eval(
+        capsys,
+        "AgentR1/SyntheticMultihop-v0",
+        "--model",
+        tiny_dir,
+        "--episodes",
+        "3",
+        "--max-new-tokens",
+        "8",
+        "--env-arg",
+        "max_turns=2",
+        "--env-arg",
+        "max_hops=1",
+    )
+    assert tool["episodes"] == 3 and tool["baseline"] == "tool" and 0.0 <= tool["success"] <= 1.0
+    assert tool["turns"] == 2.0  # a random model never answers: both turns used
+    rag = _eval(
+        capsys,
+        "AgentR1/HotpotQA-v0",
+        "--model",
+        tiny_dir,
+        "--baseline",
+        "naive-rag",
+        "--episodes",
+        "2",
+        "--max-new-tokens",
+        "8",
+    )
+    assert rag["baseline"] == "naive-rag" and rag["turns"] == 2.0 and "f1" in rag
+    guided = _eval(
+        capsys,
+        "AgentR1/SyntheticMultihop-v0",
+        "--model",
+        tiny_dir,
+        "--adapter",
+        str(out / "adapter"),
+        "--value-guided",
+        "2",
+        "--episodes",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--env-arg",
+        "max_turns=2",
+        "--env-arg",
+        "max_hops=1",
+    )
+    assert guided["value_guided"] == 2 and guided["episodes"] == 2
+    assert (
+        main(
+            [
+                "eval",
+                "AgentR1/SyntheticMultihop-v0",
+                "--model",
+                tiny_dir,
+                "--value-guided",
+                "2",
+                "--episodes",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 2
+    )  # no value head without a PPO adapter
