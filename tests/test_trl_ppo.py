@@ -116,3 +116,30 @@ def test_value_guided_decoding_picks_the_highest_value(tmp_path):
         traj.actions[0]
         == ["<answer>a</answer>", "<answer>bbb</answer>", "<answer>cc</answer>"][scores.index(max(scores))]
     )
+
+
+def test_sft_warm_start_on_oracle_demonstrations():
+    from agentr1_trl.sft import oracle_samples, warm_start
+    from peft import get_peft_model
+
+    tok = tiny_tokenizer()
+    model = get_peft_model(
+        tiny_model(tok, hidden_size=32, seed=1), LoraConfig(r=8, target_modules=["q_proj", "v_proj"])
+    )
+    samples = oracle_samples("AgentR1/SyntheticMultihop-v0", range(6), tok, env_kwargs={"max_hops": 1})
+    assert len(samples) == 6 and all(sum(s.action_mask) < len(s.action_mask) for s in samples)
+    base = {k: v.clone() for k, v in model.named_parameters() if "lora_" not in k}
+    losses = warm_start(model, tok, samples, epochs=4, lr=5e-3, progress=False)
+    assert losses[-1] < losses[0]
+    assert all(torch.equal(v, dict(model.named_parameters())[k]) for k, v in base.items())
+
+
+def test_no_action_mask_ablation_trains_on_tool_tokens(tmp_path):
+    trainer, _ = _trainer(tmp_path, max_steps=1)
+    trainer.args.action_mask = False
+    trainer.train()
+    assert math.isfinite(trainer.state.log_history[0]["loss"])
+    # TRL counts the masked-in completion tokens: with no action mask that is the whole completion
+    log = trainer.state.log_history[0]
+    lengths = [len(t.completion_ids) for t in trainer.last_trajectories]
+    assert log["completions/max_length"] == max(lengths)

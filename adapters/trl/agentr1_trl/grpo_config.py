@@ -55,6 +55,13 @@ class AgentGRPOConfig(GRPOConfig):
     gamma: float = field(
         default=1.0, metadata={"help": "Discount along the action-token timeline (reinforce_pp)."}
     )
+    action_mask: bool = field(
+        default=True,
+        metadata={
+            "help": "Loss only on tokens the policy generated (Agent-R1's action mask). False trains on tool "
+            "responses and template tokens too: the paper's ablation."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.bf16 is None and not self.fp16:

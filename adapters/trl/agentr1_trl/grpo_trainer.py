@@ -161,7 +161,8 @@ class AgentGRPOTrainer(GRPOTrainer):
             "prompt_ids": [t.prompt_ids for t in trajs],
             "completion_ids": [t.completion_ids for t in trajs],
             "logprobs": [t.logprobs for t in trajs],
-            "env_mask": [t.action_mask for t in trajs],
+            # the action mask (Agent-R1); all ones for the no-mask ablation
+            "env_mask": [t.action_mask if args.action_mask else [1] * len(t.action_mask) for t in trajs],
             "episode_return": [t.episode_return for t in trajs],
         }
 

@@ -1,0 +1,95 @@
+"""A supervised warm start on oracle demonstrations (for models that never produce a well-formed tool call).
+
+:func:`oracle_samples` plays each env's ``oracle_action()`` through the same token-exact rollout code that RL uses,
+so the demonstrations carry the same action masks; :func:`warm_start` minimises the masked negative log-likelihood
+of the demonstrated turns (tool responses and template tokens carry no loss), updating whatever parameters are
+trainable (with peft: the LoRA adapter only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+import agentr1_gym
+from agentr1_trl.generation import SamplingConfig, ScriptedGenerator
+from agentr1_trl.rollout import Sample, collect_rollouts
+
+__all__ = ["oracle_samples", "warm_start"]
+
+
+def oracle_samples(
+    env_id: str,
+    seeds: Sequence[int],
+    tokenizer: Any,
+    *,
+    env_kwargs: dict[str, Any] | None = None,
+    max_episode_tokens: int = 8192,
+) -> list[Sample]:
+    """One training sample per oracle episode (per turn for templates that are not prefix-stable)."""
+    envs = [agentr1_gym.make(env_id, **(env_kwargs or {})) for _ in seeds]
+
+    def script(prompt_ids: Sequence[int], i: int) -> str:
+        live = [e for e in envs if not e.unwrapped._done]
+        return live[i].unwrapped.oracle_action()
+
+    trajs = collect_rollouts(
+        envs,
+        ScriptedGenerator(tokenizer, script),
+        tokenizer,
+        seeds=list(seeds),
+        sampling=SamplingConfig(max_new_tokens=4096),
+        max_episode_tokens=max_episode_tokens,
+    )
+    return [s for t in trajs for s in t.samples()]
+
+
+def warm_start(
+    model: Any,
+    tokenizer: Any,
+    samples: Sequence[Sample],
+    *,
+    epochs: int = 2,
+    lr: float = 2e-4,
+    batch_size: int = 4,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[float]:
+    """Masked-NLL training on the samples; returns the mean loss of each epoch."""
+    from tqdm.auto import tqdm
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters (wrap it with peft or unfreeze some)")
+    optimizer = torch.optim.AdamW(params, lr=lr)
+    device = next(model.parameters()).device
+    pad = tokenizer.pad_token_id
+    gen = torch.Generator().manual_seed(seed)
+    model.train()
+    history = []
+    for _ in tqdm(range(epochs), desc="sft", disable=not progress):
+        order = torch.randperm(len(samples), generator=gen).tolist()
+        losses = []
+        for start in range(0, len(order), batch_size):
+            batch = [samples[i] for i in order[start : start + batch_size]]
+            seqs = [s.prompt_ids + s.completion_ids for s in batch]
+            width = max(len(x) for x in seqs)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            att = torch.zeros((len(batch), width), dtype=torch.long)
+            labels = torch.full((len(batch), width), -100, dtype=torch.long)
+            for row, (s, seq) in enumerate(zip(batch, seqs)):
+                ids[row, : len(seq)] = torch.tensor(seq)
+                att[row, : len(seq)] = 1
+                comp = torch.tensor(s.completion_ids)
+                mask = torch.tensor(s.action_mask, dtype=torch.bool)
+                labels[row, len(s.prompt_ids) : len(seq)] = torch.where(mask, comp, torch.tensor(-100))
+            out = model(input_ids=ids.to(device), attention_mask=att.to(device), labels=labels.to(device))
+            optimizer.zero_grad()
+            out.loss.backward()
+            optimizer.step()
+            losses.append(out.loss.item())
+        history.append(sum(losses) / len(losses))
+    model.eval()
+    return history
