@@ -1,0 +1,24 @@
+"""The learning benchmark's whole pipeline on a tiny model (slow: run with `pytest -m slow`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.slow
+def test_learning_benchmark_smoke(tmp_path):
+    pytest.importorskip("trl")
+    out = tmp_path / "learning.json"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
+    subprocess.run([sys.executable, str(script), "--smoke", "--algos", "grpo", "ppo", "--json", str(out),
+                    "--workdir", str(tmp_path / "runs")], check=True, capture_output=True, timeout=600)
+    result = json.loads(out.read_text())
+    for algo in ("grpo", "ppo"):
+        run = result["runs"][algo]
+        assert run["train"]["steps"] >= 1 and run["before"]["episodes"] == 4 and "success" in run["after"]
+        assert len(run["sft_losses"]) == 2
