@@ -67,7 +67,11 @@ class Tool(ABC):
     Args: ClassVar[type[BaseModel]]
 
     def schema(self) -> dict[str, Any]:
-        """The tool in OpenAI function-calling format (what chat templates' ``tools=`` take)."""
+        """The tool in OpenAI function-calling format (what chat templates' ``tools=`` take); a fresh copy."""
+        return copy.deepcopy(self.schema_view())
+
+    def schema_view(self) -> dict[str, Any]:
+        """The same schema, computed once per tool class and shared: read it, never modify it."""
         cached = type(self).__dict__.get("_schema_cache")
         if cached is None:
             params = _clean_schema(self.Args.model_json_schema())
@@ -77,7 +81,7 @@ class Tool(ABC):
                 "function": {"name": self.name, "description": self.description, "parameters": params},
             }
             type(self)._schema_cache = cached  # type: ignore[attr-defined]
-        return copy.deepcopy(cached)
+        return cached
 
     def validate(self, arguments: dict[str, Any]) -> BaseModel:
         """Validate raw JSON arguments; raises pydantic's ``ValidationError``."""
@@ -229,6 +233,11 @@ class ToolEnv(gym.Env[str, str], ABC):
 
     def _on_reset(self) -> None:
         """Reset per-episode state of subclasses."""
+
+    @property
+    def done(self) -> bool:
+        """Whether the current episode has ended (or none has started)."""
+        return self._done
 
     def task_id(self) -> str:
         return str(getattr(self.task, "id", ""))

@@ -4,8 +4,8 @@ Three families, kept apart on purpose:
 
 * programmer / configuration mistakes (:class:`ConfigError`, :class:`UnknownEnvError`,
   :class:`MissingDependencyError`, :class:`ResetNeededError`) raise and say how to fix them;
-* malformed model output never raises: it is described by :class:`ActionParseError` /
-  :class:`ToolCallError` *values* that the env turns into an observation and a penalty;
+* malformed model output never raises: the parser and the env describe it in an observation,
+  ``info["action_error"]`` and a penalty (see :mod:`agentr1_gym.protocol` and :class:`agentr1_gym.core.ToolEnv`);
 * infrastructure failures (:class:`ToolInfrastructureError`, e.g. a retrieval server that is down)
   raise, so that they can never turn into silent zero rewards.
 """
@@ -15,14 +15,12 @@ from __future__ import annotations
 import gymnasium.error
 
 __all__ = [
-    "ActionParseError",
     "AgentR1Error",
     "BadArgumentError",
     "ConfigError",
     "DataError",
     "MissingDependencyError",
     "ResetNeededError",
-    "ToolCallError",
     "ToolInfrastructureError",
     "UnknownEnvError",
 ]
@@ -66,11 +64,3 @@ class ResetNeededError(AgentR1Error, gymnasium.error.ResetNeeded):
 
 class ToolInfrastructureError(AgentR1Error, RuntimeError):
     """A tool's backing service failed (server down, index missing). Never a model mistake."""
-
-
-class ActionParseError(AgentR1Error):
-    """The assistant turn could not be parsed (a *value* the env reports, not raised out of ``step``)."""
-
-
-class ToolCallError(AgentR1Error):
-    """A parsed tool call that cannot run: unknown tool or invalid arguments (reported, not raised)."""

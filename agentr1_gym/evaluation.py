@@ -15,9 +15,14 @@ import numpy as np
 
 from agentr1_gym.errors import ConfigError
 
-__all__ = ["POLICIES", "Policy", "evaluate", "oracle_policy"]
+__all__ = ["POLICIES", "Policy", "evaluate", "oracle_policy", "success"]
 
 Policy = Callable[[str, dict[str, Any], Any], str]
+
+
+def success(metrics: dict[str, float]) -> float:
+    """1.0 when an episode's answer is exactly right (EM, or the env's answer score where it has no EM)."""
+    return float(metrics.get("em", metrics.get("score", 0.0)) >= 1.0)
 
 
 def oracle_policy(obs: str, info: dict[str, Any], env: Any) -> str:
@@ -73,7 +78,7 @@ def evaluate(
             done = terminated or truncated
         returns.append(total)
         m = dict(info.get("metrics", {}))
-        m["success"] = float(m.get("em", m.get("score", 0.0)) >= 1.0)
+        m["success"] = success(m)
         for key, value in m.items():
             metrics.setdefault(key, []).append(float(value))
     summary: dict[str, Any] = {"episodes": episodes, "reward": float(np.mean(returns))}

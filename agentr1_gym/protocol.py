@@ -132,7 +132,7 @@ class ToolCallFormat(ABC):
 
 
 def _tool_signature(tool: Tool) -> str:
-    props = tool.schema()["function"]["parameters"].get("properties", {})
+    props = tool.schema_view()["function"]["parameters"].get("properties", {})
     args = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
     return f"{tool.name}({args}): {tool.description}"
 
@@ -223,7 +223,7 @@ class SearchR1Format(ToolCallFormat):
 
     @staticmethod
     def _tag_argument(tool: Tool) -> str | None:
-        params = tool.schema()["function"]["parameters"]
+        params = tool.schema_view()["function"]["parameters"]
         required = params.get("required", [])
         props = params.get("properties", {})
         if len(required) == 1 and props.get(required[0], {}).get("type") == "string":

@@ -15,8 +15,23 @@ def test_learning_benchmark_smoke(tmp_path):
     pytest.importorskip("trl")
     out = tmp_path / "learning.json"
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
-    subprocess.run([sys.executable, str(script), "--smoke", "--algos", "grpo", "ppo", "--json", str(out),
-                    "--workdir", str(tmp_path / "runs")], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--smoke",
+            "--algos",
+            "grpo",
+            "ppo",
+            "--json",
+            str(out),
+            "--workdir",
+            str(tmp_path / "runs"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     result = json.loads(out.read_text())
     for algo in ("grpo", "ppo"):
         run = result["runs"][algo]

@@ -22,14 +22,6 @@ import agentr1_gym  # noqa: F401
 ENV = "AgentR1/SyntheticMultihop-v0"
 
 
-def _oracle(envs):
-    def script(prompt_ids, i):
-        live = [e for e in envs if not e.unwrapped._done]
-        return live[i].unwrapped.oracle_action()
-
-    return script
-
-
 @pytest.fixture(scope="module")
 def tok():
     t = copy.deepcopy(tiny_tokenizer())
@@ -58,7 +50,7 @@ def test_template_renders_tools_calls_and_responses(tok):
 
 def test_template_is_prefix_stable_in_rollouts(tok):
     envs = [gym.make(ENV, min_hops=2, max_hops=2) for _ in range(2)]
-    trajs = collect_rollouts(envs, ScriptedGenerator(tok, _oracle(envs)), tok, seeds=[0, 1])
+    trajs = collect_rollouts(envs, ScriptedGenerator.oracle(tok, envs), tok, seeds=[0, 1])
     for t in trajs:
         assert t.prefix_stable and t.terminated and t.metrics["em"] == 1.0
 
@@ -83,7 +75,7 @@ def test_smollm2_loader_and_one_trainer_step(tmp_path):
         top = model(**ids).logits[0, -1].argmax().item()
     assert tokenizer.decode([top]).strip() == "Paris"  # real weights, not random ones
     envs = [gym.make(ENV, max_hops=1)]
-    (traj,) = collect_rollouts(envs, ScriptedGenerator(tokenizer, _oracle(envs)), tokenizer, seeds=[3])
+    (traj,) = collect_rollouts(envs, ScriptedGenerator.oracle(tokenizer, envs), tokenizer, seeds=[3])
     assert traj.prefix_stable and traj.metrics["em"] == 1.0
     args = AgentGRPOConfig(
         output_dir=str(tmp_path / "out"),

@@ -16,14 +16,10 @@ import torch
 from agentr1_trl import ScriptedGenerator, collect_rollouts
 from agentr1_trl.ppo_config import AgentPPOConfig
 from agentr1_trl.ppo_trainer import AgentPPOTrainer, ValueGuidedGenerator
-from agentr1_trl.testing import tiny_model, tiny_tokenizer
+from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer
 from peft import LoraConfig
 
 import agentr1_gym  # noqa: F401
-
-
-def _script(prompt_ids, i):
-    return "<answer>Nobody</answer>" if i % 2 == 0 else "<think>I am not sure</think>"
 
 
 def _trainer(tmp_path, **kw):
@@ -53,7 +49,7 @@ def _trainer(tmp_path, **kw):
         AgentPPOConfig(**cfg),
         tok,
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
-        generator=ScriptedGenerator(tok, _script),
+        generator=ScriptedGenerator(tok, alternating_script),
     )
     return trainer, base
 

@@ -26,7 +26,7 @@ def _oracle_script(envs, bad_first_turn=()):
     turn = {}
 
     def script(prompt_ids, i):
-        live = [k for k, e in enumerate(envs) if not getattr(e.unwrapped, "_done", True)]
+        live = [k for k, e in enumerate(envs) if not e.unwrapped.done]
         k = live[i]
         turn[k] = turn.get(k, 0) + 1
         if k in bad_first_turn and turn[k] == 1:

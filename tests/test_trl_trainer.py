@@ -22,16 +22,11 @@ from agentr1_trl.bridges import (
 )
 from agentr1_trl.grpo_config import AgentGRPOConfig
 from agentr1_trl.grpo_trainer import AgentGRPOTrainer
-from agentr1_trl.testing import tiny_model, tiny_tokenizer
+from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer
 from peft import LoraConfig
 from trl import GRPOConfig, GRPOTrainer
 
 ENV = "AgentR1/SyntheticMultihop-v0"
-
-
-def _mixed_script(prompt_ids, i):
-    """Half the live episodes answer at once (format bonus), half write junk (format penalties): reward variance."""
-    return "<answer>Nobody</answer>" if i % 2 == 0 else "<think>I am not sure what to do</think>"
 
 
 def _config(tmp_path, **kw):
@@ -65,7 +60,7 @@ def _trainer(tmp_path, **kw):
         _config(tmp_path, **kw),
         tok,
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
-        generator=ScriptedGenerator(tok, _mixed_script),
+        generator=ScriptedGenerator(tok, alternating_script),
     )
     return trainer, base
 
@@ -156,7 +151,7 @@ def test_stock_grpo_with_rollout_func(tmp_path):
         env_kwargs={"max_turns": 3},
         max_new_tokens_per_turn=16,
         max_episode_tokens=1536,
-        generator_factory=lambda trainer: ScriptedGenerator(tok, _mixed_script),
+        generator_factory=lambda trainer: ScriptedGenerator(tok, alternating_script),
     )
     trainer = GRPOTrainer(
         model=model,

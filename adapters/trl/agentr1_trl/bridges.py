@@ -33,15 +33,19 @@ __all__ = [
 ]
 
 
+def _first_messages(env_id: str, seeds: Sequence[int], env_kwargs: dict[str, Any] | None) -> list[str]:
+    """The env's first user message for each reset seed."""
+    env = agentr1_gym.make(env_id, **(env_kwargs or {}))
+    return [env.reset(seed=int(s))[0] for s in seeds]
+
+
 def prompt_dataset(env_id: str, seeds: Sequence[int], env_kwargs: dict[str, Any] | None = None) -> Dataset:
     """A conversational dataset of the env's first user message for each seed (column ``prompt``) and the seed
     (column ``seed``); :func:`make_rollout_func` maps each prompt back to its seed."""
-    env = agentr1_gym.make(env_id, **(env_kwargs or {}))
-    prompts = []
-    for s in seeds:
-        obs, _ = env.reset(seed=int(s))
-        prompts.append([{"role": "user", "content": obs}])
-    return Dataset.from_dict({"prompt": prompts, "seed": [int(s) for s in seeds]})
+    first = _first_messages(env_id, seeds, env_kwargs)
+    return Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": m}] for m in first], "seed": [int(s) for s in seeds]}
+    )
 
 
 def make_rollout_func(
@@ -57,11 +61,7 @@ def make_rollout_func(
 
     ``generator_factory(trainer)`` builds the generation backend (default: HF ``generate`` on the trainer's model).
     """
-    by_prompt = {}
-    env = agentr1_gym.make(env_id, **(env_kwargs or {}))
-    for s in seeds:
-        obs, _ = env.reset(seed=int(s))
-        by_prompt[obs] = int(s)
+    by_prompt = dict(zip(_first_messages(env_id, seeds, env_kwargs), map(int, seeds)))
     pool: list[Any] = []
 
     def rollout_func(prompts: list, trainer: Any) -> dict[str, list]:

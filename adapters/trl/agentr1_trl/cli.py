@@ -91,18 +91,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     settings.setdefault("max_steps", args.max_steps)
     output_dir = Path(settings.setdefault("output_dir", args.output_dir or f"runs/agentr1-{algo}"))
 
-    if model_name == "smollm2":
-        from agentr1_trl.models import load_default_policy
+    from agentr1_trl.evaluate import load_policy
 
-        model, tokenizer = load_default_policy()
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model_name)
-        model = AutoModelForCausalLM.from_pretrained(model_name)
-        tokenizer.padding_side = "left"
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
+    model, tokenizer, _ = load_policy(model_name)
+    model.train()
     lora = LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules="all-linear", task_type="CAUSAL_LM")
     if algo == "ppo":
         from agentr1_trl.ppo_config import AgentPPOConfig as Config

@@ -21,6 +21,7 @@ import numpy as np
 
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.evaluation import success
 from agentr1_trl.generation import HFGenerator, SamplingConfig
 from agentr1_trl.rollout import collect_rollouts, render_chat
 
@@ -110,7 +111,7 @@ def evaluate_model(
                         **t.metrics,
                         "return": t.episode_return,
                         "turns": float(t.num_turns),
-                        "success": float(t.metrics.get("em", 0.0) >= 1.0),
+                        "success": success(t.metrics),
                         "format_ok": t.metrics.get("format_ok", 0.0),
                     }
                 )
@@ -154,7 +155,7 @@ def _naive_rag(
                 **metrics,
                 "return": total + float(reward),
                 "turns": 2.0,
-                "success": float(metrics.get("em", 0.0) >= 1.0),
+                "success": success(metrics),
             }
         )
     return rows

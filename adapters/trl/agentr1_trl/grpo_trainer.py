@@ -25,6 +25,7 @@ from trl import GRPOTrainer
 
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.evaluation import success
 from agentr1_trl.advantages import clipped_policy_loss, kl_penalty, reinforce_pp_advantages, rloo_advantages
 from agentr1_trl.generation import GenerationBackend, HFGenerator, SamplingConfig
 from agentr1_trl.grpo_config import AgentGRPOConfig
@@ -142,14 +143,9 @@ class AgentGRPOTrainer(GRPOTrainer):
             )
         self.last_trajectories = trajs
         mode = "train" if self.model.training else "eval"
-        for key in ("success", "em", "f1", "format_ok"):
-            values = [
-                t.metrics.get(key, 0.0)
-                if key != "success"
-                else float(t.metrics.get("em", t.metrics.get("score", 0.0)) >= 1.0)
-                for t in trajs
-            ]
-            self._metrics[mode][f"env/{key}"].append(sum(values) / len(values))
+        self._metrics[mode]["env/success"].append(sum(success(t.metrics) for t in trajs) / len(trajs))
+        for key in ("em", "f1", "format_ok"):
+            self._metrics[mode][f"env/{key}"].append(sum(t.metrics.get(key, 0.0) for t in trajs) / len(trajs))
         self._metrics[mode]["env/turns"].append(sum(t.num_turns for t in trajs) / len(trajs))
         self._metrics[mode]["env/process_reward"].append(
             sum(sum(r for r in t.rewards[:-1]) for t in trajs) / len(trajs)

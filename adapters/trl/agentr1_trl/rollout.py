@@ -122,7 +122,7 @@ def render_chat(
 
 
 def _clean(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in m.items()} for m in messages]
+    return [dict(m) for m in messages]
 
 
 @dataclass
@@ -146,11 +146,8 @@ class _ListBatch:
         return {i: self.envs[i].step(a) for i, a in actions.items()}
 
     def stop_strings(self) -> tuple[str, ...]:
-        return (
-            tuple(getattr(self.envs[0].unwrapped, "protocol", None).stop_strings)
-            if hasattr(self.envs[0].unwrapped, "protocol")
-            else ()
-        )
+        protocol = getattr(self.envs[0].unwrapped, "protocol", None)
+        return tuple(protocol.stop_strings) if protocol is not None else ()
 
 
 def _unbatch_info(infos: dict[str, Any], i: int) -> dict[str, Any]:

@@ -9,7 +9,13 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["corpus_for_tokenizer", "qwen25_chat_template", "tiny_model", "tiny_tokenizer"]
+__all__ = [
+    "alternating_script",
+    "corpus_for_tokenizer",
+    "qwen25_chat_template",
+    "tiny_model",
+    "tiny_tokenizer",
+]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 #: markup that gets one token each, as in Qwen2.5's vocabulary
@@ -110,3 +116,9 @@ def tiny_model(tokenizer: Any, *, hidden_size: int = 16, layers: int = 2, seed: 
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
+
+
+def alternating_script(prompt_ids: Any, i: int) -> str:
+    """A :class:`~agentr1_trl.generation.ScriptedGenerator` script with reward variance inside a group: even live
+    episodes answer at once (format bonus), odd ones write junk (format penalties)."""
+    return "<answer>Nobody</answer>" if i % 2 == 0 else "<think>I am not sure what to do</think>"

@@ -33,3 +33,14 @@ class ScriptedGenerator:
             self.history.append(list(ids))
             out.append(Generation(ids=list(ids)))
         return out
+
+    @classmethod
+    def oracle(cls, tokenizer: Any, envs: Sequence[Any]) -> ScriptedGenerator:
+        """Plays each env's ``oracle_action()``: the ``i``-th prompt of a call belongs to the ``i``-th env whose
+        episode is still running (the order :func:`~agentr1_trl.rollout.collect_rollouts` uses)."""
+
+        def script(prompt_ids: Sequence[int], i: int) -> str:
+            live = [e for e in envs if not e.unwrapped.done]
+            return live[i].unwrapped.oracle_action()
+
+        return cls(tokenizer, script)
