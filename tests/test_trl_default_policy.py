@@ -37,8 +37,15 @@ def test_template_renders_tools_calls_and_responses(tok):
     text = tok.apply_chat_template(
         env.messages, tools=info["tools"], tokenize=False, add_generation_prompt=True
     )
-    assert text.startswith(f"<|im_start|>system\n{DEFAULT_SYSTEM_PROMPT}\n\n# Tools")
-    assert json.dumps(info["tools"][0]) in text.replace(", ", ", ")
+    # the env's prompt already lists the tools and the call format: no second copy in the system turn
+    assert text.startswith(f"<|im_start|>system\n{DEFAULT_SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n")
+    assert text.count("<tool_call>") == 2  # the env's instructions + the assistant's call
+    bare = tok.apply_chat_template(
+        [{"role": "user", "content": "Who founded Krukiogaind?"}], tools=info["tools"], tokenize=False
+    )
+    assert bare.startswith(f"<|im_start|>system\n{DEFAULT_SYSTEM_PROMPT}\n\n# Tools")
+    assert json.dumps(info["tools"][0]) in bare
+    assert "<tool_call>" in bare.split("<|im_end|>")[0]
     assert f"<|im_start|>assistant\n{call}<|im_end|>\n" in text
     assert "<|im_start|>user\n<tool_response>\nDoc 1 (Title:" in text
     assert text.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")

@@ -9,7 +9,9 @@ downloaded from a hub.
 
 SmolLM2's own chat template has no tool support; :data:`AGENT_CHAT_TEMPLATE` (ChatML, the tokens SmolLM2 was tuned
 on) renders tool schemas and Hermes ``<tool_call>`` / ``<tool_response>`` turns, and keeps every earlier turn
-verbatim (prefix-stable), so rollouts use one sample per episode.
+verbatim (prefix-stable), so rollouts use one sample per episode. The schema block is left out when the first user
+message already teaches the ``<tool_call>`` format (every ``AgentR1/*`` env's prompt lists its tools): rendering
+them twice cost ~200 prompt tokens per turn, which on a CPU is most of the generation and update time.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ AGENT_CHAT_TEMPLATE = (
     "{%- if messages[0]['role'] == 'system' %}{%- set system = messages[0]['content'] %}{%- set rest = messages[1:] %}"
     "{%- else %}{%- set system = '" + DEFAULT_SYSTEM_PROMPT + "' %}{%- set rest = messages %}{%- endif %}"
     "{{- '<|im_start|>system\\n' + system }}"
-    "{%- if tools %}"
+    "{%- if tools and not (rest and '<tool_call>' in rest[0]['content']) %}"
     "{{- '\\n\\n# Tools\\n\\nYou may call the functions below. Their signatures are inside <tools></tools>:\\n<tools>' }}"
     "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
     "{{- '\\n</tools>\\n\\nTo call a function, write a JSON object with its name and arguments inside "
