@@ -59,7 +59,13 @@ class AgentPPOTrainer(AgentGRPOTrainer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs of the last ``n`` tokens and the value of the state before each of them."""
         with self.accelerator.autocast():
-            out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+            # logits only where they are used (the vocabulary projection of prompt positions is wasted work)
+            out = model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                output_hidden_states=True,
+                logits_to_keep=n + 1,
+            )
         logits = out.logits[:, -n - 1 : -1].float() / self.temperature
         logps = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, -n:].unsqueeze(-1)).squeeze(-1)
         hidden = out.hidden_states[-1][:, -n - 1 : -1]
