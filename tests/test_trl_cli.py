@@ -23,9 +23,12 @@ def tiny_dir(tmp_path_factory):
 
 
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
-def test_train_writes_adapter_metrics_and_png(tmp_path, tiny_dir, algo):
+def test_train_writes_adapter_metrics_and_png(tmp_path, tiny_dir, algo, capsys):
     config = tmp_path / "config.yaml"
-    config.write_text(f"algo: {algo}\nper_device_train_batch_size: 2\nnum_generations: 2\nuse_cpu: true\n")
+    warm = 4 if algo == "grpo" else 0  # the warm start (default 32 transcripts) on one of the two
+    config.write_text(
+        f"algo: {algo}\nper_device_train_batch_size: 2\nnum_generations: 2\nuse_cpu: true\nwarm_start: {warm}\n"
+    )
     out = tmp_path / "run"
     code = main(
         [
@@ -47,6 +50,7 @@ def test_train_writes_adapter_metrics_and_png(tmp_path, tiny_dir, algo):
         ]
     )
     assert code == 0
+    assert ("warm start on 4 oracle transcripts" in capsys.readouterr().out) == (algo == "grpo")
     assert (out / "adapter" / "adapter_config.json").exists()
     assert (out / "reward_curve.png").stat().st_size > 1000
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
