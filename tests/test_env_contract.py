@@ -225,3 +225,28 @@ def test_render_ansi(env):
     env.step("hello")
     text = env.render()
     assert text.count("[assistant] hello") == 1
+
+
+def test_qa_oracle_searches_by_title_then_falls_back():
+    """The oracle asks for a gold paragraph by its title (a query a model can learn); when that misses, it retries
+    once with the paragraph's opening words; it answers only after both gold titles were tried."""
+
+    class Miss:  # a retriever that never finds anything
+        def search(self, queries, k):
+            return [[] for _ in queries]
+
+    env = gym.make("AgentR1/HotpotQA-v0", retriever=Miss()).unwrapped
+    env.reset(seed=0)
+    titles = env.task.supporting_titles
+    queries = []
+    for _ in range(2 * len(titles)):
+        call = json.loads(env.oracle_action().split("<tool_call>")[1].split("</tool_call>")[0])
+        queries.append(call["arguments"]["query"])
+        env.step(env.call_text("search", query=queries[-1]))
+    assert (
+        queries[0] == titles[0]
+        and queries[1].startswith(titles[0] + " ")
+        and len(queries[1]) > len(titles[0])
+    )
+    assert queries[2] == titles[1]
+    assert "<answer>" in env.oracle_action()

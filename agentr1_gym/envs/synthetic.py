@@ -214,7 +214,7 @@ class SyntheticMultihopEnv(QAEnvBase):
         self.__dict__.update(state)
         self.world = make_world(self.world_seed, self.entities_per_type)
 
-    def _oracle_query(self, title: str) -> str:
+    def _oracle_query(self, title: str, attempt: int) -> str:
         return title  # an entity's name finds its document; the oracle reads nothing it could not know
 
     def _sample_task(self, options: dict[str, Any]) -> QATask:
