@@ -150,3 +150,17 @@ def test_hf_generator_and_vector_env(tok):
         gen_logps = [lp for lp, m in zip(t.logprobs, t.action_mask) if m]
         assert all(lp <= 0 for lp in gen_logps) and any(lp < 0 for lp in gen_logps)
         assert sum(t.action_mask) <= 24
+
+
+def test_temperature_zero_is_greedy(tok):
+    """temperature=0 means greedy (the vLLM convention) instead of a transformers ValueError; two runs agree."""
+    assert SamplingConfig(temperature=0).do_sample is False
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingConfig(temperature=-1)
+    model = tiny_model(tok)
+    prompts = [tok.encode("hello world"), tok.encode("what is the capital")]
+    gen = HFGenerator(model, tok)
+    first = gen.generate(prompts, SamplingConfig(max_new_tokens=6, temperature=0))
+    second = gen.generate(prompts, SamplingConfig(max_new_tokens=6, temperature=0))
+    assert [g.ids for g in first] == [g.ids for g in second]
+    assert all(len(g.ids) > 0 for g in first)

@@ -11,7 +11,7 @@ __all__ = ["Generation", "GenerationBackend", "SamplingConfig"]
 
 @dataclass
 class SamplingConfig:
-    """Sampling settings shared by every backend."""
+    """Sampling settings shared by every backend. ``temperature=0`` means greedy decoding (as in vLLM)."""
 
     max_new_tokens: int = 256
     temperature: float = 1.0
@@ -19,6 +19,12 @@ class SamplingConfig:
     top_k: int = 0
     do_sample: bool = True
     stop_strings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.temperature == 0:
+            self.do_sample = False
 
 
 @dataclass
