@@ -138,7 +138,13 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         "episodes": args.sft_episodes,
         "epochs": args.sft_epochs,
         "losses": warm_start(
-            model, tok, samples, epochs=args.sft_epochs, lr=args.sft_lr, progress=args.progress
+            model,
+            tok,
+            samples,
+            epochs=args.sft_epochs,
+            lr=args.sft_lr,
+            micro_batch_size=1,  # one transcript per forward pass: HotpotQA's ~1,500-token ones need it
+            progress=args.progress,
         ),
         "seconds": round(time.perf_counter() - t, 1),
     }

@@ -130,6 +130,30 @@ def test_sft_warm_start_on_oracle_demonstrations():
     assert all(torch.equal(v, dict(model.named_parameters())[k]) for k, v in base.items())
 
 
+def test_sft_micro_batches_take_the_same_step():
+    """Gradient accumulation over micro-batches (bounded memory on long transcripts) gives the full-batch step."""
+    from agentr1_trl.sft import oracle_samples, warm_start
+    from peft import get_peft_model
+
+    tok = tiny_tokenizer()
+    samples = oracle_samples("AgentR1/SyntheticMultihop-v0", range(4), tok, env_kwargs={"max_hops": 2})
+    assert len({sum(s.action_mask) for s in samples}) > 1  # unequal token counts: the weighting matters
+    models = [
+        get_peft_model(
+            tiny_model(tok, hidden_size=32, seed=1), LoraConfig(r=8, target_modules=["q_proj", "v_proj"])
+        )
+        for _ in range(2)
+    ]
+    for model, micro in zip(models, (None, 1)):
+        warm_start(
+            model, tok, samples, epochs=1, lr=1e-2, batch_size=4, micro_batch_size=micro, progress=False
+        )
+    full, split = (dict(m.named_parameters()) for m in models)
+    moved = [k for k in full if "lora_" in k and not torch.allclose(full[k], split[k], atol=1e-6)]
+    assert not moved
+    assert any("lora_B" in k and full[k].abs().sum() > 0 for k in full)
+
+
 def test_no_action_mask_ablation_trains_on_tool_tokens(tmp_path):
     trainer, _ = _trainer(tmp_path, max_steps=1)
     trainer.args.action_mask = False

@@ -133,7 +133,14 @@ def cmd_train(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        losses = warm_start(model, tokenizer, samples, epochs=WARM_START_EPOCHS, lr=2 * config.learning_rate)
+        losses = warm_start(
+            model,
+            tokenizer,
+            samples,
+            epochs=WARM_START_EPOCHS,
+            lr=2 * config.learning_rate,
+            micro_batch_size=1,  # bounded memory on long transcripts (same step as the full batch)
+        )
         print(f"warm start on {warm} oracle transcripts: loss per epoch {[round(x, 3) for x in losses]}")
         model.train()
         trainer = Trainer(model, config, tokenizer)

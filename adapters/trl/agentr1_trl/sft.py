@@ -54,15 +54,22 @@ def warm_start(
     epochs: int = 2,
     lr: float = 2e-4,
     batch_size: int = 4,
+    micro_batch_size: int | None = None,
     seed: int = 0,
     progress: bool = True,
 ) -> list[float]:
-    """Masked-NLL training on the samples; returns the mean loss of each epoch."""
+    """Masked-NLL training on the samples; returns the mean loss of each epoch.
+
+    Each optimizer step sees ``batch_size`` samples; ``micro_batch_size`` splits its forward/backward passes
+    (gradient accumulation, weighted by assistant tokens so the step is the same) to bound memory on long
+    transcripts.
+    """
     from tqdm.auto import tqdm
 
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters (wrap it with peft or unfreeze some)")
+    micro = max(1, min(micro_batch_size or batch_size, batch_size))
     optimizer = torch.optim.AdamW(params, lr=lr)
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id
@@ -74,22 +81,32 @@ def warm_start(
         losses = []
         for start in range(0, len(order), batch_size):
             batch = [samples[i] for i in order[start : start + batch_size]]
-            seqs = [s.prompt_ids + s.completion_ids for s in batch]
-            width = max(len(x) for x in seqs)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            att = torch.zeros((len(batch), width), dtype=torch.long)
-            labels = torch.full((len(batch), width), -100, dtype=torch.long)
-            for row, (s, seq) in enumerate(zip(batch, seqs)):
-                ids[row, : len(seq)] = torch.tensor(seq)
-                att[row, : len(seq)] = 1
-                comp = torch.tensor(s.completion_ids)
-                mask = torch.tensor(s.action_mask, dtype=torch.bool)
-                labels[row, len(s.prompt_ids) : len(seq)] = torch.where(mask, comp, torch.tensor(-100))
-            out = model(input_ids=ids.to(device), attention_mask=att.to(device), labels=labels.to(device))
+            total = sum(sum(s.action_mask) for s in batch) or 1
             optimizer.zero_grad()
-            out.loss.backward()
+            step_loss = 0.0
+            for m in range(0, len(batch), micro):
+                part = batch[m : m + micro]
+                loss = _masked_nll(model, part, pad, device) * (sum(sum(s.action_mask) for s in part) / total)
+                loss.backward()
+                step_loss += loss.item()
             optimizer.step()
-            losses.append(out.loss.item())
+            losses.append(step_loss)
         history.append(sum(losses) / len(losses))
     model.eval()
     return history
+
+
+def _masked_nll(model: Any, batch: Sequence[Sample], pad: int, device: Any) -> torch.Tensor:
+    """Mean NLL over the assistant tokens of a right-padded batch."""
+    seqs = [s.prompt_ids + s.completion_ids for s in batch]
+    width = max(len(x) for x in seqs)
+    ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    att = torch.zeros((len(batch), width), dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    for row, (s, seq) in enumerate(zip(batch, seqs)):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        att[row, : len(seq)] = 1
+        comp = torch.tensor(s.completion_ids)
+        mask = torch.tensor(s.action_mask, dtype=torch.bool)
+        labels[row, len(s.prompt_ids) : len(seq)] = torch.where(mask, comp, torch.tensor(-100))
+    return model(input_ids=ids.to(device), attention_mask=att.to(device), labels=labels.to(device)).loss
