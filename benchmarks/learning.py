@@ -47,6 +47,17 @@ ALGOS = ("grpo", "ppo", "grpo-nomask")
 EVAL_SEED, SFT_SEED = 100_000, 200_000
 
 
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's arguments and env keyword arguments, so a result file says how it was made."""
+    _, train_kwargs, eval_kwargs = task_spec(args)
+    skip = {"cmd", "json", "plot", "progress", "workdir"}
+    return {
+        **{k: v for k, v in vars(args).items() if k not in skip},
+        "train_env_kwargs": train_kwargs,
+        "eval_env_kwargs": eval_kwargs,
+    }
+
+
 def task_spec(args: argparse.Namespace) -> tuple[str, dict, dict]:
     spec = TASKS[args.task]
     if args.task == "synthetic":
@@ -128,6 +139,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "task": args.task,
         "env": env_id,
+        "settings": _settings(args),
         "plain": _evaluate(args, model, tok, episodes=args.plain_episodes),
     }
     t = time.perf_counter()
@@ -214,7 +226,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     wall = time.perf_counter() - t
     trainer.save_model(str(out_dir))  # the adapter (+ value_head.pt for PPO)
     steps = max(trainer.state.global_step, 1)
-    out: dict[str, Any] = {"algo": algo, "task": args.task, "env": env_id}
+    out: dict[str, Any] = {"algo": algo, "task": args.task, "env": env_id, "settings": _settings(args)}
     out["train"] = {
         "steps": trainer.state.global_step,
         "episodes": trainer.state.global_step * args.generations * args.groups,
