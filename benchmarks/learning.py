@@ -248,9 +248,8 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     out["after"] = _evaluate(args, policy, tok)
     if algo == "ppo" and args.vg_episodes:
         n = args.vg_episodes
-        t = (
-            args.temperature
-        )  # both sample like the rollouts did; value guidance picks 1 of vg_n samples per turn
+        # both sample like the rollouts did; value guidance keeps 1 of vg_n samples per turn
+        t = args.temperature
         out["sampled"] = _evaluate(args, policy, tok, episodes=n, temperature=t)
         out["value_guided"] = _evaluate(
             args,
