@@ -1,32 +1,35 @@
 """A sandboxed Python execution tool with a pool of warm workers.
 
-:class:`PythonSandbox` runs model-written code in a separate process with a wall-clock timeout, CPU-time, memory,
-file-size, open-file and process limits, no network, and a private temporary working directory that is removed
-afterwards; stdout/stderr are captured and cut to a budget; the exit status, the signal and the exception type are
-reported. Each call is a ``fork`` of a warm, stdlib-only worker process (see ``_sandbox_worker.py``), so a call
-costs milliseconds instead of an interpreter start, and no state survives from one call to the next.
+:class:`PythonSandbox` runs model-written code in a separate, kernel-isolated process with a wall-clock timeout,
+CPU-time, memory, file-size and open-file limits, and reports stdout/stderr (cut to a budget), the exit status,
+the signal and the exception type. Each call runs in a child forked from a warm, stdlib-only worker process (see
+``_sandbox_worker.py``) with its isolation built before the request arrives, so a call costs milliseconds instead
+of an interpreter start, and no state survives from one call to the next.
 
-What is isolated, and how:
+What is enforced, and by what (the README's security section has the table per kind of host):
 
-* **network**: the workers run in their own network namespace (no interface but a down loopback) where the kernel
-  allows it (``SandboxConfig.namespaces``); otherwise a Python-level guard makes socket creation raise
-  ``PermissionError``;
-* **other processes**: with ``pid_namespace=True`` each run gets a new PID namespace (the code cannot see or
-  signal any other process); otherwise ``os.kill``/``killpg`` of other processes are blocked by a guard.
-  ``fork``/``exec``/``subprocess`` are blocked by a guard; runs drop root to ``nobody`` when the Python
-  installation is readable by it, and then ``RLIMIT_NPROC=0`` stops forks (ctypes ones too) for real;
-* **resources**: ``RLIMIT_CPU``, ``RLIMIT_AS`` (memory), ``RLIMIT_FSIZE`` (also bounds printed output),
-  ``RLIMIT_NOFILE``; the wall-clock timeout kills the whole process group;
-* **files**: ``open``/``os.open`` and the path functions of ``os`` refuse paths outside the temporary
-  directory (so reading ``/etc/passwd`` or writing elsewhere fails). This guard is Python-level: code that uses
-  ``ctypes`` can get around it; the filesystem itself is not a separate mount.
+* **identity**: a user namespace maps the run to ``nobody`` (when the caller is root) or to the caller's own
+  unprivileged uid, with every capability dropped; as root without user namespaces, a real ``setresuid`` to
+  ``nobody``;
+* **files**: a private mount namespace whose root is read-only and holds only ``/usr``, the Python
+  installation, ``/dev/null|zero|urandom|random`` and a writable ``/tmp`` that is the run's own directory
+  (removed afterwards): no ``/etc``, ``/proc``, ``/home``, ``/root``, ``/dev/shm`` or host ``/tmp``;
+* **processes**: a PID namespace per run (nothing outside is visible or signallable; when the run ends the kernel
+  kills everything in it); a seccomp filter refuses new processes (threads are fine), ``execve``, ``ptrace`` and
+  cross-process memory access, ``setsid``/``setpgid``, mounts, namespaces, keyrings, BPF and other kernel
+  attack surface;
+* **network**: a network namespace with no usable interface;
+* **resources**: ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE`` (also bounds printed output), ``RLIMIT_NOFILE``,
+  ``RLIMIT_NPROC`` (threads); the wall-clock timeout kills the run's whole process group.
 
-Use a container or VM in front of it for hostile code at scale; for RL on code tasks it stops the accidents
-(infinite loops, fork bombs, huge allocations, stray writes) that a model produces.
+Where the kernel refuses a layer (no user namespaces for an unprivileged caller, say), the sandbox warns once,
+says which layers hold in :attr:`PythonSandbox.isolation`, and falls back to Python-level guards for the missing
+ones; ``SandboxConfig(require_isolation=True)`` makes that an error instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -35,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,12 +75,14 @@ class SandboxConfig(BaseModel):
     max_output_chars: int = Field(8000, ge=100, description="stdout and stderr are each cut to this length.")
     pool_size: int = Field(2, ge=1, le=64, description="Warm worker processes (runs in parallel).")
     namespaces: bool = Field(
-        True, description="Run workers in their own network namespace where the kernel allows it."
+        True,
+        description="Isolate runs with kernel namespaces and seccomp where the kernel allows it (False: "
+        "resource limits and Python-level guards only; for debugging).",
     )
-    pid_namespace: bool = Field(
+    require_isolation: bool = Field(
         False,
-        description="Also run each program in a new PID namespace (it cannot see or signal any other "
-        "process; costs one more fork per run, about 2 ms here).",
+        description="Raise ToolInfrastructureError instead of warning when the kernel refuses an isolation "
+        "layer.",
     )
 
 
@@ -117,11 +123,23 @@ def format_exec_result(r: ExecResult) -> str:
     return "\n".join(parts)
 
 
+#: the isolation layers a worker reports (see ``_sandbox_worker.py``)
+LAYERS = (
+    "user_namespace",
+    "unprivileged",
+    "mount_namespace",
+    "pid_namespace",
+    "network_namespace",
+    "seccomp",
+)
+
+
 class _Worker:
-    def __init__(self, namespaces: bool, pid_namespace: bool) -> None:
+    def __init__(self, config: SandboxConfig, flags: Sequence[str] = ()) -> None:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")}
-        args = [sys.executable, "-I", _WORKER] + ([] if namespaces else ["--no-namespaces"])
-        args += ["--pid-namespace"] if pid_namespace else []
+        limits = {"cpu_s": config.cpu_s, "memory_mb": config.memory_mb, "file_mb": config.file_mb}
+        args = [sys.executable, "-I", _WORKER, "--limits", json.dumps(limits), *flags]
+        args += [] if config.namespaces else ["--no-namespaces"]
         self.proc = subprocess.Popen(
             args,
             stdin=subprocess.PIPE,
@@ -130,15 +148,17 @@ class _Worker:
             env=env,
             close_fds=True,
         )
-
-    def call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
-            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-            self.proc.stdin.flush()
-        except OSError:
-            self.kill()
-            raise ToolInfrastructureError("the sandbox worker died; it will be restarted") from None
+            hello = self._read_line(30.0)
+        except ToolInfrastructureError:
+            raise ToolInfrastructureError(
+                f"the sandbox worker did not start ({sys.executable} -I {_WORKER})"
+            ) from None
+        self.mode: str = hello.get("mode", "none")
+        self.layers: dict[str, bool] = {k: bool(hello.get("layers", {}).get(k)) for k in LAYERS}
+
+    def _read_line(self, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         buf = b""
         deadline = time.monotonic() + timeout
@@ -150,9 +170,23 @@ class _Worker:
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 self.kill()
-                raise ToolInfrastructureError("the sandbox worker died; it will be restarted")
+                raise ToolInfrastructureError("the sandbox worker died")
             buf += chunk
-        return json.loads(buf)
+        try:
+            return json.loads(buf)
+        except ValueError:
+            self.kill()
+            raise ToolInfrastructureError("the sandbox worker sent a malformed reply") from None
+
+    def call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self.proc.stdin.flush()
+        except OSError:
+            self.kill()
+            raise ToolInfrastructureError("the sandbox worker died") from None
+        return self._read_line(timeout)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -163,17 +197,52 @@ class _Worker:
             self.proc.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             pass
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 class PythonSandbox:
     """Runs Python code in forked children of warm worker processes. Thread-safe; ``run_many`` runs in parallel
     across the pool. Workers start on first use and stop with :meth:`close` (or at interpreter exit)."""
 
-    def __init__(self, config: SandboxConfig | None = None) -> None:
+    def __init__(self, config: SandboxConfig | None = None, *, pid_per_fork: bool = False) -> None:
+        """``pid_per_fork=True`` forces the path unprivileged hosts take (each run forks once more to be pid 1 of
+        its PID namespace) where root would give runs their namespace from the worker; for tests."""
         self.config = config or SandboxConfig()
+        self._flags = ("--pid-per-fork",) if pid_per_fork else ()
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._started = 0
         self._lock = threading.Lock()
+        self._layers: dict[str, bool] | None = None
+
+    @property
+    def isolation(self) -> dict[str, bool]:
+        """Which isolation layers the kernel granted on this host (starts the pool if needed): ``user_namespace``,
+        ``unprivileged`` (the code runs without root's rights), ``mount_namespace`` (private read-only root),
+        ``pid_namespace``, ``network_namespace``, ``seccomp``."""
+        if self._layers is None:
+            self._release(self._acquire())
+        assert self._layers is not None
+        return dict(self._layers)
+
+    def _new_worker(self) -> _Worker:
+        worker = _Worker(self.config, self._flags)
+        if self._layers is None:
+            self._layers = worker.layers
+            missing = [k for k, v in worker.layers.items() if not v]
+            if missing and self.config.namespaces:
+                msg = (
+                    f"the kernel refused these sandbox isolation layers: {', '.join(missing)}; the sandbox "
+                    "falls back to Python-level guards for them (see the README's security section)"
+                )
+                if self.config.require_isolation:
+                    worker.kill()
+                    self._layers = None
+                    raise ToolInfrastructureError(msg)
+                warnings.warn(msg, RuntimeWarning, stacklevel=4)
+        return worker
 
     def __reduce__(self):
         return (shared_sandbox, (self.config,))
@@ -181,8 +250,8 @@ class PythonSandbox:
     def _acquire(self) -> _Worker:
         with self._lock:  # start the whole pool at once: idle workers fork their next child ahead of time
             while self._started < self.config.pool_size:
+                self._idle.put(self._new_worker())
                 self._started += 1
-                self._idle.put(_Worker(self.config.namespaces, self.config.pid_namespace))
         return self._idle.get()
 
     def _release(self, worker: _Worker) -> None:
@@ -193,23 +262,36 @@ class PythonSandbox:
                 self._started -= 1
 
     def run(self, code: str, *, stdin: str = "", timeout_s: float | None = None) -> ExecResult:
-        """Run ``code`` (as ``__main__``) with ``stdin``; never raises for anything the code does."""
+        """Run ``code`` (as ``__main__``) with ``stdin``; never raises for anything the code does.
+
+        If the worker dies during the run, the run is retried once on a fresh worker; if that worker dies too
+        (the code is what kills it), the result says so. A worker that cannot start raises
+        :class:`~agentr1_gym.errors.ToolInfrastructureError`."""
         cfg = self.config
         request = {
             "code": code,
             "stdin": stdin,
             "timeout_s": timeout_s or cfg.timeout_s,
-            "cpu_s": cfg.cpu_s,
-            "memory_mb": cfg.memory_mb,
-            "file_mb": cfg.file_mb,
             "max_output_chars": cfg.max_output_chars,
-            "pid_namespace": cfg.pid_namespace,
         }
-        worker = self._acquire()
-        try:
-            reply = worker.call(request, timeout=float(request["timeout_s"]) + 10.0)
-        finally:
-            self._release(worker)
+        reply: dict[str, Any] | None = None
+        for _attempt in range(2):
+            worker = self._acquire()
+            try:
+                reply = worker.call(request, timeout=float(request["timeout_s"]) + 10.0)
+                break
+            except ToolInfrastructureError:
+                reply = None
+            finally:
+                self._release(worker)
+        if reply is None:
+            return ExecResult(
+                stdout="",
+                stderr="the sandbox process running this code died (it was replaced)",
+                exit_code=-9,
+                signal="SIGKILL",
+                exception="",
+            )
         if "worker_error" in reply:
             raise ToolInfrastructureError(f"the sandbox failed: {reply['worker_error']}")
         return ExecResult(**reply)
