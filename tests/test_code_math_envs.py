@@ -133,3 +133,125 @@ def test_calculator_env_oracle_wrong_answers_and_bad_calls():
     )
     *_, info = env.step(env.answer_text(str(env.task.answer + 1)))
     assert info["metrics"]["correct"] == 0.0
+
+
+# ---- answers and runs that try to get reward without solving the task ---------------------------------------
+HACKS = {
+    "exit early": "raise SystemExit(0)",
+    "os._exit": "import os\nos._exit(0)",
+    "always-equal object": (
+        "class _Any:\n    def __eq__(self, other):\n        return True\n    def __ne__(self, other):\n"
+        "        return False\n    __hash__ = object.__hash__\n\ndef {ep}(*args, **kwargs):\n    return _Any()"
+    ),
+    "int subclass": "class _I(int):\n    def __eq__(self, o):\n        return True\n\ndef {ep}(*a, **k):\n    return _I(0)",
+    "patched builtins and assert helpers": (
+        "import builtins, unittest\nbuiltins.AssertionError = type('Quiet', (BaseException,), {{}})\n"
+        "builtins.abs = lambda x: 0\nbuiltins.isinstance = lambda *a: True\nbuiltins.all = lambda *a: True\n"
+        "unittest.TestCase.assertEqual = lambda *a, **k: None\n\ndef {ep}(*a, **k):\n    return None"
+    ),
+    "forged result line": (
+        "import os, sys\nsys.stdout.write('\\x00AGENTR1-RESULTS\\x00[]')\nsys.stdout.flush()\nos._exit(0)"
+    ),
+    "exit inside the function": "def {ep}(*a, **k):\n    raise SystemExit(0)",
+}
+
+
+@pytest.mark.parametrize("hack", sorted(HACKS))
+def test_code_hacks_do_not_pass(humaneval, hack):
+    for index in (0, 2, 32, 53, 160):  # a sample of tasks: lists, floats, a tolerance check, ints, strings
+        humaneval.reset(options={"task_index": index})
+        code = HACKS[hack].format(ep=humaneval.task.entry_point)
+        *_, info = humaneval.step(f"<answer>```python\n{code}\n```</answer>")
+        assert info["metrics"]["pass"] == 0.0 and info["reward_components"]["answer"] == 0.0, (hack, index)
+
+
+def test_doctest_reward_needs_the_examples_reproduced(humaneval):
+    humaneval.reset(options={"task_index": 2})  # truncate_number(3.5) -> 0.5
+    ep = humaneval.task.entry_point
+    for code in (
+        f"def {ep}(number):\n    return 0.0\nraise SystemExit(0)",
+        f"def {ep}(number):\n    return 0.0\nimport os\nos._exit(0)",
+        f"def {ep}(number):\n    return 0.0\nprint('\\x00AGENTR1-RESULTS\\x00[\"0.5\"]')",
+    ):
+        *_, info = humaneval.step(humaneval.call_text("python", code=code))
+        assert info["reward_components"]["doctest"] == 0.0, code
+    *_, info = humaneval.step(
+        humaneval.call_text("python", code=f"def {ep}(number):\n    return number % 1.0")
+    )
+    assert info["reward_components"]["doctest"] == pytest.approx(0.1)
+
+
+def test_grading_replays_the_reference_calls_for_every_task(humaneval):
+    """Every reference solution passes through record -> sandbox -> replay; a wrong answer to one call fails."""
+    from agentr1_gym.envs.code import _recording, grade_answer
+
+    for task in humaneval.tasks:
+        assert grade_answer(humaneval.sandbox, task, task.prompt + task.canonical_solution) == (True, ""), (
+            task.id
+        )
+        assert len(_recording(task).calls) >= 1
+    task = humaneval.tasks[53]  # add(x, y)
+    off_by_one = task.prompt + "    return x + y + (1 if (x, y) == (5, 7) else 0)\n"
+    assert grade_answer(humaneval.sandbox, task, off_by_one)[0] is False
+
+
+def test_plain_data_encoding_round_trips_and_rejects_objects():
+    from agentr1_gym.envs.code_grading import Opaque, decode_value, encode_value
+
+    values = [
+        None,
+        True,
+        0,
+        -(10**5000),
+        1.5,
+        float("inf"),
+        2 + 3j,
+        "é",
+        b"\x00",
+        [1, (2, {3}), {"k": frozenset()}],
+    ]
+    for v in values:
+        assert decode_value(json.loads(json.dumps(encode_value(v)))) == v
+    nan = decode_value(encode_value(float("nan")))
+    assert nan != nan
+
+    class Sub(int):
+        pass
+
+    opaque = decode_value(encode_value(Sub(3)))
+    assert isinstance(opaque, Opaque)
+    for use in (
+        lambda: opaque == 3,
+        lambda: opaque != 3,
+        lambda: bool(opaque),
+        lambda: {opaque},
+        lambda: opaque < 1,
+    ):
+        with pytest.raises(TypeError):
+            use()
+
+
+def test_calculator_answers_that_hedge_or_overflow_do_not_pay():
+    from agentr1_gym.envs.calculator import answer_matches
+
+    gold = Fraction(12)
+    assert (
+        answer_matches("12", gold)
+        and answer_matches("$12.00", gold)
+        and answer_matches("12 (that is 12.0)", gold)
+    )
+    for hedge in (
+        "15, or maybe 12",
+        "12 or 15",
+        "between 11 and 12",
+        "1 2 3 4 5 6 7 8 9 10 11 12",
+        "12/1 or 13",
+    ):
+        assert not answer_matches(hedge, gold), hedge
+    for junk in ("nan", "inf", "1e309", "9" * 5000, "12" + "0" * 100, "1/0", "", "twelve"):
+        assert not answer_matches(junk, gold), junk[:20]
+    env = gym.make("AgentR1/Calculator-v0").unwrapped
+    env.reset(seed=3)
+    gold_text = format_number(env.task.answer).split(" ")[0]
+    *_, info = env.step(env.answer_text(f"{gold_text} or {env.task.answer + 1}"))
+    assert info["metrics"]["correct"] == 0.0 and info["reward_components"]["answer"] == 0.0

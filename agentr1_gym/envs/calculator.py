@@ -2,8 +2,9 @@
 
 Problems are generated procedurally from the reset seed: plain arithmetic ("Compute (37 * 12 - 45) / 9.") and
 word problems of two to four steps (shopping change, unit rates, discounts with tax, sharing, averages). Each
-problem carries its solution as calculator expressions; the answer is checked numerically (tolerance
-``max(1e-6, 1e-4 * |gold|)``; fractions like ``3/4``, ``$``, ``%`` and thousands separators are understood).
+problem carries its solution as calculator expressions; the answer is checked numerically: every number in it
+must equal the solution, so hedges never pay (tolerance ``max(1e-6, 1e-4 * |gold|)``; fractions like ``3/4``,
+``$``, ``%`` and thousands separators are understood).
 Process reward: ``progress`` for each needed intermediate result the calculator produces for the first time.
 The oracle evaluates the solution steps with the calculator, then answers.
 """
@@ -24,7 +25,7 @@ from agentr1_gym.protocol import ToolCall, ToolCallFormat
 from agentr1_gym.rewards import RewardConfig
 from agentr1_gym.tools.calculator import CalculatorTool, evaluate, format_number
 
-__all__ = ["CalculatorEnv", "MathTask", "parse_number"]
+__all__ = ["CalculatorEnv", "MathTask", "answer_matches", "parse_number", "parse_numbers"]
 
 _NAMES = [
     "Ana",
@@ -60,20 +61,45 @@ class MathTask(BaseModel):
     kind: str
 
 
-def parse_number(text: str) -> Fraction | None:
-    """The last number in a text: integers, decimals, ``a/b`` fractions; ``$``, ``%``, ``,`` separators ignored."""
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:\s*/\s*-?\d+(?:\.\d+)?)?|-?\.\d+")
+#: longest digit string read as a number (longer ones are not an answer anyone means; they also keep
+#: Fraction's parsing bounded)
+MAX_NUMBER_CHARS = 60
+
+
+def parse_numbers(text: str) -> list[Fraction | None]:
+    """Every number in a text, in order (``None`` for one that cannot be read: too long, or ``a/0``): integers,
+    decimals, ``a/b`` fractions; ``$``, ``%`` and ``,`` thousands separators ignored."""
     cleaned = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
-    matches = re.findall(r"-?\d+(?:\.\d+)?(?:\s*/\s*-?\d+(?:\.\d+)?)?|-?\.\d+", cleaned)
-    if not matches:
-        return None
-    token = matches[-1].replace(" ", "")
-    try:
-        if "/" in token:
-            num, den = token.split("/")
-            return Fraction(num) / Fraction(den) if Fraction(den) != 0 else None
-        return Fraction(token)
-    except (ValueError, ZeroDivisionError):
-        return None
+    out: list[Fraction | None] = []
+    for match in _NUMBER.finditer(cleaned):
+        token = match.group(0).replace(" ", "")
+        if len(token) > MAX_NUMBER_CHARS:
+            out.append(None)
+            continue
+        try:
+            if "/" in token:
+                num, den = token.split("/")
+                out.append(Fraction(num) / Fraction(den) if Fraction(den) != 0 else None)
+            else:
+                out.append(Fraction(token))
+        except (ValueError, ZeroDivisionError):
+            out.append(None)
+    return out
+
+
+def parse_number(text: str) -> Fraction | None:
+    """The last number in a text (see :func:`parse_numbers`)."""
+    numbers = parse_numbers(text)
+    return numbers[-1] if numbers else None
+
+
+def answer_matches(text: str, gold: Fraction) -> bool:
+    """Whether an answer states ``gold``: it holds at least one number and every number in it equals ``gold``
+    (tolerance ``max(1e-6, 1e-4 * |gold|)``), so hedging ("15, or maybe 12") never pays."""
+    numbers = parse_numbers(text)
+    tol = max(1e-6, 1e-4 * abs(float(gold)))
+    return bool(numbers) and all(v is not None and abs(float(v - gold)) <= tol for v in numbers)
 
 
 def _arith(rng: np.random.Generator) -> tuple[str, list[str], str]:
@@ -221,9 +247,7 @@ class CalculatorEnv(ToolEnv):
         )
 
     def _score(self, answer: str | None) -> tuple[float, dict[str, float]]:
-        value = parse_number(answer) if answer is not None else None
-        gold = self.task.answer
-        ok = value is not None and abs(float(value - gold)) <= max(1e-6, 1e-4 * abs(float(gold)))
+        ok = answer is not None and answer_matches(answer, self.task.answer)
         return float(ok), {"correct": float(ok), "em": float(ok)}
 
     def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:

@@ -8,12 +8,14 @@ tests, run in the sandbox. Process rewards: the first run of the episode that ex
 (``execution``), and the first run that defines the function and passes the prompt's own docstring examples
 (``doctest``; only for tasks whose examples the reference solution passes: 9 HumanEval prompts have wrong
 examples).
+
+Grading cannot be gamed from inside the answer: the hidden tests run in the env's own process against the
+answer's return values, which the sandbox reports as plain data (see :mod:`agentr1_gym.envs.code_grading`).
 """
 
 from __future__ import annotations
 
 import ast
-import doctest
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -23,6 +25,16 @@ from pydantic import BaseModel, ConfigDict
 
 from agentr1_gym.core import ToolEnv, ToolResult
 from agentr1_gym.data import _bundled_path, _read_records
+from agentr1_gym.envs.code_grading import (
+    Recording,
+    doctest_examples,
+    doctest_program,
+    grade_program,
+    grade_replay,
+    parse_doctest_reply,
+    parse_results,
+    record_calls,
+)
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.protocol import ToolCall, ToolCallFormat
 from agentr1_gym.rewards import RewardConfig
@@ -60,11 +72,43 @@ def _docstring(prompt: str, entry_point: str) -> str:
     return ""
 
 
-def _num_examples(docstring: str) -> int:
-    try:
-        return len(doctest.DocTestParser().get_examples(docstring))
-    except ValueError:  # inconsistent indentation: not usable as doctests
-        return 0
+_RECORDINGS: dict[tuple[str, int], Recording] = {}
+
+
+def _recording(task: CodeTask) -> Recording:
+    """The calls the task's tests make, recorded once against the reference solution."""
+    key = (task.id, hash((task.prompt, task.canonical_solution, task.test)))
+    if key not in _RECORDINGS:
+        _RECORDINGS[key] = record_calls(task.prompt, task.canonical_solution, task.test, task.entry_point)
+    return _RECORDINGS[key]
+
+
+#: the largest result a graded run may print (the harness's plain-data results)
+GRADING_OUTPUT_CHARS = 4_000_000
+
+
+def grade_answer(sandbox: PythonSandbox, task: CodeTask, program: str) -> tuple[bool, str]:
+    """Whether ``program`` (a complete program defining the entry point) passes the task's hidden tests, and
+    why not. Never trusts the exit code or anything else the program controls."""
+    recording = _recording(task)
+    run = sandbox.run(
+        grade_program(program, task.entry_point, recording), max_output_chars=GRADING_OUTPUT_CHARS
+    )
+    if run.timed_out:
+        return False, "timed out"
+    results = parse_results(run.stdout)
+    if results is None:
+        return False, f"no results ({run.exception or run.signal or 'exit ' + str(run.exit_code)})"
+    return grade_replay(task.prompt, task.test, task.entry_point, recording, results)
+
+
+def passes_examples(sandbox: PythonSandbox, task: CodeTask, program: str) -> bool:
+    """Whether ``program`` reproduces the outputs of the prompt's docstring examples (compared on the host)."""
+    examples = doctest_examples(task.docstring)
+    if not examples:
+        return False
+    run = sandbox.run(doctest_program(program, examples), max_output_chars=GRADING_OUTPUT_CHARS)
+    return not run.timed_out and parse_doctest_reply(run.stdout, examples)
 
 
 def load_humaneval(path: str | Path | None = None) -> tuple[CodeTask, ...]:
@@ -103,14 +147,6 @@ def _as_body(code: str) -> str:
         return "\n".join("    " + line if line.strip() else line for line in lines)
     return " " * base + code
 
-
-_DOCTEST_HARNESS = """
-import doctest as _agentr1_doctest
-_agentr1_examples = _agentr1_doctest.DocTestParser().get_examples({doc!r})
-_agentr1_runner = _agentr1_doctest.DocTestRunner(verbose=False, optionflags=_agentr1_doctest.NORMALIZE_WHITESPACE)
-_agentr1_runner.run(_agentr1_doctest.DocTest(_agentr1_examples, globals(), "prompt", None, 0, None), out=lambda s: None)
-raise SystemExit(0 if _agentr1_runner.failures == 0 else 3)
-"""
 
 CODE_PROMPT = (
     "Write the Python function below. You can run code with the python tool as often as you like (print what you "
@@ -191,9 +227,7 @@ class HumanEvalEnv(ToolEnv):
     def _score(self, answer: str | None) -> tuple[float, dict[str, float]]:
         if answer is None:
             return 0.0, {"pass": 0.0, "em": 0.0}
-        task: CodeTask = self.task
-        program = f"{self._full_program(extract_code(answer))}\n\n{task.test}\n\ncheck({task.entry_point})\n"
-        passed = float(self.sandbox.run(program).ok)
+        passed = float(grade_answer(self.sandbox, self.task, self._full_program(extract_code(answer)))[0])
         return passed, {"pass": passed, "em": passed}
 
     def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
@@ -208,11 +242,9 @@ class HumanEvalEnv(ToolEnv):
             and cfg.doctest_reward
             and f"def {self.task.entry_point}" in code
             and self.examples_validated()
-        ):
-            harness = _DOCTEST_HARNESS.format(doc=self.task.docstring)
-            if self.sandbox.run(code + "\n" + harness).ok:
-                self._doctest_ok = True
-                out["doctest"] = cfg.doctest_reward
+        ) and passes_examples(self.sandbox, self.task, code):
+            self._doctest_ok = True
+            out["doctest"] = cfg.doctest_reward
         return out
 
     # ---- scripted policies -------------------------------------------------------------------------------
@@ -239,11 +271,5 @@ _VALIDATED: dict[str, bool] = {}
 def _examples_validated(sandbox: PythonSandbox, task: CodeTask) -> bool:
     key = f"{task.id}\x00{hash((task.prompt, task.canonical_solution))}"
     if key not in _VALIDATED:
-        doc = task.docstring
-        ok = _num_examples(doc) > 0
-        if ok:
-            ok = sandbox.run(
-                task.prompt + task.canonical_solution + "\n" + _DOCTEST_HARNESS.format(doc=doc)
-            ).ok
-        _VALIDATED[key] = ok
+        _VALIDATED[key] = passes_examples(sandbox, task, task.prompt + task.canonical_solution)
     return _VALIDATED[key]

@@ -261,7 +261,14 @@ class PythonSandbox:
             with self._lock:
                 self._started -= 1
 
-    def run(self, code: str, *, stdin: str = "", timeout_s: float | None = None) -> ExecResult:
+    def run(
+        self,
+        code: str,
+        *,
+        stdin: str = "",
+        timeout_s: float | None = None,
+        max_output_chars: int | None = None,
+    ) -> ExecResult:
         """Run ``code`` (as ``__main__``) with ``stdin``; never raises for anything the code does.
 
         If the worker dies during the run, the run is retried once on a fresh worker; if that worker dies too
@@ -272,7 +279,7 @@ class PythonSandbox:
             "code": code,
             "stdin": stdin,
             "timeout_s": timeout_s or cfg.timeout_s,
-            "max_output_chars": cfg.max_output_chars,
+            "max_output_chars": max_output_chars or cfg.max_output_chars,
         }
         reply: dict[str, Any] | None = None
         for _attempt in range(2):
