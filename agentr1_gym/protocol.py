@@ -16,7 +16,6 @@ for the agent that says what was wrong and how to write it instead.
 from __future__ import annotations
 
 import json
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,8 +34,30 @@ __all__ = [
     "get_format",
 ]
 
-_THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+def tag_blocks(text: str, tags: Sequence[str]) -> list[tuple[str, str, int, int]]:
+    """Closed ``<tag>...</tag>`` blocks of any of ``tags``, left to right, as ``(tag, inner, start, end)``.
+
+    The same blocks as the lazy regex ``<(a|b)>(.*?)</\\1>`` finds, in linear time: the regex rescans to the end
+    of the text for every open tag that is never closed (100 KB of open tags took seconds). Once a tag has no
+    closing tag after some open, no later open of that tag can close either, so it is dropped from the search."""
+    out: list[tuple[str, str, int, int]] = []
+    live = {t: (f"<{t}>", f"</{t}>") for t in tags}
+    pos = 0
+    while live:
+        starts = {t: text.find(o, pos) for t, (o, _) in live.items()}
+        starts = {t: i for t, i in starts.items() if i >= 0}
+        if not starts:
+            break
+        tag = min(starts, key=lambda t: starts[t])
+        open_tag, close_tag = live[tag]
+        start = starts[tag]
+        end = text.find(close_tag, start + len(open_tag))
+        if end < 0:
+            del live[tag]
+            continue
+        out.append((tag, text[start + len(open_tag) : end], start, end + len(close_tag)))
+        pos = end + len(close_tag)
+    return out
 
 
 @dataclass(frozen=True)
@@ -57,12 +78,19 @@ class ParsedAction:
 
 
 def _strip_thinking(text: str) -> str:
-    return _THINK_RE.sub("", text) if "<think>" in text else text
+    if "<think>" not in text:
+        return text
+    kept, pos = [], 0
+    for _, _, start, end in tag_blocks(text, ("think",)):
+        kept.append(text[pos:start])
+        pos = end
+    kept.append(text[pos:])
+    return "".join(kept)
 
 
 def _answer_blocks(text: str) -> tuple[list[str], str | None]:
     """All closed ``<answer>`` blocks, or an error for an unclosed one."""
-    answers = _ANSWER_RE.findall(text)
+    answers = [inner for _, inner, _, _ in tag_blocks(text, ("answer",))]
     if text.count("<answer>") != len(answers):
         return (
             answers,
@@ -143,7 +171,6 @@ class HermesFormat(ToolCallFormat):
     name = "hermes"
     result_role = "tool"
     stop_strings = ("</tool_call>", "</answer>")
-    _CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
     _HOW_TO = (
         'To use a tool write <tool_call>{"name": "<tool name>", "arguments": {...}}</tool_call>; '
         "to finish write <answer>your answer</answer>."
@@ -151,7 +178,7 @@ class HermesFormat(ToolCallFormat):
 
     def parse(self, text: str, tools: Mapping[str, Tool]) -> ParsedAction:
         text = _strip_thinking(text)
-        bodies = self._CALL_RE.findall(text)
+        bodies = [inner for _, inner, _, _ in tag_blocks(text, ("tool_call",))]
         if text.count("<tool_call>") != len(bodies):
             return ParsedAction(error="A <tool_call> tag was opened but not closed with </tool_call>.")
         answers, error = _answer_blocks(text)
@@ -173,8 +200,13 @@ class HermesFormat(ToolCallFormat):
             body = body.strip("`").removeprefix("json").strip()
         try:
             obj = json.loads(body, strict=False)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        except (ValueError, RecursionError) as exc:  # ValueError: also integers of more than 4,300 digits
+            if isinstance(exc, json.JSONDecodeError):
+                msg = exc.msg
+            elif isinstance(exc, RecursionError):
+                msg = "nested too deeply"
+            else:
+                msg = "a number is too long"
             return f"The tool call is not valid JSON ({msg})"
         if not isinstance(obj, dict):
             return f"The tool call must be a JSON object, got {type(obj).__name__}"
@@ -190,7 +222,7 @@ class HermesFormat(ToolCallFormat):
         if isinstance(args, str):  # some models stringify the arguments, as the OpenAI API does
             try:
                 args = json.loads(args, strict=False) if args.strip() else {}
-            except (json.JSONDecodeError, RecursionError):
+            except (ValueError, RecursionError):
                 return '"arguments" is a string that is not valid JSON'
         if not isinstance(args, dict):
             return f'"arguments" must be a JSON object, got {type(args).__name__}'
@@ -241,9 +273,8 @@ class SearchR1Format(ToolCallFormat):
         if not tag_tools:
             return ParsedAction(error="No tool of this environment can be called with a tag.")
         calls: list[ToolCall] = []
-        alternatives = "|".join(re.escape(n) for n in tag_tools)
-        for m in re.finditer(rf"<({alternatives})>(.*?)</\1>", text, flags=re.DOTALL):
-            calls.append(ToolCall(name=m.group(1), arguments={tag_tools[m.group(1)]: m.group(2).strip()}))
+        for tag, inner, _, _ in tag_blocks(text, tuple(tag_tools)):
+            calls.append(ToolCall(name=tag, arguments={tag_tools[tag]: inner.strip()}))
         for tag in tag_tools:
             if text.count(f"<{tag}>") != sum(c.name == tag for c in calls):
                 return ParsedAction(error=f"A <{tag}> tag was opened but not closed with </{tag}>.")

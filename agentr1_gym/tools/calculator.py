@@ -43,9 +43,8 @@ def _power(base: Fraction, exp: Fraction) -> Fraction:
             raise CalculatorError("a negative number to a fractional power is not a real number")
         return Fraction(float(base) ** float(exp))
     e = exp.numerator
-    if abs(e) > _MAX_EXPONENT or (
-        abs(base) > 1 and abs(e) * max(abs(base).numerator.bit_length(), 1) > _MAX_BITS
-    ):
+    size = max(abs(base.numerator).bit_length(), base.denominator.bit_length(), 1)
+    if abs(e) > _MAX_EXPONENT or (base not in (0, 1, -1) and abs(e) * size > _MAX_BITS):
         raise CalculatorError(f"the exponent {e} is too large")
     if base == 0 and e < 0:
         raise CalculatorError("division by zero")
@@ -61,10 +60,22 @@ def _sqrt(x: Fraction) -> Fraction:
     return Fraction(math.sqrt(x))
 
 
+_MAX_ROUND_DIGITS = 100
+
+
+def _round(args: list[Fraction]) -> Fraction:
+    digits = args[1] if len(args) > 1 else Fraction(0)
+    if digits.denominator != 1:
+        raise CalculatorError("round()'s second argument must be a whole number")
+    if abs(digits) > _MAX_ROUND_DIGITS:
+        raise CalculatorError(f"round() to more than {_MAX_ROUND_DIGITS} digits is not allowed")
+    return Fraction(round(args[0], int(digits)))
+
+
 _FUNCS = {
     "abs": (1, 1, lambda a: abs(a[0])),
     "sqrt": (1, 1, lambda a: _sqrt(a[0])),
-    "round": (1, 2, lambda a: Fraction(round(a[0], int(a[1]) if len(a) > 1 else 0))),
+    "round": (1, 2, lambda a: _round(a)),
     "min": (1, 50, min),
     "max": (1, 50, max),
 }
@@ -152,6 +163,15 @@ def format_number(x: Fraction) -> str:
         if len(digits) > 40:
             return f"{'-' if x < 0 else ''}{digits[0]}.{digits[1:12]}e+{len(digits) - 1}"
         return str(x.numerator)
+    if abs(x) >= 10**300 or abs(x) < Fraction(1, 10**300):  # beyond float's range: scientific, exactly
+        exponent = len(str(abs(x.numerator))) - len(str(x.denominator))
+        scaled = abs(x) / Fraction(10) ** exponent  # in [0.1, 10)
+        while scaled >= 10:
+            scaled, exponent = scaled / 10, exponent + 1
+        while scaled < 1:
+            scaled, exponent = scaled * 10, exponent - 1
+        mantissa = f"{float(scaled):.12g}"
+        return f"{'-' if x < 0 else ''}{mantissa}e{exponent:+d}"
     approx = f"{float(x):.12g}"
     return f"{approx} (= {x.numerator}/{x.denominator})" if x.denominator < 10_000 else approx
 

@@ -1,0 +1,118 @@
+"""``env.step`` never raises on model output: 10,000 adversarial turns for every registered env, both formats.
+
+Turns are built from fragments that broke parsers before (unclosed and repeated tags, JSON with huge or deeply
+nested numbers, wrong types, stringified arguments, control characters, huge turns) plus well-formed calls with
+hostile arguments (calculator expressions that explode, Python that loops, crashes or floods output). Each step
+must return a finite reward and a text observation within a time bound; the only exceptions allowed are none.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+
+import gymnasium as gym
+import pytest
+
+import agentr1_gym
+from agentr1_gym.envs import DESCRIPTIONS
+
+ENV_IDS = sorted(DESCRIPTIONS)
+
+STEPS = 10_000
+SLOW_STEP_S = 2.0  # far above any legitimate step; the python tool's own timeout is set to 0.05 s below
+
+FRAGMENTS = [
+    "<tool_call>", "</tool_call>", "<answer>", "</answer>", "<think>", "</think>", "<search>", "</search>",
+    "<information>", "<tool_response>", "{", "}", "[", "]", '"', ":", ",", "\\", "null", "true", "1e999",
+    "9" * 5000, "-" + "9" * 4400, "[" * 3000, "{\"a\":" * 500, "\x00", "\x1b[2J", "\ud800", "é", "🙂", "\n",
+    "```", "```json", "```python", " " * 50, "NaN", "Infinity", '"name"', '"arguments"', "search", "python",
+    "calculator", "answer",
+]  # fmt: skip
+
+HOSTILE_ARGS = {
+    "query": ["", " ", "a" * 100_000, "\x00\x01", "[" * 1000, "🙂" * 500, 12, None, ["x"], {"q": 1}],
+    "expression": [
+        "round(1.5, 10**9)", "9**9**9", "2**4096", "(1/3)**-1000", "10**4000/7", "(" * 300 + "1" + ")" * 300,
+        "1/0", "sqrt(-1)", "__import__('os')", "max(" + ",".join(["2**999"] * 60) + ")", "1" * 500, "", 5,
+    ],
+    "code": [
+        "print(1)", "1/0", "while True: pass", "import os; os._exit(3)", "print('x' * 10**7)",
+        "raise SystemExit('bye')", "import sys; sys.setrecursionlimit(10**6)\ndef f(): f()\nf()", "", 7,
+        "import ctypes; ctypes.string_at(0)", "x = bytearray(10**10)",
+    ],
+}  # fmt: skip
+
+
+def _adversarial(rng: random.Random, tools: list[str]) -> str:
+    kind = rng.random()
+    if kind < 0.45:  # soup of fragments
+        return "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(0, 12)))
+    if kind < 0.75:  # a well-formed call to a real tool with hostile arguments
+        tool = rng.choice(tools)
+        key = {"search": "query", "calculator": "expression", "python": "code"}.get(tool, "query")
+        args = {key: rng.choice(HOSTILE_ARGS[key])}
+        if rng.random() < 0.2:
+            args["extra"] = rng.choice(FRAGMENTS)
+        payload = {"name": tool, "arguments": args if rng.random() < 0.8 else json.dumps(args)}
+        body = json.dumps(payload)
+        if rng.random() < 0.3:  # a raw JSON value no encoder would write: huge, infinite or deeply nested
+            raw = rng.choice(["9" * 5000, "-" + "9" * 4400, "1e999", "[" * 3000 + "]" * 3000, "{}" * 3])
+            body = json.dumps({"name": tool, "arguments": {key: "RAW"}}).replace('"RAW"', raw)
+        if rng.random() < 0.2:
+            body = body[: rng.randint(0, len(body))]  # cut short
+        turn = f"<tool_call>{body}</tool_call>"
+        if rng.random() < 0.2:
+            turn += "<answer>x</answer>"
+        return turn
+    if kind < 0.85:  # Search-R1 style and answers
+        tag = rng.choice(["search", "answer", "think"])
+        return f"<{tag}>{rng.choice(FRAGMENTS)}{rng.choice(FRAGMENTS)}</{tag}>" * rng.randint(1, 4)
+    if kind < 0.95:  # random unicode
+        return "".join(chr(rng.randint(0, 0x2FFF)) for _ in range(rng.randint(0, 200)))
+    return rng.choice(["", " ", "<answer></answer>", "<answer>" * 5000, "x" * 1_000_001])
+
+
+def _make(env_id: str, protocol: str):
+    kwargs = {"protocol": protocol}
+    if env_id == "AgentR1/HumanEval-v0":
+        kwargs["sandbox"] = {"timeout_s": 0.05, "cpu_s": 1, "memory_mb": 256, "pool_size": 2}
+    return agentr1_gym.make(env_id, **kwargs)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_ten_thousand_adversarial_steps(env_id):
+    rng = random.Random(hash(env_id) & 0xFFFF)
+    protocols = (
+        ["hermes", "search_r1"]
+        if env_id not in ("AgentR1/HumanEval-v0", "AgentR1/Calculator-v0")
+        else ["hermes"]
+    )
+    steps = 0
+    for protocol in protocols:
+        env = _make(env_id, protocol)
+        tools = [t["function"]["name"] for t in env.reset(seed=0)[1]["tools"]]
+        budget = STEPS // len(protocols)
+        episode = 0
+        while budget > 0:
+            action = _adversarial(rng, tools)
+            start = time.monotonic()
+            obs, reward, terminated, truncated, info = env.step(action)
+            elapsed = time.monotonic() - start
+            assert isinstance(obs, str) and math.isfinite(reward), (env_id, action[:200])
+            assert elapsed < SLOW_STEP_S, (env_id, round(elapsed, 2), action[:200])
+            assert set(info["reward_components"]) >= {"answer", "format"}
+            budget -= 1
+            steps += 1
+            if terminated or truncated:
+                episode += 1
+                env.reset(seed=episode)
+        env.close()
+    assert steps >= STEPS - 1
+
+
+def test_envs_are_registered():
+    assert {"AgentR1/HotpotQA-v0", "AgentR1/HumanEval-v0", "AgentR1/Calculator-v0"} <= set(ENV_IDS)
+    assert all(gym.spec(e) for e in ENV_IDS)
