@@ -186,7 +186,7 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
         "(/health, /v1/search, /retrieve, /search)",
         flush=True,
     )
-    serve(retriever, host=args.host, port=args.port, backend=args.backend, passages=size)
+    serve(retriever, host=args.host, port=args.port, backend=args.backend, passages=size, docs=args.docs)
     return 0
 
 
@@ -271,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="interface to bind (default 127.0.0.1; use 0.0.0.0 to serve other machines, explicitly)",
     )
     p.add_argument("--port", type=int, default=8000, help="default 8000")
+    p.add_argument("--docs", action="store_true", help="also serve /docs and /openapi.json (off by default)")
     p.set_defaults(func=cmd_serve_retriever)
 
     p = sub.add_parser("index", help="build retrieval indexes")

@@ -34,6 +34,7 @@ __all__ = [
     "get_format",
 ]
 
+
 def tag_blocks(text: str, tags: Sequence[str]) -> list[tuple[str, str, int, int]]:
     """Closed ``<tag>...</tag>`` blocks of any of ``tags``, left to right, as ``(tag, inner, start, end)``.
 

@@ -9,7 +9,11 @@ Routes (all batched: the queries of one request are searched in one call):
 * Agent-R1: ``POST /search`` ``{"queries", "top_k"}`` and ``GET /search?query=&top_k=`` -> ``{"query_results":
   [{"query", "results": [{"score", "document"}]}], "total_time", "search_time"}``
 
-Malformed requests get a 422 that says which field is wrong. Several env processes can share one server.
+Limits: a body larger than ``max_body_bytes`` (default 4 MB) gets a 413 before it is parsed; malformed requests
+(NaN or infinite numbers included) get a 422 that names the field and never echoes the request; at most
+``MAX_QUERIES`` queries of ``MAX_QUERY_CHARS`` characters and ``MAX_RESULTS`` results (queries x k) per request;
+large batches run off the event loop, so ``/health`` answers while they do; ``/docs`` and ``/openapi.json`` are
+served only with ``docs=True``. Several env processes can share one server.
 """
 
 from __future__ import annotations
@@ -28,6 +32,71 @@ __all__ = ["create_app", "serve"]
 MAX_QUERIES = 1024
 MAX_K = 1000
 MAX_QUERY_CHARS = 10_000
+#: results (queries x k) one request may ask for: 1,024 queries x k=1,000 took 1.6 GB and 4.8 s
+MAX_RESULTS = 20_000
+MAX_BODY_BYTES = 4 * 1024 * 1024
+#: batches at least this large (queries x k) run in the thread pool even on the inline bm25 backend
+INLINE_RESULTS = 2_000
+
+
+class _BodyLimit:
+    """ASGI middleware: a 413 for a body over the limit, by its Content-Length or as it streams in."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        try:
+            declared = int(headers.get(b"content-length", b"0"))
+        except ValueError:
+            declared = 0
+        if declared > self.limit:
+            await self._reject(send)
+            return
+        # read the body here, up to the limit, and hand it on in one piece (chunked bodies have no length)
+        chunks, seen = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, receive, send)  # a disconnect: let the app see it
+                return
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:
+                await self._reject(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        delivered = False
+
+        async def replay() -> dict:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _reject(self, send: Any) -> None:
+        body = json.dumps({"detail": f"the request body is larger than {self.limit} bytes"}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
 
 
 class _Search(BaseModel):
@@ -51,20 +120,48 @@ def _doc(p: Passage) -> dict[str, str]:
     return {"id": p.id, "contents": p.contents()}
 
 
-def create_app(retriever: Retriever, *, backend: str = "", passages: int | None = None) -> Any:
-    """A FastAPI app serving ``retriever``."""
+def create_app(
+    retriever: Retriever,
+    *,
+    backend: str = "",
+    passages: int | None = None,
+    docs: bool = False,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> Any:
+    """A FastAPI app serving ``retriever`` (see the module docstring for its routes and limits)."""
     try:
-        from fastapi import FastAPI, HTTPException, Query, Response
+        from fastapi import FastAPI, HTTPException, Query, Request, Response
         from fastapi.concurrency import run_in_threadpool
+        from fastapi.exceptions import RequestValidationError
     except ImportError:
         raise MissingDependencyError("fastapi", "serve", "agentr1 serve-retriever") from None
 
-    app = FastAPI(title="agentr1-gym retrieval server", version="1")
+    app = FastAPI(
+        title="agentr1-gym retrieval server",
+        version="1",
+        docs_url="/docs" if docs else None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if docs else None,
+    )
+    app.add_middleware(_BodyLimit, limit=max_body_bytes)
 
-    def _json(obj: Any) -> Response:  # plain json.dumps: FastAPI's jsonable_encoder walk costs ms per batch
-        return Response(json.dumps(obj, ensure_ascii=False).encode(), media_type="application/json")
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        # name the field and the problem; never echo the input (it can be megabytes, or NaN, which JSON lacks)
+        detail = [
+            {"loc": [str(x) for x in e.get("loc", ())][:6], "msg": str(e.get("msg", ""))[:300]}
+            for e in exc.errors()[:10]
+        ]
+        return Response(
+            json.dumps({"detail": detail}).encode(), status_code=422, media_type="application/json"
+        )
 
-    def _check(queries: list[str]) -> list[str]:
+    def _check(queries: list[str], k: int) -> list[str]:
+        if len(queries) * k > MAX_RESULTS:
+            raise HTTPException(
+                422,
+                f"{len(queries)} queries x k={k} asks for {len(queries) * k} results; the limit is {MAX_RESULTS}",
+            )
         for q in queries:
             if len(q) > MAX_QUERY_CHARS:
                 raise HTTPException(
@@ -76,59 +173,70 @@ def create_app(retriever: Retriever, *, backend: str = "", passages: int | None 
     # on native code or I/O (lucene, dense, http) run in the thread pool so the event loop stays free.
     inline = getattr(retriever, "backend", "") == "bm25"
 
-    async def _search(queries: list[str], k: int) -> tuple[list[list[Passage]], float]:
-        start = time.perf_counter()
-        if inline:
-            hits = retriever.search(_check(queries), k)
+    async def _answer(queries: list[str], k: int, build: Any) -> Response:
+        """Search and render ``build(hits, search_seconds)`` as JSON. Small batches on the bm25 backend run on
+        the event loop (a thread hop only adds latency to pure CPU work); everything else, searching, building
+        and encoding the response, runs in the thread pool so the loop keeps answering (``/health`` too)."""
+        queries = _check(queries, k)
+
+        def work() -> bytes:
+            start = time.perf_counter()
+            hits = retriever.search(queries, k)
+            return json.dumps(build(hits, time.perf_counter() - start), ensure_ascii=False).encode()
+
+        if inline and len(queries) * k < INLINE_RESULTS:
+            body = work()
         else:
-            hits = await run_in_threadpool(retriever.search, _check(queries), k)
-        return hits, time.perf_counter() - start
+            body = await run_in_threadpool(work)
+        return Response(body, media_type="application/json")
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "backend": backend, "passages": passages}
 
     @app.post("/v1/search")
-    async def search_v1(req: _Search) -> dict[str, Any]:
-        hits, _ = await _search(req.queries, req.k)
-        return {
-            "results": [
-                [{"id": p.id, "title": p.title, "text": p.text, "score": p.score} for p in h] for h in hits
-            ]
-        }
+    async def search_v1(req: _Search) -> Response:
+        def build(hits: list[list[Passage]], _took: float) -> dict[str, Any]:
+            return {
+                "results": [
+                    [{"id": p.id, "title": p.title, "text": p.text, "score": p.score} for p in h]
+                    for h in hits
+                ]
+            }
+
+        return await _answer(req.queries, req.k, build)
 
     @app.post("/retrieve")
-    async def retrieve(req: _Retrieve) -> dict[str, Any]:
-        hits, _ = await _search(req.queries, req.topk)
-        if req.return_scores:
-            return {"result": [[{"document": _doc(p), "score": p.score} for p in h] for h in hits]}
-        return {"result": [[_doc(p) for p in h] for h in hits]}
+    async def retrieve(req: _Retrieve) -> Response:
+        def build(hits: list[list[Passage]], _took: float) -> dict[str, Any]:
+            if req.return_scores:
+                return {"result": [[{"document": _doc(p), "score": p.score} for p in h] for h in hits]}
+            return {"result": [[_doc(p) for p in h] for h in hits]}
 
-    def _agentr1(
-        queries: list[str], hits: list[list[Passage]], search_time: float, start: float
-    ) -> dict[str, Any]:
-        return {
-            "query_results": [
-                {"query": q, "results": [{"score": p.score, "document": _doc(p)} for p in h]}
-                for q, h in zip(queries, hits)
-            ],
-            "total_time": time.perf_counter() - start,
-            "search_time": search_time,
-        }
+        return await _answer(req.queries, req.topk, build)
+
+    def _agentr1(queries: list[str], start: float) -> Any:
+        def build(hits: list[list[Passage]], search_time: float) -> dict[str, Any]:
+            return {
+                "query_results": [
+                    {"query": q, "results": [{"score": p.score, "document": _doc(p)} for p in h]}
+                    for q, h in zip(queries, hits)
+                ],
+                "total_time": time.perf_counter() - start,
+                "search_time": search_time,
+            }
+
+        return build
 
     @app.post("/search")
-    async def search_post(req: _AgentR1Search) -> dict[str, Any]:
-        start = time.perf_counter()
-        hits, took = await _search(req.queries, req.top_k)
-        return _agentr1(req.queries, hits, took, start)
+    async def search_post(req: _AgentR1Search) -> Response:
+        return await _answer(req.queries, req.top_k, _agentr1(req.queries, time.perf_counter()))
 
     @app.get("/search")
     async def search_get(
         query: str = Query(..., max_length=MAX_QUERY_CHARS), top_k: int = Query(5, ge=0, le=MAX_K)
-    ) -> dict[str, Any]:
-        start = time.perf_counter()
-        hits, took = await _search([query], top_k)
-        return _agentr1([query], hits, took, start)
+    ) -> Response:
+        return await _answer([query], top_k, _agentr1([query], time.perf_counter()))
 
     return app
 
@@ -141,6 +249,7 @@ def serve(
     backend: str = "",
     passages: int | None = None,
     log_level: str = "warning",
+    docs: bool = False,
 ) -> None:
     """Run the server in the foreground."""
     try:
@@ -148,5 +257,8 @@ def serve(
     except ImportError:
         raise MissingDependencyError("uvicorn", "serve", "agentr1 serve-retriever") from None
     uvicorn.run(
-        create_app(retriever, backend=backend, passages=passages), host=host, port=port, log_level=log_level
+        create_app(retriever, backend=backend, passages=passages, docs=docs),
+        host=host,
+        port=port,
+        log_level=log_level,
     )

@@ -10,6 +10,7 @@ import pickle
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import gymnasium as gym
@@ -129,8 +130,7 @@ def test_dense_prefixes_and_env(encoder, tmp_path):
 
 
 # ---- server + http client -----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server():
+def _start_server():
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
     port = _free_port()
@@ -152,7 +152,22 @@ def server():
     else:
         proc.kill()
         pytest.fail(f"server did not start: {proc.stdout.read() if proc.stdout else ''}")
-    yield f"http://127.0.0.1:{port}", proc
+    return f"http://127.0.0.1:{port}", proc
+
+
+@pytest.fixture(scope="module")
+def server():
+    url, proc = _start_server()
+    yield url, proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture(scope="module")
+def limits_server():
+    """A server of its own (the ``server`` fixture's is killed by a death test)."""
+    url, proc = _start_server()
+    yield url, proc
     proc.kill()
     proc.wait()
 
@@ -265,3 +280,111 @@ def test_http_config_errors():
     with pytest.raises(ToolInfrastructureError, match="unreachable after 2 attempts"):
         r.search(["x"], 1)
     assert pickle.loads(pickle.dumps(r)).url == r.url
+
+
+# ---- server limits and a client that cannot be held -------------------------------------------------------------
+def test_server_limits(limits_server):
+    import httpx
+
+    url, _ = limits_server
+    with httpx.Client(base_url=url, timeout=30) as c:
+        big = b'{"queries": ["' + b"x" * (50 * 1024 * 1024) + b'"], "k": 1}'
+        r = c.post("/v1/search", content=big, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and len(r.content) < 1000
+
+        def chunks():
+            for _ in range(60):
+                yield b"x" * (100 * 1024)
+
+        r = c.post("/v1/search", content=chunks(), headers={"content-type": "application/json"})  # no length
+        assert r.status_code == 413
+        for body in (b'{"queries": ["a"], "k": NaN}', b'{"queries": ["a"], "k": Infinity}'):
+            r = c.post("/v1/search", content=body, headers={"content-type": "application/json"})
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "k"
+        echo = "z" * 500_000
+        r = c.post("/v1/search", json={"queries": [echo], "k": "five"})
+        assert r.status_code == 422 and len(r.content) < 5_000 and "zzzz" not in r.text
+        r = c.post("/v1/search", json={"queries": ["a"] * 1024, "k": 1000})
+        assert r.status_code == 422 and "limit" in r.text
+        for route in ("/docs", "/openapi.json", "/redoc"):
+            assert c.get(route).status_code == 404
+
+
+def test_health_answers_while_a_heavy_request_runs(limits_server):
+    import httpx
+
+    url, _ = limits_server
+    queries = [f"university record label song {i}" for i in range(1000)]
+    with (
+        httpx.Client(base_url=url, timeout=60) as heavy,
+        httpx.Client(base_url=url, timeout=60) as probe,
+        concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool,
+    ):
+        job = pool.submit(heavy.post, "/v1/search", json={"queries": queries, "k": 19})
+        worst, probes = 0.0, 0
+        while not job.done():
+            start = time.monotonic()
+            assert probe.get("/health").status_code == 200
+            worst = max(worst, time.monotonic() - start)
+            probes += 1
+        assert job.result().status_code == 200
+    assert probes >= 2 and worst < 0.75, (probes, worst)  # /health kept answering (4.8 s before the caps)
+
+
+class _Evil(threading.Thread):
+    """A loopback server that misbehaves in one chosen way."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__(daemon=True)
+        self.mode = mode
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.recv(65536)
+                if self.mode == "trickle":  # one byte a second, forever (bounded: at most 30 s)
+                    for b in b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 30:
+                        if self.stop.is_set():
+                            break
+                        try:
+                            conn.sendall(bytes([b]))
+                        except OSError:
+                            break
+                        time.sleep(1.0)
+                else:
+                    body = {
+                        "wrong-count": b'{"results": [[], []]}',
+                        "not-a-list": b'{"results": {"a": 1}}',
+                        "bad-hit": b'{"results": [[{"id": 1}]]}',
+                    }[self.mode]
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("mode", ["trickle", "wrong-count", "not-a-list", "bad-hit"])
+def test_client_deadline_and_malformed_answers(mode):
+    from agentr1_gym.tools.search.http import HTTPRetriever
+
+    evil = _Evil(mode)
+    evil.start()
+    try:
+        client = HTTPRetriever(evil.url, timeout=1.5, retries=1)
+        start = time.monotonic()
+        with pytest.raises(ToolInfrastructureError):
+            client.search(["q"], 3)
+        assert time.monotonic() - start < 3.0  # one total deadline, retries included
+    finally:
+        evil.close()

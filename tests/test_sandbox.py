@@ -63,7 +63,8 @@ def _descendants(pid: int) -> list[int]:
         p = todo.pop()
         for task in glob.glob(f"/proc/{p}/task/*/children"):
             try:
-                kids = [int(k) for k in open(task).read().split()]
+                with open(task) as f:
+                    kids = [int(k) for k in f.read().split()]
             except OSError:
                 continue
             out += kids
@@ -73,7 +74,8 @@ def _descendants(pid: int) -> list[int]:
 
 def _state(pid: int) -> str:
     try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return ""
 

@@ -1,8 +1,10 @@
 """The ``http`` backend: a client for retrieval servers (ours, Search-R1's ``/retrieve``, Agent-R1's ``/search``).
 
-Standard library only: one persistent HTTP/1.1 connection per thread (connection pooling), timeouts, retries with
-exponential backoff on connection errors and 5xx answers, and a typed :class:`ToolInfrastructureError` when the
-server cannot be reached, so that a dead server never turns into empty results or zero rewards.
+Standard library only: one persistent HTTP/1.1 connection per thread (connection pooling), one total deadline
+per request (retries included; a server that trickles bytes cannot hold a step past it), retries with exponential
+backoff on connection errors and 5xx answers, and a typed :class:`ToolInfrastructureError` when the server cannot
+be reached or answers in a shape that does not fit the request, so that a broken server never turns into empty
+results or zero rewards.
 
 APIs (``api=``):
 
@@ -16,8 +18,10 @@ APIs (``api=``):
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -52,7 +56,7 @@ class HTTPRetriever:
     Args:
         url: the server's base URL, e.g. ``http://127.0.0.1:8000``.
         api: ``"agentr1"`` (default), ``"search_r1"`` or ``"agentr1_search"`` (see the module docstring).
-        timeout: seconds per request (connect and read).
+        timeout: seconds for a whole request, retries included (the connection is shut at the deadline).
         retries: further attempts after a failed one (connection errors, timeouts, 5xx); backoff doubles from
             ``backoff`` seconds.
     """
@@ -103,21 +107,52 @@ class HTTPRetriever:
             self._local.conn = None
 
     def request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
-        """One JSON request with retries; raises ToolInfrastructureError when the server stays unreachable."""
+        """One JSON request with retries, all within ``timeout`` seconds; raises ToolInfrastructureError when the
+        server stays unreachable, answers too slowly, or sends something that is not JSON."""
         body = json.dumps(payload).encode() if payload is not None else None
         headers = {"Content-Type": "application/json", "Connection": "keep-alive"}
+        deadline = time.monotonic() + self.timeout
         last: str = ""
+        made = 0
         for attempt in range(self.retries + 1):
             if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
+                time.sleep(min(self.backoff * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic())))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                last = last or "deadline reached"
+                break
+            made += 1
+            conn = self._connection()
+            conn.timeout = remaining
+            expired = threading.Event()
+
+            def cut(conn: http.client.HTTPConnection = conn, expired: threading.Event = expired) -> None:
+                expired.set()
+                sock = conn.sock
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)  # unblocks a read that a slow server keeps alive
+
+            watchdog = threading.Timer(remaining, cut)
+            watchdog.daemon = True
+            watchdog.start()
             try:
-                conn = self._connection()
                 conn.request(method, self._prefix + path, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
             except (OSError, http.client.HTTPException) as exc:
                 self._drop_connection()
-                last = f"{type(exc).__name__}: {exc}"
+                last = (
+                    "no complete answer within the deadline"
+                    if expired.is_set()
+                    else f"{type(exc).__name__}: {exc}"
+                )
+                continue
+            finally:
+                watchdog.cancel()
+            if expired.is_set():
+                self._drop_connection()
+                last = "no complete answer within the deadline"
                 continue
             if resp.status >= 500:
                 last = f"HTTP {resp.status}: {data[:200]!r}"
@@ -134,7 +169,8 @@ class HTTPRetriever:
                     f"the retrieval server at {self.url} sent invalid JSON"
                 ) from None
         raise ToolInfrastructureError(
-            f"the retrieval server at {self.url} is unreachable after {self.retries + 1} attempts ({last})"
+            f"the retrieval server at {self.url} is unreachable after {made} attempts "
+            f"within its {self.timeout} s deadline ({last})"
         )
 
     def health(self) -> dict[str, Any]:
@@ -149,24 +185,36 @@ class HTTPRetriever:
         try:
             if self.api == "agentr1":
                 out = self.request("POST", "/v1/search", {"queries": queries, "k": k})
+                lists = out["results"]
+                self._check_count(lists, queries)
                 return [
                     [Passage(str(h["id"]), str(h["title"]), str(h["text"]), float(h["score"])) for h in hits]
-                    for hits in out["results"]
+                    for hits in lists
                 ]
             if self.api == "search_r1":
                 out = self.request(
                     "POST", "/retrieve", {"queries": queries, "topk": k, "return_scores": True}
                 )
+                lists = out["result"]
+                self._check_count(lists, queries)
                 return [
                     [_passage_from_document(h["document"], float(h.get("score", 0.0))) for h in hits]
-                    for hits in out["result"]
+                    for hits in lists
                 ]
             out = self.request("POST", "/search", {"queries": queries, "top_k": k})
+            lists = out["query_results"]
+            self._check_count(lists, queries)
             return [
                 [_passage_from_document(h["document"], float(h.get("score", 0.0))) for h in qr["results"]]
-                for qr in out["query_results"]
+                for qr in lists
             ]
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise ToolInfrastructureError(
-                f"unexpected answer from {self.url} for api={self.api!r}: {exc}"
+                f"unexpected answer from {self.url} for api={self.api!r}: {type(exc).__name__}: {exc}"
             ) from None
+
+    @staticmethod
+    def _check_count(lists: Any, queries: list[str]) -> None:
+        if not isinstance(lists, list) or len(lists) != len(queries):
+            got = len(lists) if isinstance(lists, list) else type(lists).__name__
+            raise ValueError(f"{got} result lists for {len(queries)} queries")
