@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -56,31 +58,100 @@ class QATask(BaseModel):
     context: tuple[tuple[str, str], ...] = ()
 
 
-def _read_records(path: str | Path) -> Iterator[dict[str, Any]]:
-    path = Path(path)
+def _read_text(path: Path, what: str = "data file") -> str:
     if not path.exists():
-        raise DataError(f"data file not found: {path}")
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
-        head = f.read(1)
-        while head and head.isspace():
-            head = f.read(1)
-        rest = f.read()
-    text = head + rest
-    if head == "[":
-        records = json.loads(text)
+        raise DataError(f"{what} not found: {path}")
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                return f.read()
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise DataError(f"{path}: cannot read it ({type(exc).__name__}: {exc})") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
+def read_records_with_location(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(where, record)`` for each JSON object of a JSON-array or JSONL file (``where`` is ``"line N"`` or
+    ``"record N"``); a file that is not valid JSON raises :class:`DataError` naming the file and line."""
+    path = Path(path)
+    text = _read_text(path)
+    if text.lstrip().startswith("["):
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DataError(
+                f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            ) from None
+        except (ValueError, RecursionError) as exc:
+            raise DataError(f"{path}: not valid JSON ({exc})") from None
+        located = [(f"record {i}", r) for i, r in enumerate(records)]
     else:
-        records = [json.loads(line) for line in text.splitlines() if line.strip()]
-    for i, r in enumerate(records):
+        located = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                located.append((f"line {lineno}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise DataError(
+                    f"{path}, line {lineno}: not valid JSON (column {exc.colno}: {exc.msg})"
+                ) from None
+            except (ValueError, RecursionError) as exc:
+                raise DataError(f"{path}, line {lineno}: not valid JSON ({exc})") from None
+    for where, r in located:
         if not isinstance(r, dict):
-            raise DataError(f"{path}: record {i} is not a JSON object")
-        yield r
+            raise DataError(f"{path}, {where}: not a JSON object but {type(r).__name__}")
+        yield where, r
+
+
+def _read_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    for _, record in read_records_with_location(path):
+        yield record
+
+
+@contextmanager
+def record_errors(path: Any, where: str, dataset: str) -> Iterator[None]:
+    """Turn any error while interpreting one record into a DataError naming the file, the record and the cause."""
+    try:
+        yield
+    except DataError as exc:
+        raise DataError(f"{path}, {where}: {exc}") from None
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        what = f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        raise DataError(f"{path}, {where}: a malformed {dataset} record ({what})") from None
 
 
 def _need(record: dict[str, Any], keys: Iterable[str], path: Any, dataset: str) -> None:
     missing = [k for k in keys if k not in record]
     if missing:
-        raise DataError(f"{path}: a {dataset} record lacks {missing}; its keys are {sorted(record)}")
+        raise DataError(f"a {dataset} record lacks {missing}; its keys are {sorted(record)[:20]}")
+
+
+def _text_field(record: dict[str, Any], key: str) -> str:
+    value = record.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise DataError(f"field {key!r} must be a non-empty string, got {value!r:.60}")
+    return value
+
+
+def _gold(record: dict[str, Any], key: str, aliases: str | None = None) -> tuple[str, ...]:
+    """The gold answers of a record: refused when null, empty, or not strings/numbers (a null answer once became
+    the gold answer "None")."""
+    value = record.get(key)
+    values = value if isinstance(value, list) else [value]
+    if aliases and isinstance(record.get(aliases), list):
+        values = [*values, *record[aliases]]
+    out = []
+    for v in values:
+        if v is None or isinstance(v, (dict, list, bool)) or not str(v).strip():
+            raise DataError(f"field {key!r} holds {v!r:.60}; every task needs non-empty gold answers")
+        out.append(str(v))
+    if not out:
+        raise DataError(f"field {key!r} is an empty list; every task needs a gold answer")
+    return _unique(out)
 
 
 def _unique(items: Iterable[str]) -> tuple[str, ...]:
@@ -107,22 +178,25 @@ def _hotpot_like(
 def load_hotpotqa(path: str | Path) -> list[QATask]:
     """HotpotQA (official or Hugging Face layout; distractor or fullwiki). Hop count is 2 by construction."""
     tasks = []
-    for r in _read_records(path):
-        _need(r, ("question", "answer"), path, "HotpotQA")
-        titles, context = _hotpot_like(r, "hotpotqa", "")
-        tasks.append(
-            QATask(
-                id=str(r.get("_id", r.get("id", len(tasks)))),
-                question=r["question"],
-                answers=(str(r["answer"]),),
-                supporting_titles=titles,
-                type=str(r.get("type", "")),
-                hops=2,
-                dataset="hotpotqa",
-                context=context,
-            )
-        )
+    for where, r in read_records_with_location(path):
+        with record_errors(path, where, "HotpotQA"):
+            tasks.append(_hotpot_task(r, len(tasks)))
     return tasks
+
+
+def _hotpot_task(r: dict[str, Any], index: int) -> QATask:
+    _need(r, ("question", "answer"), None, "HotpotQA")
+    titles, context = _hotpot_like(r, "hotpotqa", "")
+    return QATask(
+        id=str(r.get("_id", r.get("id", index))),
+        question=_text_field(r, "question"),
+        answers=_gold(r, "answer"),
+        supporting_titles=titles,
+        type=str(r.get("type", "")),
+        hops=2,
+        dataset="hotpotqa",
+        context=context,
+    )
 
 
 _2WIKI_HOPS = {"comparison": 2, "inference": 2, "compositional": 2, "bridge_comparison": 4}
@@ -132,69 +206,74 @@ def load_2wiki(path: str | Path) -> list[QATask]:
     """2WikiMultihopQA official JSON (``context``, ``supporting_facts``, ``evidences``); ``gold_titles`` and
     ``answer_aliases`` are used when present."""
     tasks = []
-    for r in _read_records(path):
-        _need(r, ("question", "answer"), path, "2WikiMultihopQA")
-        titles, context = _hotpot_like(r, "2wikimultihopqa", " ")
-        titles = _unique([*titles, *r.get("gold_titles", [])])
-        qtype = str(r.get("type", ""))
-        tasks.append(
-            QATask(
-                id=str(r.get("_id", r.get("id", len(tasks)))),
-                question=r["question"],
-                answers=_unique([str(r["answer"]), *map(str, r.get("answer_aliases", []))]),
-                supporting_titles=titles,
-                type=qtype,
-                hops=_2WIKI_HOPS.get(qtype, len(titles)),
-                dataset="2wikimultihopqa",
-                context=context,
-            )
-        )
+    for where, r in read_records_with_location(path):
+        with record_errors(path, where, "2WikiMultihopQA"):
+            tasks.append(_2wiki_task(r, len(tasks)))
     return tasks
+
+
+def _2wiki_task(r: dict[str, Any], index: int) -> QATask:
+    _need(r, ("question", "answer"), None, "2WikiMultihopQA")
+    titles, context = _hotpot_like(r, "2wikimultihopqa", " ")
+    titles = _unique([*titles, *map(str, r.get("gold_titles", []))])
+    qtype = str(r.get("type", ""))
+    return QATask(
+        id=str(r.get("_id", r.get("id", index))),
+        question=_text_field(r, "question"),
+        answers=_gold(r, "answer", "answer_aliases"),
+        supporting_titles=titles,
+        type=qtype,
+        hops=_2WIKI_HOPS.get(qtype, len(titles)),
+        dataset="2wikimultihopqa",
+        context=context,
+    )
 
 
 def load_musique(path: str | Path, *, answerable_only: bool = True) -> list[QATask]:
     """MuSiQue (Ans or Full). Hop count from ``question_decomposition``; aliases from ``answer_aliases``."""
     tasks = []
-    for r in _read_records(path):
-        _need(r, ("question", "answer", "paragraphs"), path, "MuSiQue")
+    for where, r in read_records_with_location(path):
         if answerable_only and not r.get("answerable", True):
             continue
-        paragraphs = r["paragraphs"]
-        titles = _unique(str(p["title"]) for p in paragraphs if p.get("is_supporting"))
-        context = tuple((str(p["title"]), str(p["paragraph_text"])) for p in paragraphs)
-        hops = len(r.get("question_decomposition", [])) or len(titles)
-        tasks.append(
-            QATask(
-                id=str(r.get("id", len(tasks))),
-                question=r["question"],
-                answers=_unique([str(r["answer"]), *map(str, r.get("answer_aliases", []))]),
-                supporting_titles=titles,
-                type=str(r.get("id", "")).split("__")[0],
-                hops=hops,
-                dataset="musique",
-                context=context,
-            )
-        )
+        with record_errors(path, where, "MuSiQue"):
+            tasks.append(_musique_task(r, len(tasks)))
     return tasks
+
+
+def _musique_task(r: dict[str, Any], index: int) -> QATask:
+    _need(r, ("question", "answer", "paragraphs"), None, "MuSiQue")
+    paragraphs = r["paragraphs"]
+    titles = _unique(str(p["title"]) for p in paragraphs if p.get("is_supporting"))
+    context = tuple((str(p["title"]), str(p["paragraph_text"])) for p in paragraphs)
+    hops = len(r.get("question_decomposition", [])) or len(titles)
+    return QATask(
+        id=str(r.get("id", index)),
+        question=_text_field(r, "question"),
+        answers=_gold(r, "answer", "answer_aliases"),
+        supporting_titles=titles,
+        type=str(r.get("id", "")).split("__")[0],
+        hops=hops,
+        dataset="musique",
+        context=context,
+    )
 
 
 def load_flashrag(path: str | Path) -> list[QATask]:
     """FlashRAG JSONL: ``{"id", "question", "golden_answers"}`` (no evidence annotations)."""
     tasks = []
-    for r in _read_records(path):
-        _need(r, ("question", "golden_answers"), path, "FlashRAG")
-        answers = r["golden_answers"]
-        answers = (answers,) if isinstance(answers, str) else tuple(map(str, answers))
-        meta = r.get("metadata") or {}
-        tasks.append(
-            QATask(
-                id=str(r.get("id", len(tasks))),
-                question=r["question"],
-                answers=answers,
-                type=str(meta.get("type", "")) if isinstance(meta, dict) else "",
-                dataset="flashrag",
+    for where, r in read_records_with_location(path):
+        with record_errors(path, where, "FlashRAG"):
+            _need(r, ("question", "golden_answers"), None, "FlashRAG")
+            meta = r.get("metadata") or {}
+            tasks.append(
+                QATask(
+                    id=str(r.get("id", len(tasks))),
+                    question=_text_field(r, "question"),
+                    answers=_gold(r, "golden_answers"),
+                    type=str(meta.get("type", "")) if isinstance(meta, dict) else "",
+                    dataset="flashrag",
+                )
             )
-        )
     return tasks
 
 
@@ -225,10 +304,11 @@ def detect_layout(record: dict[str, Any]) -> str:
 def load_qa(path: str | Path, dataset: str | None = None) -> list[QATask]:
     """Load any supported layout; ``dataset`` names it, or it is detected from the first record."""
     if dataset is None:
-        first = next(_read_records(path), None)
+        first = next(read_records_with_location(path), None)
         if first is None:
             raise DataError(f"{path} holds no records")
-        dataset = detect_layout(first)
+        with record_errors(path, first[0], "QA"):
+            dataset = detect_layout(first[1])
     loader = LOADERS.get(dataset)
     if loader is None:
         raise ConfigError(f"unknown dataset layout {dataset!r}; choose one of {sorted(LOADERS)}")

@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from agentr1_gym.core import ToolEnv, ToolResult
-from agentr1_gym.data import _bundled_path, _read_records
+from agentr1_gym.data import _bundled_path, read_records_with_location, record_errors
 from agentr1_gym.envs.code_grading import (
     Recording,
     doctest_examples,
@@ -35,7 +35,7 @@ from agentr1_gym.envs.code_grading import (
     parse_results,
     record_calls,
 )
-from agentr1_gym.errors import ConfigError
+from agentr1_gym.errors import ConfigError, DataError
 from agentr1_gym.protocol import ToolCall, ToolCallFormat
 from agentr1_gym.rewards import RewardConfig
 from agentr1_gym.tools.python import PythonSandbox, PythonTool, SandboxConfig, shared_sandbox
@@ -113,17 +113,36 @@ def passes_examples(sandbox: PythonSandbox, task: CodeTask, program: str) -> boo
 
 def load_humaneval(path: str | Path | None = None) -> tuple[CodeTask, ...]:
     """HumanEval JSONL (``task_id, prompt, canonical_solution, test, entry_point``); default: the bundled file."""
-    records = _read_records(path or _bundled_path("human_eval_164.jsonl.gz"))
-    return tuple(
-        CodeTask(
-            id=r["task_id"],
-            prompt=r["prompt"],
-            canonical_solution=r["canonical_solution"],
-            test=r["test"],
-            entry_point=r["entry_point"],
-        )
-        for r in records
-    )
+    path = path or _bundled_path("human_eval_164.jsonl.gz")
+    tasks = []
+    for where, r in read_records_with_location(path):
+        with record_errors(path, where, "HumanEval"):
+            fields = {}
+            for key in ("task_id", "prompt", "canonical_solution", "test", "entry_point"):
+                value = r.get(key)
+                if not isinstance(value, str) or not value.strip():
+                    raise DataError(f"field {key!r} must be a non-empty string, got {value!r:.60}")
+                fields[key] = value
+            for key in ("prompt", "canonical_solution", "test"):
+                try:
+                    compile(fields["prompt"] + fields["canonical_solution"] if key != "test" else fields[key],
+                            f"<{key}>", "exec")  # fmt: skip
+                except SyntaxError as exc:
+                    raise DataError(
+                        f"field {key!r} is not valid Python ({exc.msg}, line {exc.lineno})"
+                    ) from None
+            tasks.append(
+                CodeTask(
+                    id=fields["task_id"],
+                    prompt=fields["prompt"],
+                    canonical_solution=fields["canonical_solution"],
+                    test=fields["test"],
+                    entry_point=fields["entry_point"],
+                )
+            )
+    if not tasks:
+        raise DataError(f"{path} holds no HumanEval records")
+    return tuple(tasks)
 
 
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agentr1_gym.errors import DataError
 
@@ -89,33 +91,54 @@ class Corpus(Sequence[Passage]):
         path = Path(path)
         if not path.exists():
             raise DataError(f"corpus file not found: {path}")
-        opener = _open_text(path)
-        with opener as f:
-            if path.name.endswith((".json", ".json.gz")):
-                records = json.load(f)
-                if not isinstance(records, list):
-                    raise DataError(f"{path}: a .json corpus must hold a list of passages")
-            else:
-                records = (json.loads(line) for line in f if line.strip())
-            passages = [_record_to_passage(r, i, path) for i, r in enumerate(records)]
+        try:
+            with _open_text(path) as f:
+                if path.name.endswith((".json", ".json.gz")):
+                    try:
+                        records = json.load(f)
+                    except json.JSONDecodeError as exc:
+                        raise DataError(f"{path}: not valid JSON at line {exc.lineno}: {exc.msg}") from None
+                    if not isinstance(records, list):
+                        raise DataError(f"{path}: a .json corpus must hold a list of passages")
+                    passages = [_record_to_passage(r, f"passage {i}", path) for i, r in enumerate(records)]
+                else:
+                    passages = []
+                    for lineno, line in enumerate(f, 1):
+                        if not line.strip():
+                            continue
+                        try:
+                            record = json.loads(line)
+                        except (ValueError, RecursionError) as exc:
+                            raise DataError(f"{path}, line {lineno}: not valid JSON ({exc})") from None
+                        passages.append(_record_to_passage(record, f"line {lineno}", path, len(passages)))
+        except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+            raise DataError(f"{path}: cannot read it ({type(exc).__name__}: {exc})") from None
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
         return cls(passages, source=str(path))
 
 
-def _record_to_passage(record: dict, index: int, path: Path) -> Passage:
+def _record_to_passage(record: Any, where: str, path: Path, index: int | None = None) -> Passage:
     if not isinstance(record, dict):
-        raise DataError(f"{path}: passage {index} is not a JSON object")
-    pid = str(record.get("id", record.get("_id", index)))
+        raise DataError(f"{path}, {where}: not a JSON object but {type(record).__name__}")
+    pid = str(record.get("id", record.get("_id", where.split()[-1] if index is None else index)))
     if "wikipedia_title" in record:  # the KILT knowledge source: one page, its paragraphs as a list
         text = record.get("text", "")
         text = " ".join(str(t).strip() for t in text) if isinstance(text, list) else str(text)
         return Passage(id=pid, title=str(record["wikipedia_title"]), text=text)
     if "contents" in record:
-        title, text = split_contents(str(record["contents"]))
+        if not isinstance(record["contents"], str):
+            raise DataError(f"{path}, {where}: field 'contents' must be a string")
+        title, text = split_contents(record["contents"])
         title = str(record.get("title", title))
     elif "text" in record:
-        title, text = str(record.get("title", "")), str(record["text"])
+        if not isinstance(record["text"], str):
+            raise DataError(f"{path}, {where}: field 'text' must be a string")
+        title, text = str(record.get("title", "")), record["text"]
     else:
-        raise DataError(f"{path}: passage {index} has neither 'contents' nor 'text'; keys: {sorted(record)}")
+        raise DataError(
+            f"{path}, {where}: a passage needs 'contents' or 'text'; its keys: {sorted(record)[:20]}"
+        )
     return Passage(id=pid, title=title, text=text)
 
 
