@@ -194,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentr1", description="Tool-using LLM agent envs (Agent-R1) for RL."
     )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("list", help="list the registered AgentR1 envs")
@@ -335,13 +336,21 @@ def _unavailable(name: str, missing: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``agentr1`` command. Errors are one line on stderr (exit 2); ``--debug`` shows the traceback."""
     args = build_parser().parse_args(argv)
     from agentr1_gym.errors import AgentR1Error
 
     try:
         return int(args.func(args))
-    except AgentR1Error as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0][:500]
+        what = first if isinstance(exc, AgentR1Error) else f"{type(exc).__name__}: {first}"
+        print(f"error: {what} (agentr1 --debug {args.command} ... shows the traceback)", file=sys.stderr)
         return 2
 
 

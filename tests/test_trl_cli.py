@@ -63,7 +63,7 @@ def test_train_rejects_bad_fields(tmp_path, tiny_dir, capsys):
     assert (
         main(["train", "--model", tiny_dir, "--set", "no_such_field=1", "--output-dir", str(tmp_path)]) == 2
     )
-    assert "bad config field" in capsys.readouterr().err
+    assert "unknown config field 'no_such_field'" in capsys.readouterr().err
 
 
 def _eval(capsys, *argv):

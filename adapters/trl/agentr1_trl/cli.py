@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentr1_gym.errors import ConfigError
+
 __all__ = ["cmd_train", "plot_reward_curve", "register"]
 
 DEFAULTS: dict[str, Any] = {
@@ -37,8 +39,91 @@ WARM_START_EPOCHS = 3
 def _value(text: str) -> Any:
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except ValueError:
         return text
+
+
+def _load_yaml(path: str) -> dict[str, Any]:
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        loaded = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where} ({getattr(exc, 'problem', exc)})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc})") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path} must hold a mapping of config fields, not {type(loaded).__name__}")
+    return loaded
+
+
+def _env_kwargs(text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {"max_hops": 1, "max_turns": 3}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(
+            f"--env-kwargs must be a JSON object, e.g. '{{\"max_turns\": 4}}' ({exc})"
+        ) from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"--env-kwargs must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _check_field_types(config_cls: Any, settings: dict[str, Any]) -> None:
+    """Refuse unknown fields (with a hint) and values of the wrong type before any model is loaded: a dataclass
+    config would take ``learning_rate="abc"`` and fail deep inside the optimizer."""
+    import dataclasses
+    import difflib
+    import types
+    import typing
+
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    hints = typing.get_type_hints(config_cls)
+    for key, value in settings.items():
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown config field {key!r}{hint}")
+        hint_type = hints.get(key)
+        args = typing.get_args(hint_type)
+        allowed = (
+            set(args) if typing.get_origin(hint_type) in (typing.Union, types.UnionType) else {hint_type}
+        )
+        if value is None and type(None) in allowed:
+            continue
+        scalar = {t for t in allowed if t in (int, float, bool, str)}
+        if not scalar or len(scalar) < len(allowed - {type(None)}):
+            continue  # lists, dicts, enums, literals: left to the config's own checks
+        ok = (
+            (bool in scalar and isinstance(value, bool))
+            or (int in scalar and isinstance(value, int) and not isinstance(value, bool))
+            or (float in scalar and isinstance(value, (int, float)) and not isinstance(value, bool))
+            or (str in scalar and isinstance(value, str))
+        )
+        if not ok:
+            names = " or ".join(sorted(t.__name__ for t in scalar))
+            raise ConfigError(f"config field {key}={value!r}: expected {names}")
+
+
+def build_config(config_cls: Any, settings: dict[str, Any]) -> Any:
+    """The trainer config from CLI/YAML settings, with every problem as one ConfigError."""
+    _check_field_types(config_cls, settings)
+    max_steps = settings.get("max_steps")
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise ConfigError(
+            f"max_steps must be a whole number >= 1 (got {max_steps!r}); the env stream is endless"
+        )
+    try:
+        return config_cls(**settings)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"bad config: {str(exc).strip().splitlines()[0]}") from None
 
 
 def plot_reward_curve(log_history: list[dict[str, Any]], path: str | Path, title: str = "") -> None:
@@ -69,37 +154,31 @@ def plot_reward_curve(log_history: list[dict[str, Any]], path: str | Path, title
 
 def cmd_train(args: argparse.Namespace) -> int:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import yaml
     from peft import LoraConfig
 
     settings: dict[str, Any] = dict(DEFAULTS)
     if args.config:
-        loaded = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
-        if not isinstance(loaded, dict):
-            print(f"error: {args.config} must hold a mapping of config fields", file=sys.stderr)
-            return 2
-        settings.update(loaded)
+        settings.update(_load_yaml(args.config))
     for item in args.set:
         key, sep, value = item.partition("=")
-        if not sep:
-            print(f"error: --set expects key=value, got {item!r}", file=sys.stderr)
-            return 2
-        settings[key] = _value(value)
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        settings[key.strip()] = _value(value)
     algo = settings.pop("algo", args.algo)
     model_name = settings.pop("model", args.model)
     lora_r = int(settings.pop("lora_r", args.lora_r))
     warm = int(settings.pop("warm_start", args.warm_start))
+    if algo not in ("grpo", "ppo"):
+        raise ConfigError(f"algo must be grpo or ppo, got {algo!r}")
     settings.setdefault("env_id", args.env)
-    settings.setdefault(
-        "env_kwargs", _value(args.env_kwargs) if args.env_kwargs else {"max_hops": 1, "max_turns": 3}
-    )
+    settings.setdefault("env_kwargs", _env_kwargs(args.env_kwargs))
     settings.setdefault("max_steps", args.max_steps)
+    import agentr1_gym
+
+    if settings["env_id"] not in agentr1_gym.env_ids():
+        agentr1_gym.make(settings["env_id"])  # raises UnknownEnvError with the closest ids
     output_dir = Path(settings.setdefault("output_dir", args.output_dir or f"runs/agentr1-{algo}"))
 
-    from agentr1_trl.evaluate import load_policy
-
-    model, tokenizer, _ = load_policy(model_name)
-    model.train()
     lora = LoraConfig(
         r=lora_r, lora_alpha=2 * lora_r, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
     )
@@ -109,14 +188,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     elif algo == "grpo":
         from agentr1_trl.grpo_config import AgentGRPOConfig as Config  # type: ignore[assignment]
         from agentr1_trl.grpo_trainer import AgentGRPOTrainer as Trainer  # type: ignore[assignment]
-    else:
-        print(f"error: --algo must be grpo or ppo, got {algo!r}", file=sys.stderr)
-        return 2
-    try:
-        config = Config(**settings)
-    except TypeError as exc:
-        print(f"error: bad config field: {exc}", file=sys.stderr)
-        return 2
+    config = build_config(Config, settings)
+    from agentr1_trl.evaluate import load_policy
+
+    model, tokenizer, _ = load_policy(model_name)  # after every check above: a bad flag fails in a second
+    model.train()
     if warm > 0:
         from peft import get_peft_model
 

@@ -35,6 +35,8 @@ def load_policy(model: str, adapter: str | None = None) -> tuple[Any, Any, Any]:
     LoRA adapter directory (its ``value_head.pt``, if any, is the PPO value head)."""
     import torch
 
+    if adapter and not (Path(adapter) / "adapter_config.json").is_file():
+        raise ConfigError(f"{adapter} is not a LoRA adapter directory (no adapter_config.json)")
     if model == "smollm2":
         from agentr1_trl.models import load_default_policy
 
@@ -42,8 +44,18 @@ def load_policy(model: str, adapter: str | None = None) -> tuple[Any, Any, Any]:
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(model)
-        policy = AutoModelForCausalLM.from_pretrained(model)
+        if not Path(model).is_dir():
+            raise ConfigError(
+                f"model must be 'smollm2' or a local model directory; {model} is not a directory"
+            )
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model)
+            policy = AutoModelForCausalLM.from_pretrained(model)
+        except (
+            Exception
+        ) as exc:  # transformers raises OSError, ValueError, KeyError... for broken directories
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise ConfigError(f"cannot load a model from {model}: {first}") from None
         tokenizer.padding_side = "left"
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -51,12 +63,16 @@ def load_policy(model: str, adapter: str | None = None) -> tuple[Any, Any, Any]:
     if adapter:
         from peft import PeftModel
 
-        policy = PeftModel.from_pretrained(policy, adapter)
-        head_file = Path(adapter) / "value_head.pt"
-        if head_file.exists():
-            state = torch.load(head_file, map_location="cpu")
-            value_head = torch.nn.Linear(state["weight"].shape[1], 1)
-            value_head.load_state_dict(state)
+        try:
+            policy = PeftModel.from_pretrained(policy, adapter)
+            head_file = Path(adapter) / "value_head.pt"
+            if head_file.exists():
+                state = torch.load(head_file, map_location="cpu")
+                value_head = torch.nn.Linear(state["weight"].shape[1], 1)
+                value_head.load_state_dict(state)
+        except Exception as exc:  # corrupt weights, shape mismatches, bad JSON
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise ConfigError(f"cannot load the adapter from {adapter}: {first}") from None
     policy.eval()
     return policy, tokenizer, value_head
 
