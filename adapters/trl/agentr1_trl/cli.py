@@ -28,12 +28,17 @@ DEFAULTS: dict[str, Any] = {
     "max_new_tokens_per_turn": 48,
     "max_episode_tokens": 1536,
     "logging_steps": 1,
-    "save_strategy": "no",
+    # a checkpoint after every step, the last two kept: a killed run loses at most the step in progress
+    "save_strategy": "steps",
+    "save_steps": 1,
+    "save_total_limit": 2,
     "report_to": "none",
     # at 1.0 the warm-started 135M model breaks the tool-call format in most sampled turns (see benchmarks/learning.py)
     "temperature": 0.7,
 }
 WARM_START_EPOCHS = 3
+#: the settings of a run, written at its start, read by ``--resume``
+RUN_FILE = "run_config.json"
 
 
 def _value(text: str) -> Any:
@@ -157,6 +162,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     from peft import LoraConfig
 
     settings: dict[str, Any] = dict(DEFAULTS)
+    resume: Any = None
+    saved: dict[str, Any] = {}
+    if args.resume is not None:  # continue a run: its own settings first, then whatever is given now
+        run_dir = Path(args.output_dir or (args.resume if args.resume is not True else "runs/agentr1-grpo"))
+        run_file = run_dir / RUN_FILE
+        if not run_file.is_file():
+            raise ConfigError(
+                f"nothing to resume in {run_dir}: no {RUN_FILE} (was it started by agentr1 train?)"
+            )
+        saved = json.loads(run_file.read_text(encoding="utf-8"))
+        settings.update(saved["settings"])
+        resume = True
     if args.config:
         settings.update(_load_yaml(args.config))
     for item in args.set:
@@ -164,10 +181,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not sep or not key.strip():
             raise ConfigError(f"--set expects key=value, got {item!r}")
         settings[key.strip()] = _value(value)
-    algo = settings.pop("algo", args.algo)
-    model_name = settings.pop("model", args.model)
-    lora_r = int(settings.pop("lora_r", args.lora_r))
-    warm = int(settings.pop("warm_start", args.warm_start))
+    resume = settings.pop("resume_from_checkpoint", None) or resume
+    algo = settings.pop("algo", saved.get("algo", args.algo))
+    model_name = settings.pop("model", saved.get("model", args.model))
+    lora_r = int(settings.pop("lora_r", saved.get("lora_r", args.lora_r)))
+    warm = int(settings.pop("warm_start", saved.get("warm_start", args.warm_start)))
     if algo not in ("grpo", "ppo"):
         raise ConfigError(f"algo must be grpo or ppo, got {algo!r}")
     settings.setdefault("env_id", args.env)
@@ -178,6 +196,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if settings["env_id"] not in agentr1_gym.env_ids():
         agentr1_gym.make(settings["env_id"])  # raises UnknownEnvError with the closest ids
     output_dir = Path(settings.setdefault("output_dir", args.output_dir or f"runs/agentr1-{algo}"))
+    from agentr1_trl.checkpoints import resolve_resume
+
+    resume_from = resolve_resume(resume, output_dir)
+    if resume is not None and resume_from is None:
+        print(f"no complete checkpoint in {output_dir} yet: starting from the beginning")
 
     lora = LoraConfig(
         r=lora_r, lora_alpha=2 * lora_r, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
@@ -189,11 +212,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         from agentr1_trl.grpo_config import AgentGRPOConfig as Config  # type: ignore[assignment]
         from agentr1_trl.grpo_trainer import AgentGRPOTrainer as Trainer  # type: ignore[assignment]
     config = build_config(Config, settings)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    run = {"algo": algo, "model": model_name, "lora_r": lora_r, "warm_start": warm, "settings": settings}
+    (output_dir / RUN_FILE).write_text(json.dumps(run, indent=1, default=str), encoding="utf-8")
     from agentr1_trl.evaluate import load_policy
 
     model, tokenizer, _ = load_policy(model_name)  # after every check above: a bad flag fails in a second
     model.train()
-    if warm > 0:
+    if resume_from:
+        print(f"resuming from {resume_from} (the warm start is in its adapter)")
+    if warm > 0 and not resume_from:
         from peft import get_peft_model
 
         from agentr1_trl.sft import oracle_samples, warm_start
@@ -222,7 +250,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         trainer = Trainer(model, config, tokenizer)
     else:
         trainer = Trainer(model, config, tokenizer, peft_config=lora)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume_from)
     adapter = output_dir / "adapter"
     trainer.save_model(str(adapter))
     tokenizer.save_pretrained(str(adapter))
@@ -277,5 +305,15 @@ def register(subparsers: Any) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override one config field, e.g. --set learning_rate=1e-4 (repeatable)",
+    )
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="DIR",
+        help="continue a killed or finished run from its newest complete checkpoint, with the settings it was "
+        "started with (DIR: its output dir, default runs/agentr1-grpo; --set/--config still override, e.g. "
+        "--set max_steps=20 to extend it)",
     )
     p.set_defaults(func=cmd_train)

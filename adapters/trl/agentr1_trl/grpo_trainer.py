@@ -27,6 +27,7 @@ import agentr1_gym
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.evaluation import success
 from agentr1_trl.advantages import clipped_policy_loss, kl_penalty, reinforce_pp_advantages, rloo_advantages
+from agentr1_trl.checkpoints import DurableCheckpointsMixin
 from agentr1_trl.generation import GenerationBackend, HFGenerator, SamplingConfig
 from agentr1_trl.grpo_config import AgentGRPOConfig
 from agentr1_trl.rollout import Trajectory, collect_rollouts
@@ -47,7 +48,7 @@ def seed_dataset(num_tasks: int, seed_offset: int = 0) -> Dataset:
     )
 
 
-class AgentGRPOTrainer(GRPOTrainer):
+class AgentGRPOTrainer(DurableCheckpointsMixin, GRPOTrainer):
     """GRPO (or RLOO / REINFORCE++) on an ``AgentR1/*`` env with action masks.
 
     Args:
