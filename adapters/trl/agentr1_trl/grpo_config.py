@@ -62,6 +62,21 @@ class AgentGRPOConfig(GRPOConfig):
             "responses and template tokens too: the paper's ablation."
         },
     )
+    advantage_mask: bool = field(
+        default=True,
+        metadata={
+            "help": "Per-token advantages (reinforce_pp, PPO's GAE) computed over the action tokens only "
+            "(Agent-R1's advantage mask). False computes them over every completion token, tool responses "
+            "included: the paper's second ablation. GRPO and RLOO give one advantage per episode and ignore it."
+        },
+    )
+    reward_signal: str = field(
+        default="return",
+        metadata={
+            "help": "What the advantages are computed from: 'return' (outcome + process/shaping rewards) or "
+            "'outcome' (the answer reward only, so that groups differing only in shaping carry no signal)."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.bf16 is None and not self.fp16:
@@ -84,7 +99,34 @@ class AgentGRPOConfig(GRPOConfig):
             raise ConfigError("need 1 <= max_new_tokens_per_turn < max_episode_tokens")
         if self.num_tasks < 1:
             raise ConfigError("num_tasks must be >= 1")
+        if self.reward_signal not in {"return", "outcome"}:
+            raise ConfigError(f"reward_signal must be 'return' or 'outcome', got {self.reward_signal!r}")
+        self._refuse_unsupported()
         if self.loss_type not in {"grpo", "bnpo", "dapo", "dr_grpo"}:
             raise ConfigError(
                 f"AgentGRPOTrainer supports loss_type 'grpo', 'bnpo', 'dapo' or 'dr_grpo', got {self.loss_type!r}"
+            )
+
+    def _refuse_unsupported(self) -> None:
+        """TRL options that change TRL's own loss or generation, which our loss and rollouts do not implement:
+        an error naming them, never a silent no-op."""
+        bad = [
+            (self.importance_sampling_level != "token", "importance_sampling_level (GSPO)"),
+            (self.delta is not None, "delta (two-sided clipping)"),
+            (self.top_entropy_quantile != 1.0, "top_entropy_quantile"),
+            (self.entropy_coef != 0.0 or self.use_adaptive_entropy, "entropy_coef / use_adaptive_entropy"),
+            (self.off_policy_mask_threshold is not None, "off_policy_mask_threshold"),
+            (self.mask_truncated_completions, "mask_truncated_completions"),
+            (self.sync_ref_model, "sync_ref_model (the reference is the base model with the adapter disabled)"),
+            (self.use_vllm, "use_vllm (generation runs through agentr1_trl.generation; HFGenerator today)"),
+            (self.use_transformers_paged or self.use_transformers_continuous_batching, "transformers paged/continuous batching"),
+            (self.min_p is not None or self.repetition_penalty != 1.0 or bool(self.generation_kwargs), "min_p / repetition_penalty / generation_kwargs"),
+            (bool(getattr(self, "use_liger_kernel", False)), "use_liger_kernel (its fused loss bypasses the action-masked loss)"),
+            (self.reward_weights is not None and len(self.reward_weights) != 1, "reward_weights (the env return is the one reward)"),
+        ]  # fmt: skip
+        names = [name for flagged, name in bad if flagged]
+        if names:
+            raise ConfigError(
+                "AgentGRPOTrainer/AgentPPOTrainer compute their own action-masked loss and rollouts and do not "
+                f"implement: {'; '.join(names)}. Leave these at TRL's defaults."
             )

@@ -36,8 +36,60 @@ __all__ = ["AgentGRPOTrainer", "env_return", "seed_dataset"]
 
 
 def env_return(prompts: list, completions: list, episode_return: list[float], **_: Any) -> list[float]:
-    """Reward function: the env's episode return, computed during the rollout."""
+    """Reward function: the env's episode return (or its outcome part, per ``reward_signal``), computed during the
+    rollout."""
     return [float(r) for r in episode_return]
+
+
+def outcome_reward(traj: Trajectory) -> float:
+    """The outcome part of an episode's return: its ``answer`` reward components."""
+    return float(sum(c.get("answer", 0.0) for c in traj.reward_components))
+
+
+def signal_token_rewards(traj: Trajectory, signal: str) -> list[float]:
+    """Per completion token rewards for per-token estimators: every step reward ('return') or the answer reward
+    only ('outcome'), on the last generated token of the turn that earned it."""
+    if signal == "return":
+        return traj.token_rewards()
+    out = [0.0] * len(traj.completion_ids)
+    for end, comps in zip(traj.turn_ends, traj.reward_components):
+        if 0 <= end < len(out):
+            out[end] += float(comps.get("answer", 0.0))
+    return out
+
+
+def advantage_mask_of(output: dict[str, Any], use_action_mask: bool) -> torch.Tensor:
+    """The tokens per-token advantages are computed over: the action tokens (Agent-R1's advantage mask) or, for
+    the ablation, every completion token."""
+    completion = output["completion_mask"]
+    if not use_action_mask:
+        return completion
+    return completion * output.get("tool_mask", torch.ones_like(completion))
+
+
+def group_signal_metrics(trajs: list[Trajectory], group_size: int) -> dict[str, float]:
+    """How much of the learning signal is outcome: the fraction of groups whose outcome (answer reward) varies,
+    of groups whose return varies, and the outcome's share of the within-group return deviations (what GRPO's
+    advantages are made of)."""
+    groups = [trajs[i : i + group_size] for i in range(0, len(trajs), group_size)]
+    out_var = ret_var = 0
+    dev_outcome = dev_shaping = 0.0
+    for g in groups:
+        outcomes = [outcome_reward(t) for t in g]
+        returns = [t.episode_return for t in g]
+        shaping = [r - o for r, o in zip(returns, outcomes)]
+        out_var += max(outcomes) - min(outcomes) > 1e-9
+        ret_var += max(returns) - min(returns) > 1e-9
+        mo, ms = sum(outcomes) / len(g), sum(shaping) / len(g)
+        dev_outcome += sum(abs(o - mo) for o in outcomes)
+        dev_shaping += sum(abs(x - ms) for x in shaping)
+    metrics = {
+        "signal/outcome_varied_groups": out_var / max(len(groups), 1),
+        "signal/return_varied_groups": ret_var / max(len(groups), 1),
+    }
+    if dev_outcome + dev_shaping > 0:
+        metrics["signal/outcome_share"] = dev_outcome / (dev_outcome + dev_shaping)
+    return metrics
 
 
 def seed_dataset(num_tasks: int, seed_offset: int = 0) -> Dataset:
@@ -154,13 +206,17 @@ class AgentGRPOTrainer(DurableCheckpointsMixin, GRPOTrainer):
         self._metrics[mode]["env/action_errors"].append(
             sum(sum(e is not None for e in t.action_errors) for t in trajs) / len(trajs)
         )
+        for key, value in group_signal_metrics(trajs, self.num_generations).items():
+            self._metrics[mode][key].append(value)
         return {
             "prompt_ids": [t.prompt_ids for t in trajs],
             "completion_ids": [t.completion_ids for t in trajs],
             "logprobs": [t.logprobs for t in trajs],
             # the action mask (Agent-R1); all ones for the no-mask ablation
             "env_mask": [t.action_mask if args.action_mask else [1] * len(t.action_mask) for t in trajs],
-            "episode_return": [t.episode_return for t in trajs],
+            "episode_return": [
+                t.episode_return if args.reward_signal == "return" else outcome_reward(t) for t in trajs
+            ],
         }
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -175,18 +231,18 @@ class AgentGRPOTrainer(DurableCheckpointsMixin, GRPOTrainer):
         trajs = self.last_trajectories
         device = output["completion_ids"].device
         if args.advantage_estimator == "rloo":
-            returns = torch.tensor([t.episode_return for t in trajs], dtype=torch.float32)
+            signal = [
+                t.episode_return if args.reward_signal == "return" else outcome_reward(t) for t in trajs
+            ]
+            returns = torch.tensor(signal, dtype=torch.float32)
             output["advantages"] = rloo_advantages(returns, self.num_generations).to(device)
         else:
             width = output["completion_ids"].shape[1]
             rewards = torch.zeros((len(trajs), width))
             for i, t in enumerate(trajs):
-                tr = t.token_rewards()[:width]
+                tr = signal_token_rewards(t, args.reward_signal)[:width]
                 rewards[i, : len(tr)] = torch.tensor(tr)
-            mask = (
-                output["completion_mask"].cpu()
-                * output.get("tool_mask", torch.ones_like(output["completion_mask"])).cpu()
-            )
+            mask = advantage_mask_of(output, args.advantage_mask).cpu()
             output["advantages"] = reinforce_pp_advantages(rewards, mask, gamma=args.gamma).to(device)
         return output
 

@@ -25,7 +25,7 @@ from torch import nn
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.advantages import clipped_policy_loss, gae_advantages, kl_penalty, masked_mean, masked_whiten
 from agentr1_trl.generation.base import Generation, GenerationBackend, SamplingConfig
-from agentr1_trl.grpo_trainer import AgentGRPOTrainer
+from agentr1_trl.grpo_trainer import AgentGRPOTrainer, advantage_mask_of, signal_token_rewards
 from agentr1_trl.ppo_config import AgentPPOConfig
 
 __all__ = ["AgentPPOTrainer", "ValueGuidedGenerator"]
@@ -76,14 +76,16 @@ class AgentPPOTrainer(AgentGRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         args: AgentPPOConfig = self.args
         completion_ids = output["completion_ids"]
-        mask = output["completion_mask"] * output.get("tool_mask", torch.ones_like(output["completion_mask"]))
+        mask = advantage_mask_of(
+            output, args.advantage_mask
+        )  # GAE's timeline: action tokens, or all (ablation)
         input_ids = torch.cat([output["prompt_ids"], completion_ids], dim=1)
         attention = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
         with torch.no_grad():
             _, values = self._logps_and_values(self.model, input_ids, attention, completion_ids.size(1))
         rewards = torch.zeros_like(values)
         for i, traj in enumerate(self.last_trajectories):
-            tr = traj.token_rewards()[: rewards.size(1)]
+            tr = signal_token_rewards(traj, args.reward_signal)[: rewards.size(1)]
             rewards[i, : len(tr)] = torch.tensor(tr, dtype=rewards.dtype)
         values = values * mask
         adv, returns = gae_advantages(rewards, values, mask, gamma=args.gamma, lam=args.lam)

@@ -1,0 +1,123 @@
+"""Learning-signal switches: the paper's two ablations, outcome-only advantages, per-step signal metrics, and
+TRL options our loss does not implement refused by name."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+pytest.importorskip("trl")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import torch
+from agentr1_trl import ScriptedGenerator
+from agentr1_trl.advantages import gae_advantages
+from agentr1_trl.grpo_config import AgentGRPOConfig
+from agentr1_trl.grpo_trainer import (
+    AgentGRPOTrainer,
+    advantage_mask_of,
+    group_signal_metrics,
+    outcome_reward,
+    signal_token_rewards,
+)
+from agentr1_trl.ppo_config import AgentPPOConfig
+from agentr1_trl.ppo_trainer import AgentPPOTrainer
+from agentr1_trl.rollout import Trajectory
+from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer
+from peft import LoraConfig
+
+import agentr1_gym  # noqa: F401
+from agentr1_gym.errors import ConfigError
+
+BASE = dict(
+    per_device_train_batch_size=4, num_generations=4, max_steps=1, learning_rate=5e-2, logging_steps=1,
+    report_to="none", max_new_tokens_per_turn=16, max_episode_tokens=1536, save_strategy="no", use_cpu=True,
+    bf16=False, seed=0, env_kwargs={"max_turns": 3},
+)  # fmt: skip
+
+
+def _traj(answer: float, shaping: float) -> Trajectory:
+    t = Trajectory(prompt_ids=[1], completion_ids=[5, 6, 7, 8], action_mask=[1, 1, 0, 1], turn_ends=[1, 3])
+    t.rewards = [shaping, answer]
+    t.reward_components = [{"retrieval": shaping, "answer": 0.0}, {"answer": answer, "format": 0.0}]
+    return t
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"importance_sampling_level": "sequence"},
+        {"delta": 2.0},
+        {"top_entropy_quantile": 0.2},
+        {"entropy_coef": 0.01},
+        {"off_policy_mask_threshold": 0.5},
+        {"mask_truncated_completions": True},
+        {"sync_ref_model": True},
+        {"use_vllm": True},
+        {"repetition_penalty": 1.1},
+        {"min_p": 0.1},
+        {"loss_type": "cispo"},
+    ],
+)
+def test_unimplemented_trl_options_are_refused_by_name(tmp_path, option):
+    name = next(iter(option))
+    with pytest.raises(ConfigError, match=name.split("_")[0]):
+        AgentGRPOConfig(output_dir=str(tmp_path), **BASE, **option)
+    with pytest.raises(ConfigError):
+        AgentPPOConfig(output_dir=str(tmp_path), **BASE, **option)
+
+
+def test_signal_metrics_separate_outcome_from_shaping():
+    # group 1: outcomes equal, shaping differs -> only shaping signal; group 2: outcomes differ
+    trajs = [_traj(0.0, 0.1), _traj(0.0, 0.0), _traj(1.0, 0.0), _traj(0.0, 0.0)]
+    m = group_signal_metrics(trajs, 2)
+    assert m["signal/outcome_varied_groups"] == 0.5 and m["signal/return_varied_groups"] == 1.0
+    assert m["signal/outcome_share"] == pytest.approx(1.0 / 1.1)
+    only_shaping = group_signal_metrics(trajs[:2], 2)
+    assert only_shaping["signal/outcome_varied_groups"] == 0.0 and only_shaping["signal/outcome_share"] == 0.0
+    assert outcome_reward(trajs[2]) == 1.0
+    assert signal_token_rewards(trajs[0], "outcome") == [0.0, 0.0, 0.0, 0.0]
+    assert signal_token_rewards(trajs[0], "return") == [0.0, 0.1, 0.0, 0.0]
+
+
+def test_advantage_mask_ablation_changes_gae_on_action_tokens():
+    output = {
+        "completion_mask": torch.tensor([[1, 1, 1, 1, 1]]),
+        "tool_mask": torch.tensor([[1, 1, 0, 0, 1]]),  # tokens 2-3: a tool response
+    }
+    action = advantage_mask_of(output, True)
+    everything = advantage_mask_of(output, False)
+    assert action.tolist() == [[1, 1, 0, 0, 1]] and everything.tolist() == [[1, 1, 1, 1, 1]]
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 1.0]])
+    values = torch.tensor([[0.1, 0.2, 0.9, -0.5, 0.3]])
+    a_masked, _ = gae_advantages(rewards, values * action, action, gamma=0.9, lam=0.9)
+    a_all, _ = gae_advantages(rewards, values * everything, everything, gamma=0.9, lam=0.9)
+    on_actions = action.bool()
+    assert not torch.allclose(a_masked[on_actions], a_all[on_actions])  # the tool tokens' values leak in
+    assert torch.all(a_masked[~on_actions] == 0)
+
+
+@pytest.mark.parametrize(
+    ("trainer_cls", "config_cls", "extra"),
+    [
+        (AgentPPOTrainer, AgentPPOConfig, {"advantage_mask": False}),
+        (AgentGRPOTrainer, AgentGRPOConfig, {"advantage_estimator": "reinforce_pp", "advantage_mask": False}),
+        (AgentGRPOTrainer, AgentGRPOConfig, {"reward_signal": "outcome"}),
+        (AgentPPOTrainer, AgentPPOConfig, {"reward_signal": "outcome"}),
+    ],
+)
+def test_switches_train_and_log_the_signal(tmp_path, trainer_cls, config_cls, extra):
+    tok = tiny_tokenizer()
+    trainer = trainer_cls(
+        tiny_model(tok, seed=0),
+        config_cls(output_dir=str(tmp_path), **BASE, **extra),
+        tok,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        generator=ScriptedGenerator(tok, alternating_script),
+    )
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert logs and all(math.isfinite(h["loss"]) for h in logs)
+    assert "signal/outcome_varied_groups" in logs[0] and "signal/return_varied_groups" in logs[0]
