@@ -121,3 +121,77 @@ def test_switches_train_and_log_the_signal(tmp_path, trainer_cls, config_cls, ex
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert logs and all(math.isfinite(h["loss"]) for h in logs)
     assert "signal/outcome_varied_groups" in logs[0] and "signal/return_varied_groups" in logs[0]
+
+
+def _grpo(tmp_path, **extra):
+    tok = tiny_tokenizer()
+    return AgentGRPOTrainer(
+        tiny_model(tok, seed=0),
+        AgentGRPOConfig(output_dir=str(tmp_path), **BASE, **extra),
+        tok,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        generator=ScriptedGenerator(tok, alternating_script),
+    )
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo", "bnpo"])
+def test_skipping_zero_advantage_rows_keeps_loss_and_gradient(tmp_path, loss_type):
+    trainer = _grpo(tmp_path, loss_type=loss_type)
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop
+    model = trainer.model
+    g = torch.Generator().manual_seed(0)
+    rows, width = 4, 7
+    inputs = {
+        "prompt_ids": torch.randint(3, 60, (rows, 5), generator=g),
+        "prompt_mask": torch.ones(rows, 5, dtype=torch.long),
+        "completion_ids": torch.randint(3, 60, (rows, width), generator=g),
+        "completion_mask": torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 7, [1] * 6 + [0]]),
+        "tool_mask": torch.tensor([[1, 1, 0, 0, 1, 1, 1]] * rows),
+        "advantages": torch.tensor([0.7, 0.0, -0.3, 0.0]),
+    }
+
+    def loss_and_grads(skip: bool):
+        trainer.args.skip_zero_advantage = skip
+        model.zero_grad()
+        loss = trainer._compute_loss(model, dict(inputs))
+        loss.backward()
+        return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    full_loss, full_grads = loss_and_grads(False)
+    skip_loss, skip_grads = loss_and_grads(True)
+    assert skip_loss == pytest.approx(full_loss, rel=1e-5, abs=1e-7)
+    assert full_grads.keys() == skip_grads.keys() and full_grads
+    for name, grad in full_grads.items():
+        assert torch.allclose(grad, skip_grads[name], atol=1e-6), name
+    assert trainer._metrics["train"]["signal/skipped_rows"][-1] == 0.5
+
+
+def test_dynamic_sampling_replaces_only_flat_groups_within_budget(tmp_path):
+    trainer = _grpo(tmp_path, dynamic_sampling=True, max_resample_rounds=2)
+    calls = []
+
+    def rollout(seeds):
+        calls.append(list(seeds))
+        # odd seeds give groups whose outcome varies, even seeds flat ones
+        out = []
+        for i, s in enumerate(seeds):
+            out.append(_traj(float(s % 2 == 1 and i % 2 == 0), 0.1))
+        return out
+
+    varied = [_traj(1.0, 0.0), _traj(0.0, 0.0), _traj(1.0, 0.0), _traj(1.0, 0.0)]
+    flat = [_traj(0.0, 0.3), _traj(0.0, 0.0), _traj(0.0, 0.1), _traj(0.0, 0.0)]  # varies only by shaping
+    trajs = trainer._dynamic_sampling(varied + flat, rollout)
+    assert trajs[:4] == varied  # a group with outcome variance is never touched
+    assert len(calls) <= 2 and all(len(c) == 4 for c in calls)  # only the flat group is regenerated
+    group = trajs[4:]
+    replaced = group is not flat and [outcome_reward(t) for t in group] != [0.0] * 4
+    assert replaced == any(c[0] % 2 == 1 for c in calls)
+    assert all(0 <= c[0] - trainer.args.seed_offset < trainer.args.num_tasks for c in calls)
+    assert trainer._metrics["train"]["signal/resample_rounds"][-1] == len(calls)
+
+
+def test_dynamic_sampling_trains(tmp_path):
+    trainer = _grpo(tmp_path, dynamic_sampling=True, max_resample_rounds=1)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert logs and "signal/resample_rounds" in logs[0] and math.isfinite(logs[0]["loss"])

@@ -70,6 +70,25 @@ class AgentGRPOConfig(GRPOConfig):
             "included: the paper's second ablation. GRPO and RLOO give one advantage per episode and ignore it."
         },
     )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "Regenerate, with fresh task seeds, every group whose outcome (answer reward, not the "
+            "shaped return) does not vary, so that the update sees groups it can learn the outcome from (DAPO's "
+            "dynamic sampling, filtered on the outcome). Groups still flat after max_resample_rounds stay."
+        },
+    )
+    max_resample_rounds: int = field(
+        default=2,
+        metadata={"help": "Generation budget of dynamic sampling: extra rounds over the flat groups."},
+    )
+    skip_zero_advantage: bool = field(
+        default=True,
+        metadata={
+            "help": "With beta=0, episodes whose advantage is zero everywhere contribute nothing to the loss: "
+            "leave them out of the forward/backward pass (same gradient, less compute)."
+        },
+    )
     reward_signal: str = field(
         default="return",
         metadata={
@@ -102,6 +121,8 @@ class AgentGRPOConfig(GRPOConfig):
         if self.reward_signal not in {"return", "outcome"}:
             raise ConfigError(f"reward_signal must be 'return' or 'outcome', got {self.reward_signal!r}")
         self._refuse_unsupported()
+        if self.max_resample_rounds < 0:
+            raise ConfigError("max_resample_rounds must be >= 0")
         if self.loss_type not in {"grpo", "bnpo", "dapo", "dr_grpo"}:
             raise ConfigError(
                 f"AgentGRPOTrainer supports loss_type 'grpo', 'bnpo', 'dapo' or 'dr_grpo', got {self.loss_type!r}"

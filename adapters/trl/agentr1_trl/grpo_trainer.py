@@ -16,6 +16,7 @@ resume. What this class adds, because TRL lacks it:
 
 from __future__ import annotations
 
+import random
 from functools import partial
 from typing import Any
 
@@ -177,15 +178,21 @@ class AgentGRPOTrainer(DurableCheckpointsMixin, GRPOTrainer):
             top_k=args.top_k or 0,
             do_sample=True,
         )
-        trajs = collect_rollouts(
-            self._envs(len(prompts)),
-            generator,
-            self.processing_class,
-            sampling=sampling,
-            seeds=[int(x["seed"]) for x in inputs],
-            max_episode_tokens=args.max_episode_tokens,
-            chat_template_kwargs=args.chat_template_kwargs,
-        )
+
+        def rollout(seeds: list[int]) -> list[Trajectory]:
+            return collect_rollouts(
+                self._envs(len(seeds)),
+                generator,
+                self.processing_class,
+                sampling=sampling,
+                seeds=seeds,
+                max_episode_tokens=args.max_episode_tokens,
+                chat_template_kwargs=args.chat_template_kwargs,
+            )
+
+        trajs = rollout([int(x["seed"]) for x in inputs])
+        if args.dynamic_sampling and self.model.training:
+            trajs = self._dynamic_sampling(trajs, rollout)
         unstable = [t for t in trajs if not t.prefix_stable]
         if unstable:
             raise ConfigError(
@@ -219,6 +226,35 @@ class AgentGRPOTrainer(DurableCheckpointsMixin, GRPOTrainer):
             ],
         }
 
+    def _dynamic_sampling(self, trajs: list[Trajectory], rollout: Any) -> list[Trajectory]:
+        """Replace groups whose outcome does not vary by fresh groups (new training seeds) whose outcome does."""
+        args: AgentGRPOConfig = self.args
+        size = self.num_generations
+        rng = random.Random(args.seed * 1_000_003 + self.state.global_step)
+        mode = "train"
+
+        def flat(group: list[Trajectory]) -> bool:
+            outcomes = [outcome_reward(t) for t in group]
+            return max(outcomes) - min(outcomes) <= 1e-9
+
+        rounds = replaced = 0
+        for _ in range(args.max_resample_rounds):
+            todo = [g for g in range(len(trajs) // size) if flat(trajs[g * size : (g + 1) * size])]
+            if not todo:
+                break
+            rounds += 1
+            seeds = [args.seed_offset + rng.randrange(args.num_tasks) for _ in todo]
+            fresh = rollout([s for s in seeds for _ in range(size)])
+            for j, g in enumerate(todo):
+                group = fresh[j * size : (j + 1) * size]
+                if not flat(group):
+                    trajs[g * size : (g + 1) * size] = group
+                    replaced += 1
+        groups = max(len(trajs) // size, 1)
+        self._metrics[mode]["signal/resample_rounds"].append(float(rounds))
+        self._metrics[mode]["signal/resampled_groups"].append(replaced / groups)
+        return trajs
+
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         self._pending_inputs = inputs
         try:
@@ -248,6 +284,31 @@ class AgentGRPOTrainer(DurableCheckpointsMixin, GRPOTrainer):
 
     # ---- loss -------------------------------------------------------------------------------------------
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        rows = inputs["completion_ids"].size(0)
+        denominators = None
+        if self.args.skip_zero_advantage and self.beta == 0.0:
+            adv = inputs["advantages"]
+            keep = (adv.reshape(rows, -1) != 0).any(dim=1)
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["signal/skipped_rows"].append(1.0 - keep.float().mean().item())
+            if not bool(keep.all()):
+                mask = (
+                    inputs["completion_mask"] * inputs["tool_mask"]
+                    if "tool_mask" in inputs
+                    else inputs["completion_mask"]
+                )
+                # the loss's denominators over the whole micro-batch, so that the gradient is unchanged
+                denominators = (rows, float(mask.sum().clamp(min=1)), inputs["completion_ids"].size(1))
+                if not bool(keep.any()):
+                    # nothing to learn here: a zero loss that still touches the graph (DDP needs every parameter)
+                    return sum(p.sum() * 0.0 for p in model.parameters() if p.requires_grad)
+                inputs = {k: (v[keep] if torch.is_tensor(v) and v.dim() > 0 and v.size(0) == rows else v)
+                          for k, v in inputs.items()}  # fmt: skip
+        return self._policy_loss(model, inputs, denominators)
+
+    def _policy_loss(
+        self, model: Any, inputs: dict[str, Any], denominators: tuple[int, float, int] | None = None
+    ) -> torch.Tensor:
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
@@ -266,12 +327,17 @@ class AgentGRPOTrainer(DurableCheckpointsMixin, GRPOTrainer):
             per_token = per_token + self.beta * kl
             self._metrics[mode]["kl"].append((kl.sum() / mask.sum().clamp(min=1)).item())
         mask_f = mask.to(per_token.dtype)
+        n_rows, n_tokens, width = denominators or (
+            per_token.size(0),
+            float(mask_f.sum().clamp(min=1.0)),
+            completion_ids.size(1),
+        )
         if self.loss_type == "grpo":  # mean over sequences of each sequence's mean over its action tokens
-            loss = (per_token.sum(-1) / mask_f.sum(-1).clamp(min=1.0)).mean()
+            loss = (per_token.sum(-1) / mask_f.sum(-1).clamp(min=1.0)).sum() / n_rows
         elif self.loss_type == "dr_grpo":
-            loss = per_token.sum() / (per_token.size(0) * max(completion_ids.size(1), 1))
+            loss = per_token.sum() / (n_rows * max(width, 1))
         else:  # bnpo / dapo: mean over all action tokens of the micro-batch
-            loss = per_token.sum() / mask_f.sum().clamp(min=1.0)
+            loss = per_token.sum() / n_tokens
         with torch.no_grad():
             ratio = torch.exp(logps - old)
             clipped = ((ratio < 1 - self.epsilon_low) | (ratio > 1 + self.epsilon_high)).to(
