@@ -5,9 +5,24 @@ from __future__ import annotations
 import os
 import tempfile
 
+import pytest
+
 os.environ.setdefault("AGENTR1_CACHE", tempfile.mkdtemp(prefix="agentr1-test-cache-"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    """A tiny random Qwen2 and its locally trained tokenizer, saved as a model directory."""
+    pytest.importorskip("trl")
+    from agentr1_trl.testing import tiny_model, tiny_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny")
+    tok = tiny_tokenizer()
+    tiny_model(tok).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
 
 
 def build_tiny_encoder(path, texts):

@@ -7,18 +7,8 @@ import pytest
 
 pytest.importorskip("trl")
 
-from agentr1_trl.testing import tiny_model, tiny_tokenizer
 
 from agentr1_gym.cli import main
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny")
-    tok = tiny_tokenizer()
-    tiny_model(tok).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
 
 
 def _files(tmp_path):

@@ -6,6 +6,7 @@ Java-, faiss- and server-dependent tests skip cleanly when their optional packag
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import pickle
 import socket
 import subprocess
@@ -155,21 +156,27 @@ def _start_server():
     return f"http://127.0.0.1:{port}", proc
 
 
+@contextlib.contextmanager
+def _running_server():
+    url, proc = _start_server()
+    try:
+        yield url, proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.fixture(scope="module")
 def server():
-    url, proc = _start_server()
-    yield url, proc
-    proc.kill()
-    proc.wait()
+    with _running_server() as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
 def limits_server():
     """A server of its own (the ``server`` fixture's is killed by a death test)."""
-    url, proc = _start_server()
-    yield url, proc
-    proc.kill()
-    proc.wait()
+    with _running_server() as running:
+        yield running
 
 
 def test_server_apis_agree_with_in_process_search(server):

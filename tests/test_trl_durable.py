@@ -15,7 +15,6 @@ import pytest
 pytest.importorskip("trl")
 
 from agentr1_trl.checkpoints import COMPLETE_MARKER, is_complete, latest_complete_checkpoint, resolve_resume
-from agentr1_trl.testing import tiny_model, tiny_tokenizer
 
 from agentr1_gym.cli import main
 from agentr1_gym.errors import ConfigError
@@ -25,15 +24,6 @@ TINY_FLAGS = [
     "--set", "per_device_train_batch_size=2", "--set", "num_generations=2", "--set", "use_cpu=true",
     "--set", "max_new_tokens_per_turn=8",
 ]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny")
-    tok = tiny_tokenizer()
-    tiny_model(tok).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
 
 
 def _steps(run):

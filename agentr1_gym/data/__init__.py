@@ -73,34 +73,31 @@ def _read_text(path: Path, what: str = "data file") -> str:
         raise DataError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
 
 
+def _parse_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(
+            f"{where}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    except (ValueError, RecursionError) as exc:  # ValueError: numbers of more than 4,300 digits
+        raise DataError(f"{where}: not valid JSON ({exc})") from None
+
+
 def read_records_with_location(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(where, record)`` for each JSON object of a JSON-array or JSONL file (``where`` is ``"line N"`` or
     ``"record N"``); a file that is not valid JSON raises :class:`DataError` naming the file and line."""
     path = Path(path)
     text = _read_text(path)
     if text.lstrip().startswith("["):
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DataError(
-                f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-            ) from None
-        except (ValueError, RecursionError) as exc:
-            raise DataError(f"{path}: not valid JSON ({exc})") from None
+        records = _parse_json(text, f"{path}")
         located = [(f"record {i}", r) for i, r in enumerate(records)]
     else:
-        located = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                located.append((f"line {lineno}", json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise DataError(
-                    f"{path}, line {lineno}: not valid JSON (column {exc.colno}: {exc.msg})"
-                ) from None
-            except (ValueError, RecursionError) as exc:
-                raise DataError(f"{path}, line {lineno}: not valid JSON ({exc})") from None
+        located = [
+            (f"line {n}", _parse_json(line, f"{path}, line {n}"))
+            for n, line in enumerate(text.splitlines(), 1)
+            if line.strip()
+        ]
     for where, r in located:
         if not isinstance(r, dict):
             raise DataError(f"{path}, {where}: not a JSON object but {type(r).__name__}")

@@ -348,6 +348,13 @@ def _detect_pid_from_worker() -> None:
     )
 
 
+def _no_layers() -> dict[str, bool]:
+    """What a run gets where the kernel grants no namespace: only root's privilege drop is missing too."""
+    return dict.fromkeys(
+        ("user_namespace", "mount_namespace", "pid_namespace", "network_namespace", "seccomp"), False
+    ) | {"unprivileged": EUID != 0}
+
+
 def _probe() -> None:
     """Find which layers the kernel grants by building one isolated child and checking what it sees."""
     global MODE, SECCOMP
@@ -366,14 +373,7 @@ def _probe() -> None:
             LAYERS["seccomp"] = LAYERS.get("seccomp", False) and SECCOMP is not None
             return
     MODE = "none"
-    LAYERS.update(
-        user_namespace=False,
-        unprivileged=EUID != 0,
-        mount_namespace=False,
-        pid_namespace=False,
-        network_namespace=False,
-        seccomp=False,
-    )
+    LAYERS.update(_no_layers())
     if SECCOMP is not None:
         try:  # seccomp without namespaces: check that a child can load it
             pid = os.fork()
@@ -867,14 +867,7 @@ def main() -> None:
     except OSError:
         MODE = "none"
         if not LAYERS:
-            LAYERS.update(
-                user_namespace=False,
-                unprivileged=EUID != 0,
-                mount_namespace=False,
-                pid_namespace=False,
-                network_namespace=False,
-                seccomp=False,
-            )
+            LAYERS.update(_no_layers())
     import gc
 
     gc.freeze()  # forked children then do not touch (copy) the worker's objects when they collect garbage
