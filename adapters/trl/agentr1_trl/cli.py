@@ -39,6 +39,38 @@ DEFAULTS: dict[str, Any] = {
 WARM_START_EPOCHS = 3
 #: the settings of a run, written at its start, read by ``--resume``
 RUN_FILE = "run_config.json"
+#: held-out evaluation seeds (training uses seed_offset + [0, num_tasks), the warm start 200000+)
+EVAL_SEED = 100_000
+EVAL_EPISODES = 32
+
+
+def held_out_eval(
+    config: Any, model: Any, tokenizer: Any, episodes: int, label: str
+) -> dict[str, Any] | None:
+    """Greedy evaluation of the policy on the held-out seeds (None when ``episodes`` is 0)."""
+    if episodes <= 0:
+        return None
+    from agentr1_trl.evaluate import evaluate_model
+
+    was_training = model.training
+    model.eval()
+    result = evaluate_model(
+        config.env_id,
+        model,
+        tokenizer,
+        episodes=episodes,
+        seed=EVAL_SEED,
+        env_kwargs=config.env_kwargs,
+        max_new_tokens=config.max_new_tokens_per_turn,
+    )
+    if was_training:
+        model.train()
+    print(
+        f"held-out {label} ({episodes} episodes, seeds {EVAL_SEED}+, greedy): success {result['success']:.3f}, "
+        f"format-valid {result.get('format_ok', 0.0):.3f}, mean return {result['return']:.3f}",
+        flush=True,
+    )
+    return result
 
 
 def _value(text: str) -> Any:
@@ -131,8 +163,15 @@ def build_config(config_cls: Any, settings: dict[str, Any]) -> Any:
         raise ConfigError(f"bad config: {str(exc).strip().splitlines()[0]}") from None
 
 
-def plot_reward_curve(log_history: list[dict[str, Any]], path: str | Path, title: str = "") -> None:
-    """Reward (and env success / format rates where logged) per logged step, as a PNG."""
+def plot_reward_curve(
+    log_history: list[dict[str, Any]],
+    path: str | Path,
+    title: str = "",
+    held_out: dict[str, tuple[int, dict[str, Any] | None]] | None = None,
+) -> None:
+    """Reward (and env success / format rates where logged) per logged step, as a PNG; ``held_out`` adds the
+    held-out success before and after RL as ``{"before": (step, result), "after": (step, result)}``."""
+    held_out = held_out or {}
     import matplotlib
 
     matplotlib.use("Agg")
@@ -148,6 +187,12 @@ def plot_reward_curve(log_history: list[dict[str, Any]], path: str | Path, title
     ):
         if any(key in h for h in logs):
             ax.plot(steps, [h.get(key, float("nan")) for h in logs], marker="o", label=label)
+    for label, marker, (step, result) in (
+        ("held-out success before RL", "s", held_out.get("before", (None, None))),
+        ("held-out success after RL", "D", held_out.get("after", (None, None))),
+    ):
+        if result is not None:
+            ax.plot([step], [result["success"]], marker=marker, markersize=9, linestyle="none", label=label)
     ax.set_xlabel("optimizer step")
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -250,7 +295,22 @@ def cmd_train(args: argparse.Namespace) -> int:
         trainer = Trainer(model, config, tokenizer)
     else:
         trainer = Trainer(model, config, tokenizer, peft_config=lora)
+    before_file = output_dir / "eval_before_rl.json"
+    if resume_from and before_file.is_file():
+        before = json.loads(before_file.read_text(encoding="utf-8"))
+    else:
+        before = held_out_eval(config, trainer.model, tokenizer, args.eval_episodes, "before RL")
+        if before is not None:
+            before_file.write_text(json.dumps(before, indent=1), encoding="utf-8")
     trainer.train(resume_from_checkpoint=resume_from)
+    after = held_out_eval(config, trainer.model, tokenizer, args.eval_episodes, "after RL")
+    if after is not None:
+        (output_dir / "eval_after_rl.json").write_text(json.dumps(after, indent=1), encoding="utf-8")
+        if before is not None:
+            ratio = after["success"] / before["success"] if before["success"] > 0 else float("inf")
+            print(
+                f"held-out success {before['success']:.3f} -> {after['success']:.3f} ({ratio:.2f}x the RL start)"
+            )
     adapter = output_dir / "adapter"
     trainer.save_model(str(adapter))
     tokenizer.save_pretrained(str(adapter))
@@ -261,6 +321,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         trainer.state.log_history,
         output_dir / "reward_curve.png",
         f"{algo.upper()} on {config.env_id} ({model_name})",
+        held_out={"before": (0, before), "after": (trainer.state.global_step, after)},
     )
     print(f"wrote {adapter}, {output_dir / 'metrics.jsonl'} and {output_dir / 'reward_curve.png'}")
     return 0
@@ -305,6 +366,14 @@ def register(subparsers: Any) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override one config field, e.g. --set learning_rate=1e-4 (repeatable)",
+    )
+    p.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=EVAL_EPISODES,
+        metavar="N",
+        help=f"greedy evaluation on N held-out seeds ({EVAL_SEED}+, never trained on) before and after RL "
+        f"(default {EVAL_EPISODES}; 0: none)",
     )
     p.add_argument(
         "--resume",

@@ -76,7 +76,9 @@ def warm_start(
     gen = torch.Generator().manual_seed(seed)
     model.train()
     history = []
-    for _ in tqdm(range(epochs), desc="sft", disable=not progress):
+    steps_per_epoch = -(-len(samples) // batch_size)
+    bar = tqdm(total=epochs * steps_per_epoch, desc="warm start", unit="step", disable=not progress)
+    for _ in range(epochs):
         order = torch.randperm(len(samples), generator=gen).tolist()
         losses = []
         for start in range(0, len(order), batch_size):
@@ -91,7 +93,10 @@ def warm_start(
                 step_loss += loss.item()
             optimizer.step()
             losses.append(step_loss)
+            bar.update(1)
+            bar.set_postfix(loss=f"{step_loss:.3f}")
         history.append(sum(losses) / len(losses))
+    bar.close()
     model.eval()
     return history
 
