@@ -108,3 +108,32 @@ def test_smollm2_loader_and_one_trainer_step(tmp_path):
     )
     trainer.train()
     assert torch.isfinite(torch.tensor(trainer.state.log_history[0]["loss"]))
+
+
+def test_concurrent_builders_of_the_model_cache_do_not_collide(tmp_path):
+    """Two processes starting together both build the dequantised checkpoint: one wins, none crashes."""
+    import threading
+    import time as _time
+
+    from agentr1_trl.models import _publish_dir
+
+    target = tmp_path / "SmolLM2-135M-Instruct"
+    errors = []
+
+    def build(tag):
+        def write(tmp):
+            (tmp / "config.json").write_text(tag)
+            _time.sleep(0.2)  # both are mid-build at once
+
+        try:
+            _publish_dir(target, write)
+        except Exception as exc:  # pragma: no cover - the failure this test guards against
+            errors.append(exc)
+
+    threads = [threading.Thread(target=build, args=(f"builder {i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and (target / "config.json").read_text().startswith("builder")
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no temp dirs left behind

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +87,24 @@ def _dequantised_checkpoint(gguf: Path, target: Path) -> Path:
         del config.quantization_config
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(loaded.state_dict())
-    tmp = target.with_name(target.name + ".tmp")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    tmp.rename(target)
+    _publish_dir(target, lambda tmp: (model.save_pretrained(tmp), tokenizer.save_pretrained(tmp)))
     return target
+
+
+def _publish_dir(target: Path, write: Any) -> None:
+    """Build a directory with ``write(tmp)`` in a private temp dir and rename it into place. Processes that build
+    the same cache entry at once (two trainings starting together) each build one; the first rename wins and the
+    others discard theirs. A shared ``.tmp`` name made the second process crash."""
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+    try:
+        write(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not target.is_dir() or not any(target.iterdir()):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load_default_policy(*, dtype: Any = None, checkpoint: str | Path | None = None) -> tuple[Any, Any]:
