@@ -63,12 +63,10 @@ def env_ids() -> list[str]:
 
 
 def make(env_id: str, **kwargs: Any) -> gym.Env:
-    """``gym.make`` with a typed error for unknown ids (``UnknownEnvError`` suggests the closest ids), and with
-    Gymnasium's ``TimeLimit`` kept equal to ``max_turns`` when only ``max_turns`` is given."""
+    """``gym.make`` with a typed error for unknown ids (``UnknownEnvError`` suggests the closest ids); otherwise
+    exactly ``gym.make`` (the envs register no ``TimeLimit``: each truncates itself at ``max_turns``)."""
     if env_id.removeprefix("agentr1_gym:") not in DESCRIPTIONS:
         close = difflib.get_close_matches(env_id, env_ids(), n=3, cutoff=0.4)
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
         raise UnknownEnvError(f"no AgentR1 env {env_id!r}.{hint} Registered: {', '.join(env_ids())}")
-    if "max_turns" in kwargs and "max_episode_steps" not in kwargs:
-        kwargs["max_episode_steps"] = kwargs["max_turns"]
     return gym.make(env_id.removeprefix("agentr1_gym:"), **kwargs)

@@ -68,11 +68,20 @@ def cmd_play(args: argparse.Namespace) -> int:
             print(obs)
         if terminated or truncated:
             why = "terminated" if terminated else f"truncated ({info['truncated_reason']})"
-            print(
-                f"=== episode {why}; metrics {info.get('metrics')}; gold {list(env.unwrapped.task.answers)}"
-            )
+            print(f"=== episode {why}; metrics {info.get('metrics')}; gold {_gold_text(env.unwrapped.task)}")
             print("/reset for a new task, /quit to leave.")
     return 0
+
+
+def _gold_text(task: Any) -> str:
+    """What a finished episode's task expected, for people (QA answers, a math result; code: hidden tests)."""
+    answers = getattr(task, "answers", None)
+    if answers:
+        return repr(list(answers))
+    answer = getattr(task, "answer", None)
+    if answer is not None:
+        return str(answer)
+    return "(graded by hidden tests)"
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

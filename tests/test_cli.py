@@ -7,7 +7,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from agentr1_gym.cli import main
+from agentr1_gym.envs import DESCRIPTIONS
 
 
 def test_list(capsys):
@@ -47,3 +50,13 @@ def test_console_script_help():
         [sys.executable, "-m", "agentr1_gym.cli", "--help"], capture_output=True, text=True, check=True
     )
     assert "play" in out.stdout and "eval" in out.stdout
+
+
+@pytest.mark.parametrize("env_id", sorted(DESCRIPTIONS))
+def test_play_every_env_to_the_end(env_id, monkeypatch, capsys):
+    """An answer ends the episode (graded and shown with what was expected), then a second episode truncates."""
+    turns = "x\n" * 6
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"<answer>42</answer>\n/reset\n{turns}/quit\n"))
+    assert main(["play", env_id, "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "episode terminated" in out and "episode truncated" in out and "gold " in out

@@ -202,12 +202,17 @@ def test_typed_errors_for_programmer_mistakes():
         env.step(b"bytes")
 
 
-def test_make_keeps_time_limit_equal_to_max_turns():
-    env = agentr1_gym.make("AgentR1/SyntheticMultihop-v0", max_turns=10)
-    assert env.spec.max_episode_steps == 10 and env.unwrapped.max_turns == 10
+@pytest.mark.parametrize("env_id", sorted(agentr1_gym.envs.DESCRIPTIONS))
+@pytest.mark.parametrize("maker", ["gym.make", "agentr1_gym.make"])
+def test_max_turns_is_honoured_by_both_makes(env_id, maker):
+    """gym.make(id, max_turns=N) runs N turns and scores the truncation, exactly like agentr1_gym.make."""
+    make = gym.make if maker == "gym.make" else agentr1_gym.make
+    env = make(env_id, max_turns=10)
+    assert env.unwrapped.max_turns == 10
     env.reset(seed=0)
     assert not any(env.step("x")[3] for _ in range(9))
-    assert env.step("x")[3]
+    _, _, terminated, truncated, info = env.step("x")
+    assert truncated and not terminated and "metrics" in info and "answer" in info["reward_components"]
 
 
 def test_synthetic_hops_and_world_determinism():

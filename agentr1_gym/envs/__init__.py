@@ -14,12 +14,13 @@ __all__ = ["DESCRIPTIONS", "register_envs"]
 DESCRIPTIONS: dict[str, str] = {}
 
 
-def _register(
-    env_id: str, entry_point: str, description: str, max_episode_steps: int, **kwargs: object
-) -> None:
+def _register(env_id: str, entry_point: str, description: str, **kwargs: object) -> None:
+    """Register without ``max_episode_steps``: every env truncates itself at its ``max_turns`` (default 6) and
+    scores that truncation (outcome reward, ``info["metrics"]``). A registered ``TimeLimit`` would cut
+    ``gym.make(id, max_turns=10)`` at 6 steps, unscored."""
     DESCRIPTIONS[env_id] = description
     if env_id not in registry:
-        register(id=env_id, entry_point=entry_point, max_episode_steps=max_episode_steps, kwargs=kwargs)
+        register(id=env_id, entry_point=entry_point, kwargs=kwargs)
 
 
 def register_envs() -> None:
@@ -29,38 +30,32 @@ def register_envs() -> None:
         "AgentR1/HotpotQA-v0",
         qa,
         "HotpotQA multi-hop QA with a search tool (bundled 300-question dev sample, BM25).",
-        6,
         dataset="hotpotqa",
     )
     _register(
         "AgentR1/2WikiMultihopQA-v0",
         qa,
         "2WikiMultihopQA with a search tool (bundled 177-question dev sample, 6,119-passage corpus, BM25).",
-        6,
         dataset="2wikimultihopqa",
     )
     _register(
         "AgentR1/Musique-v0",
         qa,
         "MuSiQue-Ans 2-4 hop QA with a search tool (bundled 50-question dev sample, BM25).",
-        6,
         dataset="musique",
     )
     _register(
         "AgentR1/SyntheticMultihop-v0",
         "agentr1_gym.envs.synthetic:SyntheticMultihopEnv",
         "Procedurally generated k-hop questions (1-2 hops by default) over a synthetic world; has an oracle.",
-        6,
     )
     _register(
         "AgentR1/HumanEval-v0",
         "agentr1_gym.envs.code:HumanEvalEnv",
         "HumanEval (164 problems): debug with a sandboxed python tool, submit a function; hidden tests grade it.",
-        6,
     )
     _register(
         "AgentR1/Calculator-v0",
         "agentr1_gym.envs.calculator:CalculatorEnv",
         "Procedural arithmetic and multi-step word problems with exact answers and a safe calculator tool.",
-        6,
     )
