@@ -144,7 +144,8 @@ def _start_server():
     from agentr1_gym.tools.search.http import HTTPRetriever
 
     client = HTTPRetriever(f"http://127.0.0.1:{port}", retries=0, timeout=2)
-    for _ in range(300):
+    deadline = time.monotonic() + 60  # a loaded CI machine can take a while to import fastapi and build bm25
+    while time.monotonic() < deadline:
         try:
             client.health()
             break

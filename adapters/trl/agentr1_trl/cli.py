@@ -246,6 +246,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     resume_from = resolve_resume(resume, output_dir)
     if resume is not None and resume_from is None:
         print(f"no complete checkpoint in {output_dir} yet: starting from the beginning")
+    if resume_from:
+        done = json.loads((Path(resume_from) / "trainer_state.json").read_text(encoding="utf-8"))[
+            "global_step"
+        ]
+        if done >= int(settings["max_steps"]):
+            # transformers would run one more step past max_steps; the run's outputs stay as they are
+            print(
+                f"{output_dir} already reached max_steps={settings['max_steps']} ({resume_from}); nothing to "
+                "train. Extend it with --set max_steps=N."
+            )
+            return 0
 
     lora = LoraConfig(
         r=lora_r, lora_alpha=2 * lora_r, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
