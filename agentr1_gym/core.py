@@ -9,6 +9,7 @@ interprets them: it keeps the multi-turn state (the whole chat), parses each ass
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
 import inspect
@@ -150,7 +151,25 @@ class ToolEnv(gym.Env[str, str], ABC):
     rewards in :meth:`_process_rewards`.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"]}
+    # render_fps: Gymnasium's checkers and recorders expect it; a text env renders one frame per turn
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 1}
+    _spec: Any = None
+
+    @property
+    def spec(self) -> Any:
+        """The env's ``EnvSpec``, with config objects among its kwargs stored as plain dicts (the envs accept
+        both), so that ``env.spec.to_json()`` works and ``gym.make(env.spec)`` rebuilds the same env."""
+        return self._spec
+
+    @spec.setter
+    def spec(self, value: Any) -> None:
+        if value is not None and any(isinstance(v, BaseModel) for v in value.kwargs.values()):
+            kwargs = {
+                k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v
+                for k, v in value.kwargs.items()
+            }
+            value = dataclasses.replace(value, kwargs=kwargs)
+        self._spec = value
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)

@@ -255,3 +255,21 @@ def test_qa_oracle_searches_by_title_then_falls_back():
     )
     assert queries[2] == titles[1]
     assert "<answer>" in env.oracle_action()
+
+
+@pytest.mark.parametrize("env_id", sorted(agentr1_gym.envs.DESCRIPTIONS))
+def test_gymnasium_edges_wrapper_libraries_rely_on(env_id):
+    """render_fps in metadata, JSON-serialisable specs (config objects included) that rebuild the same env, and
+    attributes that are safe before the first reset."""
+    from gymnasium.envs.registration import EnvSpec
+
+    from agentr1_gym.rewards import RewardConfig
+
+    env = gym.make(env_id, reward=RewardConfig(format_weight=0.3))
+    assert env.metadata["render_fps"] >= 1 and "ansi" in env.metadata["render_modes"]
+    text = env.spec.to_json()
+    rebuilt = gym.make(EnvSpec.from_json(text))
+    assert rebuilt.unwrapped.reward_config.format_weight == 0.3
+    fresh = gym.make(env_id).unwrapped
+    if hasattr(type(fresh), "gold_answers"):
+        assert fresh.gold_answers == ()  # before any reset: empty, not an error

@@ -103,8 +103,9 @@ class QAEnvBase(ToolEnv):
     # ---- evaluation helpers ------------------------------------------------------------------------------
     @property
     def gold_answers(self) -> tuple[str, ...]:
-        """The current task's gold answers (never shown in observations or info)."""
-        return tuple(self.task.answers)
+        """The current task's gold answers (never shown in observations or info); empty before the first reset
+        (wrappers such as GEM's read attributes then)."""
+        return tuple(self.task.answers) if self.task is not None else ()
 
     @property
     def retrieved_gold(self) -> frozenset[str]:
