@@ -1,0 +1,151 @@
+"""What one GRPO update costs on SmolLM2-135M-Instruct, per setting, on identical tokens.
+
+    python benchmarks/update_step.py [--steps 2] [--threads 2] [--json out.json]
+
+AgentGRPOTrainer with the CLI's settings (LoRA r=16 on q_proj/v_proj, 8 episodes = 2 seeds x 4, beta=0,
+AgentR1/SyntheticMultihop-v0 with 1 hop and 3 turns). Turns come from a scripted generator, so every variant
+trains on the same tokens and a step's time is the update (the scripted rollout costs milliseconds). Each variant
+runs in its own process (its own peak memory); the first step is warm-up and not timed. Variants:
+
+* ``trl-default``: TRL's GRPOConfig default, gradient checkpointing on (every forward is recomputed in backward);
+* ``no-checkpointing``: gradient checkpointing off (same arithmetic, more activation memory);
+* ``no-checkpointing+bf16``: also bf16 autocast on the CPU (AVX512-BF16 here; not the same arithmetic);
+* ``bf16``: bf16 autocast with gradient checkpointing on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+VARIANTS = {
+    "trl-default": {"gradient_checkpointing": True, "bf16": False},
+    "no-checkpointing": {"gradient_checkpointing": False, "bf16": False},
+    "no-checkpointing+bf16": {"gradient_checkpointing": False, "bf16": True},
+    "bf16": {"gradient_checkpointing": True, "bf16": True},
+}
+TURN = '<tool_call>{"name": "search", "arguments": {"query": "who founded the record label of the band"}}</tool_call>'
+
+
+def _script(prompt_ids, i):
+    return TURN if i % 3 != 2 else "<answer>the founder of the label</answer>"
+
+
+def worker(variant: str, steps: int, threads: int) -> dict:
+    os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    import torch
+    from agentr1_trl import ScriptedGenerator
+    from agentr1_trl.grpo_config import AgentGRPOConfig
+    from agentr1_trl.grpo_trainer import AgentGRPOTrainer
+    from agentr1_trl.models import load_default_policy
+    from peft import LoraConfig
+    from transformers import TrainerCallback
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model, tok = load_default_policy()
+    times: list[float] = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            self.t = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            times.append(time.perf_counter() - self.t)
+
+    args = AgentGRPOConfig(
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_steps=steps + 1,
+        learning_rate=1e-4,
+        beta=0.0,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
+        env_id="AgentR1/SyntheticMultihop-v0",
+        env_kwargs={"max_hops": 1, "max_turns": 3},
+        max_new_tokens_per_turn=48,
+        max_episode_tokens=1536,
+        **VARIANTS[variant],
+    )
+    trainer = AgentGRPOTrainer(
+        model,
+        args,
+        tok,
+        peft_config=LoraConfig(
+            r=16, lora_alpha=32, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
+        ),
+        generator=ScriptedGenerator(tok, _script),
+        callbacks=[Timer()],
+    )
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    return {
+        "variant": variant,
+        **VARIANTS[variant],
+        "sec_per_step": sum(times[1:]) / len(times[1:]),
+        "step_times": times,
+        "tokens_per_step": sum(h["num_tokens"] for h in logs[-1:])
+        if logs and "num_tokens" in logs[-1]
+        else None,
+        "loss_first_step": logs[0]["loss"] if logs else None,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--steps", type=int, default=2, help="timed steps per variant (after one warm-up step)"
+    )
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads per run")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--json", default=None, help="also write the JSON result here")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.steps, args.threads)))
+        return
+    sys.path.insert(0, os.path.dirname(__file__))
+    from _common import emit, machine_info
+    from tqdm.auto import tqdm
+
+    runs = {}
+    for variant in tqdm(args.variants, desc="variants", unit="run"):
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                variant,
+                "--steps",
+                str(args.steps),
+                "--threads",
+                str(args.threads),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if out.returncode != 0:
+            runs[variant] = {"variant": variant, "error": (out.stderr.strip().splitlines() or ["?"])[-1]}
+            continue
+        runs[variant] = json.loads(out.stdout.strip().splitlines()[-1])
+    base = runs.get("trl-default", {}).get("sec_per_step")
+    for r in runs.values():
+        if base and "sec_per_step" in r:
+            r["speedup_vs_trl_default"] = round(base / r["sec_per_step"], 2)
+    emit({"benchmark": "update_step", "machine": machine_info("agentr1-gym"), "runs": runs}, args.json)
+
+
+if __name__ == "__main__":
+    main()
