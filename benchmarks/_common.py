@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import sys
+import time
 from importlib import metadata
 from typing import Any
 
@@ -32,3 +33,17 @@ def emit(result: dict[str, Any], path: str | None) -> None:
     if path:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text + "\n")
+
+
+def step_timer(times: list[float]):
+    """A transformers TrainerCallback that appends each optimizer step's wall time (seconds) to ``times``."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            self.t = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            times.append(time.perf_counter() - self.t)
+
+    return StepTimer()

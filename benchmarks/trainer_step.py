@@ -20,7 +20,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 
 ENV = "AgentR1/SyntheticMultihop-v0"
 
@@ -35,14 +34,15 @@ def _script(prompt_ids, i):
 
 def worker(name: str, steps: int, hidden: int, generations: int, model_name: str = "tiny") -> dict:
     os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    sys.path.insert(0, os.path.dirname(__file__))
     import torch
+    from _common import step_timer
     from agentr1_trl import ScriptedGenerator
     from agentr1_trl.bridges import env_return, make_rollout_func, prompt_dataset
     from agentr1_trl.grpo_config import AgentGRPOConfig
     from agentr1_trl.grpo_trainer import AgentGRPOTrainer
     from agentr1_trl.testing import tiny_model, tiny_tokenizer
     from peft import LoraConfig
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     torch.set_num_threads(os.cpu_count() or 1)
@@ -73,29 +73,21 @@ def worker(name: str, steps: int, hidden: int, generations: int, model_name: str
     env_kwargs = {"max_turns": 4}
     times: list[float] = []
 
-    class Timer(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kw):
-            self.t = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            times.append(time.perf_counter() - self.t)
-
-    if name == "AgentPPOTrainer":
-        from agentr1_trl.ppo_config import AgentPPOConfig
-        from agentr1_trl.ppo_trainer import AgentPPOTrainer
-
-        args = AgentPPOConfig(
+    if name in ("AgentPPOTrainer", "AgentGRPOTrainer"):
+        Config, Trainer = AgentGRPOConfig, AgentGRPOTrainer
+        if name == "AgentPPOTrainer":
+            from agentr1_trl.ppo_config import AgentPPOConfig as Config
+            from agentr1_trl.ppo_trainer import AgentPPOTrainer as Trainer
+        args = Config(
             **common, env_id=ENV, env_kwargs=env_kwargs, max_new_tokens_per_turn=32, max_episode_tokens=2048
         )
-        trainer = AgentPPOTrainer(
-            model, args, tok, peft_config=lora, generator=ScriptedGenerator(tok, _script), callbacks=[Timer()]
-        )
-    elif name == "AgentGRPOTrainer":
-        args = AgentGRPOConfig(
-            **common, env_id=ENV, env_kwargs=env_kwargs, max_new_tokens_per_turn=32, max_episode_tokens=2048
-        )
-        trainer = AgentGRPOTrainer(
-            model, args, tok, peft_config=lora, generator=ScriptedGenerator(tok, _script), callbacks=[Timer()]
+        trainer = Trainer(
+            model,
+            args,
+            tok,
+            peft_config=lora,
+            generator=ScriptedGenerator(tok, _script),
+            callbacks=[step_timer(times)],
         )
     else:
         seeds = range(1000)
@@ -116,7 +108,7 @@ def worker(name: str, steps: int, hidden: int, generations: int, model_name: str
             train_dataset=prompt_dataset(ENV, seeds, env_kwargs),
             rollout_func=rollout,
             peft_config=lora,
-            callbacks=[Timer()],
+            callbacks=[step_timer(times)],
         )
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]

@@ -22,7 +22,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 
 VARIANTS = {
     "trl-default": {"gradient_checkpointing": True, "bf16": False},
@@ -39,25 +38,19 @@ def _script(prompt_ids, i):
 
 def worker(variant: str, steps: int, threads: int) -> dict:
     os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    sys.path.insert(0, os.path.dirname(__file__))
     import torch
+    from _common import step_timer
     from agentr1_trl import ScriptedGenerator
     from agentr1_trl.grpo_config import AgentGRPOConfig
     from agentr1_trl.grpo_trainer import AgentGRPOTrainer
     from agentr1_trl.models import load_default_policy
     from peft import LoraConfig
-    from transformers import TrainerCallback
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model, tok = load_default_policy()
     times: list[float] = []
-
-    class Timer(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kw):
-            self.t = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            times.append(time.perf_counter() - self.t)
 
     args = AgentGRPOConfig(
         output_dir=tempfile.mkdtemp(),
@@ -86,7 +79,7 @@ def worker(variant: str, steps: int, threads: int) -> dict:
             r=16, lora_alpha=32, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
         ),
         generator=ScriptedGenerator(tok, _script),
-        callbacks=[Timer()],
+        callbacks=[step_timer(times)],
     )
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
