@@ -121,7 +121,7 @@ def record_errors(path: Any, where: str, dataset: str) -> Iterator[None]:
         raise DataError(f"{path}, {where}: a malformed {dataset} record ({what})") from None
 
 
-def _need(record: dict[str, Any], keys: Iterable[str], path: Any, dataset: str) -> None:
+def _need(record: dict[str, Any], keys: Iterable[str], dataset: str) -> None:
     missing = [k for k in keys if k not in record]
     if missing:
         raise DataError(f"a {dataset} record lacks {missing}; its keys are {sorted(record)[:20]}")
@@ -182,7 +182,7 @@ def load_hotpotqa(path: str | Path) -> list[QATask]:
 
 
 def _hotpot_task(r: dict[str, Any], index: int) -> QATask:
-    _need(r, ("question", "answer"), None, "HotpotQA")
+    _need(r, ("question", "answer"), "HotpotQA")
     titles, context = _hotpot_like(r, "hotpotqa", "")
     return QATask(
         id=str(r.get("_id", r.get("id", index))),
@@ -210,7 +210,7 @@ def load_2wiki(path: str | Path) -> list[QATask]:
 
 
 def _2wiki_task(r: dict[str, Any], index: int) -> QATask:
-    _need(r, ("question", "answer"), None, "2WikiMultihopQA")
+    _need(r, ("question", "answer"), "2WikiMultihopQA")
     titles, context = _hotpot_like(r, "2wikimultihopqa", " ")
     titles = _unique([*titles, *map(str, r.get("gold_titles", []))])
     qtype = str(r.get("type", ""))
@@ -238,7 +238,7 @@ def load_musique(path: str | Path, *, answerable_only: bool = True) -> list[QATa
 
 
 def _musique_task(r: dict[str, Any], index: int) -> QATask:
-    _need(r, ("question", "answer", "paragraphs"), None, "MuSiQue")
+    _need(r, ("question", "answer", "paragraphs"), "MuSiQue")
     paragraphs = r["paragraphs"]
     titles = _unique(str(p["title"]) for p in paragraphs if p.get("is_supporting"))
     context = tuple((str(p["title"]), str(p["paragraph_text"])) for p in paragraphs)
@@ -260,7 +260,7 @@ def load_flashrag(path: str | Path) -> list[QATask]:
     tasks = []
     for where, r in read_records_with_location(path):
         with record_errors(path, where, "FlashRAG"):
-            _need(r, ("question", "golden_answers"), None, "FlashRAG")
+            _need(r, ("question", "golden_answers"), "FlashRAG")
             meta = r.get("metadata") or {}
             tasks.append(
                 QATask(

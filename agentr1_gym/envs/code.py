@@ -123,10 +123,12 @@ def load_humaneval(path: str | Path | None = None) -> tuple[CodeTask, ...]:
                 if not isinstance(value, str) or not value.strip():
                     raise DataError(f"field {key!r} must be a non-empty string, got {value!r:.60}")
                 fields[key] = value
-            for key in ("prompt", "canonical_solution", "test"):
+            for key, source in (
+                ("canonical_solution", fields["prompt"] + fields["canonical_solution"]),
+                ("test", fields["test"]),
+            ):
                 try:
-                    compile(fields["prompt"] + fields["canonical_solution"] if key != "test" else fields[key],
-                            f"<{key}>", "exec")  # fmt: skip
+                    compile(source, f"<{key}>", "exec")
                 except SyntaxError as exc:
                     raise DataError(
                         f"field {key!r} is not valid Python ({exc.msg}, line {exc.lineno})"

@@ -26,9 +26,11 @@ from __future__ import annotations
 import base64
 import builtins
 import doctest
+import functools
 import inspect
 import json
 import random
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,15 +208,11 @@ def grade_replay(
     return True, ""
 
 
-def _harness_source() -> str:
-    return inspect.getsource(encode_value)
-
-
 _CALL_HARNESS = """
 
 def _agentr1_harness(_calls, _entry, _mark):
     import io as _io, json as _json, os as _os, sys as _sys
-{encoder}
+{helpers}
     try:
         _sys.stdout.flush()
     except Exception:
@@ -228,7 +226,7 @@ def _agentr1_harness(_calls, _entry, _mark):
         _args, _kwargs = _json.loads(_call)
         _sys.stdout = _io.StringIO()  # the function's own prints are not results either
         try:
-            _value = _fn(*_decode(_args), **_decode(_kwargs))
+            _value = _fn(*decode_value(_args), **decode_value(_kwargs))
             _out.append(["return", encode_value(_value)])
         except Exception as _e:
             _out.append(["raise", type(_e).__name__])
@@ -238,30 +236,20 @@ def _agentr1_harness(_calls, _entry, _mark):
 
 """
 
-_DECODER = """
-    import base64 as _b64
-    def _decode(v):
-        if v is None or type(v) is bool:
-            return v
-        (tag, body), = v.items()
-        if tag == "i": return int(body, 16)
-        if tag == "f": return float.fromhex(body)
-        if tag == "c": return complex(float.fromhex(body[0]), float.fromhex(body[1]))
-        if tag == "s": return body
-        if tag == "y": return _b64.b64decode(body)
-        if tag in ("l", "t", "e", "z"):
-            return {"l": list, "t": tuple, "e": set, "z": frozenset}[tag](_decode(b) for b in body)
-        if tag == "d": return {_decode(k): _decode(x) for k, x in body}
-        raise ValueError(tag)
-"""
+
+@functools.cache
+def _call_harness() -> str:
+    """The harness, with this module's own encoder and decoder nested in it (built once: reading their source
+    on every graded step was repeated file I/O). Nested, they cannot clobber the program's own names."""
+    helpers = "\n".join(inspect.getsource(f) for f in (encode_value, Opaque, decode_value))
+    helpers = f"import base64\n_MAX_DEPTH = {_MAX_DEPTH}\n{helpers}"
+    return _CALL_HARNESS.format(helpers=textwrap.indent(helpers, "    "))
 
 
 def grade_program(program: str, entry_point: str, recording: Recording) -> str:
     """The candidate's program followed by the harness that calls it on the recorded arguments."""
-    encoder = "\n".join("    " + line for line in _harness_source().splitlines())
-    harness = _CALL_HARNESS.format(encoder=encoder + "\n" + _DECODER)
     call = f"_agentr1_harness({list(recording.calls)!r}, {entry_point!r}, {RESULT_MARK!r})\n"
-    return f"{program}\n{harness}\n{call}"
+    return f"{program}\n{_call_harness()}\n{call}"
 
 
 def parse_results(stdout: str) -> list[Any] | None:

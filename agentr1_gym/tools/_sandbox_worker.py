@@ -303,15 +303,13 @@ def _enter_private_root(workdir: str) -> None:
     for path in BIND_DIRS:
         target = root + path
         _mount(path, target, None, MS_BIND | MS_REC)
-        keep = os.statvfs(path).f_flag & (os.ST_NOEXEC | os.ST_NOATIME | os.ST_NODIRATIME | os.ST_RELATIME)
-        extra = MS_NOEXEC if keep & os.ST_NOEXEC else 0
+        extra = MS_NOEXEC if os.statvfs(path).f_flag & os.ST_NOEXEC else 0  # a locked flag must be kept
         _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | extra)
     _mount(workdir, root + "/tmp", None, MS_BIND)
     _mount(None, root + "/tmp", None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV)
     for dev in DEVICES:
         _mount("/dev/" + dev, f"{root}/dev/{dev}", None, MS_BIND)
-    _check(_libc.syscall(155 if os.uname().machine == "x86_64" else _pivot_nr(), root.encode(),
-                         (root + "/.oldroot").encode()), "pivot_root")  # fmt: skip
+    _check(_libc.syscall(_pivot_nr(), root.encode(), (root + "/.oldroot").encode()), "pivot_root")
     os.chdir("/")
     _check(_libc.umount2(b"/.oldroot", MNT_DETACH), "umount old root")
     _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)

@@ -47,6 +47,11 @@ def outcome_reward(traj: Trajectory) -> float:
     return float(sum(c.get("answer", 0.0) for c in traj.reward_components))
 
 
+def signal_return(traj: Trajectory, signal: str) -> float:
+    """What group-level estimators compare: the episode return ('return') or its outcome part ('outcome')."""
+    return traj.episode_return if signal == "return" else outcome_reward(traj)
+
+
 def signal_token_rewards(traj: Trajectory, signal: str) -> list[float]:
     """Per completion token rewards for per-token estimators: every step reward ('return') or the answer reward
     only ('outcome'), on the last generated token of the turn that earned it."""
@@ -221,9 +226,7 @@ class AgentGRPOTrainer(DurableCheckpointsMixin, GRPOTrainer):
             "logprobs": [t.logprobs for t in trajs],
             # the action mask (Agent-R1); all ones for the no-mask ablation
             "env_mask": [t.action_mask if args.action_mask else [1] * len(t.action_mask) for t in trajs],
-            "episode_return": [
-                t.episode_return if args.reward_signal == "return" else outcome_reward(t) for t in trajs
-            ],
+            "episode_return": [signal_return(t, args.reward_signal) for t in trajs],
         }
 
     def _dynamic_sampling(self, trajs: list[Trajectory], rollout: Any) -> list[Trajectory]:
@@ -267,10 +270,7 @@ class AgentGRPOTrainer(DurableCheckpointsMixin, GRPOTrainer):
         trajs = self.last_trajectories
         device = output["completion_ids"].device
         if args.advantage_estimator == "rloo":
-            signal = [
-                t.episode_return if args.reward_signal == "return" else outcome_reward(t) for t in trajs
-            ]
-            returns = torch.tensor(signal, dtype=torch.float32)
+            returns = torch.tensor([signal_return(t, args.reward_signal) for t in trajs], dtype=torch.float32)
             output["advantages"] = rloo_advantages(returns, self.num_generations).to(device)
         else:
             width = output["completion_ids"].shape[1]
@@ -292,11 +292,7 @@ class AgentGRPOTrainer(DurableCheckpointsMixin, GRPOTrainer):
             mode = "train" if self.model.training else "eval"
             self._metrics[mode]["signal/skipped_rows"].append(1.0 - keep.float().mean().item())
             if not bool(keep.all()):
-                mask = (
-                    inputs["completion_mask"] * inputs["tool_mask"]
-                    if "tool_mask" in inputs
-                    else inputs["completion_mask"]
-                )
+                mask = advantage_mask_of(inputs, True)  # the loss mask: action tokens
                 # the loss's denominators over the whole micro-batch, so that the gradient is unchanged
                 denominators = (rows, float(mask.sum().clamp(min=1)), inputs["completion_ids"].size(1))
                 if not bool(keep.any()):
@@ -312,7 +308,7 @@ class AgentGRPOTrainer(DurableCheckpointsMixin, GRPOTrainer):
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
-        mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
+        mask = advantage_mask_of(inputs, True)  # the loss mask: action tokens
         logps = self._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, completion_ids.size(1)
         )[0]

@@ -102,7 +102,7 @@ class AgentPPOTrainer(AgentGRPOTrainer):
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
-        mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
+        mask = advantage_mask_of(inputs, True)  # the loss mask: action tokens
         mask_f = mask.float()
         logps, values = self._logps_and_values(model, input_ids, attention, completion_ids.size(1))
         old = inputs.get("old_per_token_logps")
