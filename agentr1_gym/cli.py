@@ -26,7 +26,7 @@ def _parse_kv(items: Sequence[str]) -> dict[str, Any]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from agentr1_gym.envs import DESCRIPTIONS
+    from agentr1_gym.registration import DESCRIPTIONS
 
     width = max(map(len, DESCRIPTIONS))
     for env_id in sorted(DESCRIPTIONS):
@@ -36,6 +36,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_play(args: argparse.Namespace) -> int:
     import agentr1_gym
+    from agentr1_gym.errors import NoOracleError, ResetNeededError
 
     env = agentr1_gym.make(args.env_id, **_parse_kv(args.env_arg))
     obs, info = env.reset(seed=args.seed)
@@ -55,8 +56,10 @@ def cmd_play(args: argparse.Namespace) -> int:
             print(f"=== task {info['task_id']}\n{obs}\n")
             continue
         if line == "/oracle":
-            oracle = getattr(env.unwrapped, "oracle_action", None)
-            print(oracle() if oracle else "(this env has no oracle)")
+            try:
+                print(env.unwrapped.oracle_action())
+            except (NoOracleError, ResetNeededError) as exc:
+                print(f"({exc})")
             continue
         obs, reward, terminated, truncated, info = env.step(line.replace("\\n", "\n"))
         total += reward
@@ -68,20 +71,10 @@ def cmd_play(args: argparse.Namespace) -> int:
             print(obs)
         if terminated or truncated:
             why = "terminated" if terminated else f"truncated ({info['truncated_reason']})"
-            print(f"=== episode {why}; metrics {info.get('metrics')}; gold {_gold_text(env.unwrapped.task)}")
+            gold = env.unwrapped.gold_answers
+            print(f"=== episode {why}; metrics {info.get('metrics')}; gold {list(gold)!r}")
             print("/reset for a new task, /quit to leave.")
     return 0
-
-
-def _gold_text(task: Any) -> str:
-    """What a finished episode's task expected, for people (QA answers, a math result; code: hidden tests)."""
-    answers = getattr(task, "answers", None)
-    if answers:
-        return repr(list(answers))
-    answer = getattr(task, "answer", None)
-    if answer is not None:
-        return str(answer)
-    return "(graded by hidden tests)"
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

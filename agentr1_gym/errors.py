@@ -5,7 +5,7 @@ Three families, kept apart on purpose:
 * programmer / configuration mistakes (:class:`ConfigError`, :class:`UnknownEnvError`,
   :class:`MissingDependencyError`, :class:`ResetNeededError`) raise and say how to fix them;
 * malformed model output never raises: the parser and the env describe it in an observation,
-  ``info["action_error"]`` and a penalty (see :mod:`agentr1_gym.protocol` and :class:`agentr1_gym.core.ToolEnv`);
+  ``info["action_error"]`` and a penalty (see :mod:`agentr1_gym.formats` and :class:`agentr1_gym.env.ToolEnv`);
 * infrastructure failures (:class:`ToolInfrastructureError`, e.g. a retrieval server that is down)
   raise, so that they can never turn into silent zero rewards.
 """
@@ -20,6 +20,7 @@ __all__ = [
     "ConfigError",
     "DataError",
     "MissingDependencyError",
+    "NoOracleError",
     "ResetNeededError",
     "ToolInfrastructureError",
     "UnknownEnvError",
@@ -56,6 +57,10 @@ class MissingDependencyError(AgentR1Error, ImportError):
         )
         self.package = package
         self.extra = extra
+
+
+class NoOracleError(ConfigError):
+    """The env has no scripted oracle (``oracle_action``); choose another policy."""
 
 
 class ResetNeededError(AgentR1Error, gymnasium.error.ResetNeeded):

@@ -6,7 +6,8 @@ prediction or the gold answer normalises to ``yes``, ``no`` or ``noanswer`` and 
 With several gold answers (aliases) every metric takes the maximum over them.
 
 Rewards are named components combined with weights (:class:`RewardConfig`); ``info["reward_components"]``
-holds each weighted component and sums to the step reward.
+holds each weighted component and sums to the step reward. The generic components (format and call penalties,
+the outcome) are defined here; each env declares its own process components (:class:`ProcessReward`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import re
 import string
 from collections import Counter
 from collections.abc import Iterable
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "GENERIC_PROCESS_KEYS",
     "OUTCOME_KEYS",
-    "PROCESS_KEYS",
+    "ProcessReward",
     "RewardConfig",
     "exact_match",
     "f1_score",
@@ -86,32 +89,40 @@ def qa_metrics(prediction: str | None, gold: str | Iterable[str]) -> dict[str, f
     }
 
 
-#: process (per-step) reward components, present in every step's ``reward_components``
-PROCESS_KEYS = (
-    "invalid_format",
-    "invalid_call",
-    "tool_success",
-    "retrieval",
-    "execution",
-    "doctest",
-    "progress",
-)
+#: process components every env has (penalties for malformed turns and calls, an optional per-call bonus)
+GENERIC_PROCESS_KEYS = ("invalid_format", "invalid_call", "tool_success")
 #: outcome components, non-zero only on the step that ends the episode
 OUTCOME_KEYS = ("answer", "format", "offset")
 
 
+@dataclass(frozen=True)
+class ProcessReward:
+    """A process-reward component an env declares: its name (the key in ``info["reward_components"]``), its
+    default weight (paid per unit the env awards) and what earns it. Weights are overridden per run with
+    ``RewardConfig(process={name: weight})``."""
+
+    name: str
+    weight: float
+    description: str
+
+
 class RewardConfig(BaseModel):
-    """Reward weights. The defaults give an answer-score reward in [0, 1], a small format bonus and dense,
+    """Reward weights. The generic fields apply to every env; each env declares its own process components
+    (:class:`ProcessReward`, listed in ``env.process_rewards``) whose weights ``process`` overrides and
+    ``process_scale`` scales. The defaults give an answer-score reward in [0, 1], a small format bonus and dense,
     bounded process rewards; :meth:`agent_r1` reproduces Agent-R1's outcome formula.
 
-    Process rewards are bounded per episode (the retrieval bonus pays only for gold evidence not seen before),
-    so an agent cannot farm them by calling tools more often.
+    Process rewards are bounded per episode (e.g. the retrieval bonus pays only for gold evidence not seen
+    before), so an agent cannot farm them by calling tools more often. ``<name>_reward=w`` is accepted as
+    shorthand for ``process={name: w}``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    answer_metric: Literal["em", "sub_em", "f1"] = Field(
-        "f1", description="QA metric that becomes the answer reward (the others are still logged)."
+    answer_metric: str | None = Field(
+        None,
+        description="Which of the env's answer metrics becomes the answer reward (None: the env's default, "
+        "e.g. 'f1' for QA; see env.answer_metrics). The others are still logged.",
     )
     answer_weight: float = Field(1.0, description="Weight of the answer score (in [0, 1]) at episode end.")
     format_weight: float = Field(
@@ -128,34 +139,51 @@ class RewardConfig(BaseModel):
         -0.05, description="Per tool call that cannot run: unknown tool or bad arguments (Agent-R1: -0.05)."
     )
     tool_success_reward: float = Field(0.0, description="Per tool call that ran successfully.")
-    retrieval_reward: float = Field(
-        0.1, description="Per gold supporting paragraph retrieved for the first time in the episode."
+    process: dict[str, float] = Field(
+        default_factory=dict,
+        description="Weights of the env's own process components by name (default: the env's declared weights).",
     )
-    execution_reward: float = Field(
-        0.05, description="Code envs: the first code run of the episode that exits without error."
+    process_scale: float = Field(
+        1.0, ge=0.0, description="Multiplies every env-declared process weight (0 turns shaping off)."
     )
-    doctest_reward: float = Field(
-        0.1, description="Code envs: the first code run that passes the task prompt's own examples."
-    )
-    progress_reward: float = Field(
-        0.05,
-        description="Math envs: per needed intermediate result computed for the first time in the episode.",
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        """``retrieval_reward=0.2`` -> ``process={"retrieval": 0.2}`` for names that are not generic fields."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        extra = {k: data.pop(k) for k in list(data) if k.endswith("_reward") and k not in cls.model_fields}
+        if extra:
+            data["process"] = {
+                **{k.removesuffix("_reward"): v for k, v in extra.items()},
+                **data.get("process", {}),
+            }
+        return data
+
+    def __hash__(self) -> int:  # frozen, but ``process`` is a dict
+        return hash(self.model_dump_json())
 
     @classmethod
     def agent_r1(cls) -> RewardConfig:
-        """Agent-R1's formula: ``answer + format - 1`` in [-1, 1], sub-EM answers, gated by format."""
+        """Agent-R1's formula: ``answer + format - 1`` in [-1, 1], sub-EM answers, gated by format, no shaping."""
         return cls(
             answer_metric="sub_em",
             answer_weight=1.0,
             format_weight=1.0,
             format_gate=True,
             outcome_offset=-1.0,
-            retrieval_reward=0.0,
-            execution_reward=0.0,
-            doctest_reward=0.0,
-            progress_reward=0.0,
+            process_scale=0.0,
         )
+
+    def process_weight(self, component: ProcessReward) -> float:
+        """The weight one unit of ``component`` pays under this config."""
+        return self.process.get(component.name, component.weight) * self.process_scale
+
+    def max_outcome(self) -> float:
+        """The largest outcome reward: a fully correct, well-formed answer."""
+        return max(self.answer_weight, 0.0) + max(self.format_weight, 0.0) + self.outcome_offset
 
     def outcome(self, score: float, format_ok: bool) -> dict[str, float]:
         """Outcome components for an answer score in [0, 1] and the episode's format validity."""

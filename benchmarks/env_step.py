@@ -44,7 +44,7 @@ class _Timed:
 def bench_env(env_id: str, episodes: int) -> dict:
     env = agentr1_gym.make(env_id).unwrapped
     spent: dict[str, float] = defaultdict(float)
-    env.protocol.parse = _Timed(env.protocol.parse, spent, "parse")
+    env.tool_format.parse = _Timed(env.tool_format.parse, spent, "parse")
     for tool in env.tools.values():  # the tool itself (a search, a sandbox run, a calculation)
         tool.execute_batch = _Timed(tool.execute_batch, spent, "tool")
     env._score = _Timed(env._score, spent, "reward")

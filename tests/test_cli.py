@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from agentr1_gym.cli import main
-from agentr1_gym.envs import DESCRIPTIONS
+from agentr1_gym.registration import DESCRIPTIONS
 
 
 def test_list(capsys):
@@ -23,7 +23,7 @@ def test_eval_oracle(capsys):
     assert main(["eval", "AgentR1/Musique-v0", "--episodes", "5", "--no-progress"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["episodes"] == 5 and summary["success"] == 1.0 and summary["em"] == 1.0
-    assert summary["format_ok"] == 1.0 and summary["reward"] > 1.0
+    assert summary["format_ok"] == 1.0 and summary["return"] > 1.0
 
 
 def test_eval_unknown_env_is_a_clean_error(capsys):

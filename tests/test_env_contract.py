@@ -202,7 +202,7 @@ def test_typed_errors_for_programmer_mistakes():
         env.step(b"bytes")
 
 
-@pytest.mark.parametrize("env_id", sorted(agentr1_gym.envs.DESCRIPTIONS))
+@pytest.mark.parametrize("env_id", agentr1_gym.env_ids())
 @pytest.mark.parametrize("maker", ["gym.make", "agentr1_gym.make"])
 def test_max_turns_is_honoured_by_both_makes(env_id, maker):
     """gym.make(id, max_turns=N) runs N turns and scores the truncation, exactly like agentr1_gym.make."""
@@ -257,7 +257,7 @@ def test_qa_oracle_searches_by_title_then_falls_back():
     assert "<answer>" in env.oracle_action()
 
 
-@pytest.mark.parametrize("env_id", sorted(agentr1_gym.envs.DESCRIPTIONS))
+@pytest.mark.parametrize("env_id", agentr1_gym.env_ids())
 def test_gymnasium_edges_wrapper_libraries_rely_on(env_id):
     """render_fps in metadata, JSON-serialisable specs (config objects included) that rebuild the same env, and
     attributes that are safe before the first reset."""

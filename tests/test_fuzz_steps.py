@@ -17,7 +17,7 @@ import gymnasium as gym
 import pytest
 
 import agentr1_gym
-from agentr1_gym.envs import DESCRIPTIONS
+from agentr1_gym.registration import DESCRIPTIONS
 
 ENV_IDS = sorted(DESCRIPTIONS)
 

@@ -88,7 +88,7 @@ def test_oracle_scores_the_maximum_reward(env_id):
             total += reward
             done = term or trunc
         assert term, f"seed {seed}: the oracle must finish before the turn limit"
-        assert info["metrics"]["em"] == 1.0
+        assert info["metrics"]["success"] == 1.0
         assert total == pytest.approx(env.unwrapped.max_episode_reward()), f"seed {seed}"
 
 

@@ -62,4 +62,17 @@ def test_reward_config_outcome_and_agent_r1_preset():
     assert sum(r1.outcome(0.0, True).values()) == 0.0
     assert sum(r1.outcome(float("nan"), True).values()) == 0.0
     with pytest.raises(ValueError):
-        RewardConfig(answer_metric="bleu")
+        RewardConfig(answer_weigth=1.0)  # a typo of a generic field
+    # env-specific names are checked by the env, which knows its metrics and process components
+    import agentr1_gym
+    from agentr1_gym.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no answer metric 'bleu'"):
+        agentr1_gym.make("AgentR1/Calculator-v0", reward=RewardConfig(answer_metric="bleu"))
+    with pytest.raises(ConfigError, match="did you mean 'retrieval'"):
+        agentr1_gym.make("AgentR1/HotpotQA-v0", reward={"process": {"retreival": 0.2}})
+    with pytest.raises(ConfigError, match="no process reward 'retrieval'"):
+        agentr1_gym.make("AgentR1/Calculator-v0", reward={"retrieval_reward": 0.2})
+    # the shorthand and the explicit form are the same config; process_scale turns shaping off
+    assert RewardConfig(retrieval_reward=0.3) == RewardConfig(process={"retrieval": 0.3})
+    assert r1.process_scale == 0.0

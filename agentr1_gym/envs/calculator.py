@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from agentr1_gym.core import ToolEnv, ToolResult
+from agentr1_gym.env import ToolEnv
 from agentr1_gym.errors import ConfigError
-from agentr1_gym.protocol import ToolCall, ToolCallFormat
-from agentr1_gym.rewards import RewardConfig
+from agentr1_gym.formats import ToolCall
+from agentr1_gym.rewards import ProcessReward
+from agentr1_gym.tools.base import ToolResult
 from agentr1_gym.tools.calculator import CalculatorTool, evaluate, format_number
 
 __all__ = ["CalculatorEnv", "MathTask", "answer_matches", "parse_number", "parse_numbers"]
@@ -186,50 +187,46 @@ class CalculatorEnv(ToolEnv):
     Args:
         kinds: which problem generators to draw from (default all: arithmetic, shopping, rate, discount, average,
             sharing).
-        Other arguments: see :class:`~agentr1_gym.core.ToolEnv`.
+        Other arguments: :class:`~agentr1_gym.env.EnvSettings`.
+
+    Metrics: ``correct`` (the answer states the solution; the answer score and the success rule). Tasks are
+    generated: ``reset(options={"task_index": i})`` is the task generated from seed ``i``, ``options={"kind": k}``
+    picks the generator.
     """
+
+    process_rewards = (
+        ProcessReward(
+            "progress", 0.05, "per needed intermediate result computed for the first time in the episode"
+        ),
+    )
+    answer_metrics = ("correct",)
+    success_metric = "correct"
+    reset_options = ("kind",)
 
     def __init__(
         self,
         *,
         kinds: tuple[str, ...] | list[str] | None = None,
-        protocol: str | ToolCallFormat = "hermes",
-        max_turns: int = 6,
-        max_calls_per_turn: int = 1,
-        max_action_chars: int = 20_000,
-        tool_output_chars: int = 4_000,
-        max_context_chars: int | None = None,
-        reward: RewardConfig | dict[str, Any] | None = None,
-        render_mode: str | None = None,
+        **settings: Any,
     ) -> None:
         kinds = tuple(kinds or _GENERATORS)
         unknown = [k for k in kinds if k not in _GENERATORS]
         if unknown or not kinds:
             raise ConfigError(f"unknown problem kinds {unknown}; choose from {sorted(_GENERATORS)}")
-        if max_turns < 5:
+        if isinstance(settings.get("max_turns"), int) and settings["max_turns"] < 5:
             raise ConfigError(
                 "max_turns must be >= 5 (up to 3 calculator steps and an answer, with a spare turn)"
             )
         self.kinds = kinds
-        super().__init__(
-            tools=[CalculatorTool()],
-            protocol=protocol,
-            max_turns=max_turns,
-            max_calls_per_turn=max_calls_per_turn,
-            max_action_chars=max_action_chars,
-            tool_output_chars=tool_output_chars,
-            max_context_chars=max_context_chars,
-            reward=reward,
-            render_mode=render_mode,
-        )
+        super().__init__([CalculatorTool()], **settings)
         self._needed: set[Fraction] = set()
         self._oracle_step = 0
 
-    def _sample_task(self, options: dict[str, Any]) -> MathTask:
-        kind = options.get("kind") or self.kinds[int(self.np_random.integers(len(self.kinds)))]
+    def _generate_task(self, rng: np.random.Generator, options: dict[str, Any]) -> MathTask:
+        kind = options.get("kind") or self.kinds[int(rng.integers(len(self.kinds)))]
         if kind not in _GENERATORS:
             raise ConfigError(f"options['kind'] must be one of {sorted(_GENERATORS)}")
-        question, steps, kind = _GENERATORS[kind](self.np_random)
+        question, steps, kind = _GENERATORS[kind](rng)
         answer = evaluate(steps[-1])
         digest = hashlib.sha1("\n".join([question, *steps]).encode()).hexdigest()[:10]
         return MathTask(
@@ -246,21 +243,21 @@ class CalculatorEnv(ToolEnv):
             f"the final number inside <answer>...</answer>.\n\nProblem: {task.question}"
         )
 
-    def _score(self, answer: str | None) -> tuple[float, dict[str, float]]:
-        ok = answer is not None and answer_matches(answer, self.task.answer)
-        return float(ok), {"correct": float(ok), "em": float(ok)}
+    def _score(self, answer: str | None) -> dict[str, float]:
+        return {"correct": float(answer is not None and answer_matches(answer, self.task.answer))}
+
+    def _gold_answers(self, task: MathTask) -> tuple[str, ...]:
+        return (format_number(task.answer).split(" ")[0],)
 
     def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
         value = result.metadata.get("value")
         if value is not None and value in self._needed:
             self._needed.discard(value)
-            return {"progress": self.reward_config.progress_reward}
+            return {"progress": 1.0}
         return {}
 
-    def max_episode_reward(self) -> float:
-        cfg = self.reward_config
-        distinct = len({evaluate(s) for s in self.task.steps})
-        return cfg.answer_weight + cfg.format_weight + cfg.outcome_offset + cfg.progress_reward * distinct
+    def _process_caps(self) -> dict[str, float]:
+        return {"progress": float(len({evaluate(s) for s in self.task.steps}))}
 
     def oracle_action(self) -> str:
         """Evaluate each solution step with the calculator, then answer."""
@@ -268,4 +265,4 @@ class CalculatorEnv(ToolEnv):
         if self._oracle_step < len(steps):
             self._oracle_step += 1
             return self.call_text("calculator", expression=steps[self._oracle_step - 1])
-        return self.answer_text(format_number(self.task.answer).split(" ")[0])
+        return self.answer_text(self._gold_answers(self.task)[0])

@@ -15,16 +15,12 @@ answer's return values, which the sandbox reports as plain data (see :mod:`agent
 
 from __future__ import annotations
 
-import ast
 import re
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from agentr1_gym.core import ToolEnv, ToolResult
-from agentr1_gym.data import _bundled_path, read_records_with_location, record_errors
+from agentr1_gym.data.humaneval import CodeTask, load_humaneval
+from agentr1_gym.env import ToolEnv
 from agentr1_gym.envs.code_grading import (
     Recording,
     doctest_examples,
@@ -35,41 +31,13 @@ from agentr1_gym.envs.code_grading import (
     parse_results,
     record_calls,
 )
-from agentr1_gym.errors import ConfigError, DataError
-from agentr1_gym.protocol import ToolCall, ToolCallFormat
-from agentr1_gym.rewards import RewardConfig
+from agentr1_gym.errors import ConfigError
+from agentr1_gym.formats import ToolCall
+from agentr1_gym.rewards import ProcessReward
+from agentr1_gym.tools.base import ToolResult
 from agentr1_gym.tools.python import PythonSandbox, PythonTool, SandboxConfig, shared_sandbox
 
 __all__ = ["CodeTask", "HumanEvalEnv", "extract_code", "load_humaneval"]
-
-
-class CodeTask(BaseModel):
-    """One function-writing task with hidden tests (HumanEval fields)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    prompt: str
-    canonical_solution: str
-    test: str
-    entry_point: str
-
-    @property
-    def docstring(self) -> str:
-        """The entry point's docstring (where the prompt's examples live)."""
-        return _docstring(self.prompt, self.entry_point)
-
-
-@lru_cache(maxsize=1024)
-def _docstring(prompt: str, entry_point: str) -> str:
-    try:
-        tree = ast.parse(prompt)
-    except SyntaxError:
-        return ""
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
-            return ast.get_docstring(node) or ""
-    return ""
 
 
 _RECORDINGS: dict[tuple[str, int], Recording] = {}
@@ -111,42 +79,6 @@ def passes_examples(sandbox: PythonSandbox, task: CodeTask, program: str) -> boo
     return not run.timed_out and parse_doctest_reply(run.stdout, examples)
 
 
-def load_humaneval(path: str | Path | None = None) -> tuple[CodeTask, ...]:
-    """HumanEval JSONL (``task_id, prompt, canonical_solution, test, entry_point``); default: the bundled file."""
-    path = path or _bundled_path("human_eval_164.jsonl.gz")
-    tasks = []
-    for where, r in read_records_with_location(path):
-        with record_errors(path, where, "HumanEval"):
-            fields = {}
-            for key in ("task_id", "prompt", "canonical_solution", "test", "entry_point"):
-                value = r.get(key)
-                if not isinstance(value, str) or not value.strip():
-                    raise DataError(f"field {key!r} must be a non-empty string, got {value!r:.60}")
-                fields[key] = value
-            for key, source in (
-                ("canonical_solution", fields["prompt"] + fields["canonical_solution"]),
-                ("test", fields["test"]),
-            ):
-                try:
-                    compile(source, f"<{key}>", "exec")
-                except SyntaxError as exc:
-                    raise DataError(
-                        f"field {key!r} is not valid Python ({exc.msg}, line {exc.lineno})"
-                    ) from None
-            tasks.append(
-                CodeTask(
-                    id=fields["task_id"],
-                    prompt=fields["prompt"],
-                    canonical_solution=fields["canonical_solution"],
-                    test=fields["test"],
-                    entry_point=fields["entry_point"],
-                )
-            )
-    if not tasks:
-        raise DataError(f"{path} holds no HumanEval records")
-    return tuple(tasks)
-
-
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
@@ -183,22 +115,24 @@ class HumanEvalEnv(ToolEnv):
         data_path: a HumanEval-format JSONL file instead of the bundled 164 problems.
         sandbox: :class:`~agentr1_gym.tools.python.SandboxConfig` (or its fields as a dict) for tool runs and
             grading; the worker pool is shared by every env in the process.
-        Other arguments: see :class:`~agentr1_gym.core.ToolEnv`.
+        Other arguments: :class:`~agentr1_gym.env.EnvSettings`.
+
+    Metrics: ``pass`` (the hidden tests pass; the answer score and the success rule).
     """
+
+    process_rewards = (
+        ProcessReward("execution", 0.05, "the first code run of the episode that exits without error"),
+        ProcessReward("doctest", 0.1, "the first code run that passes the task prompt's own examples"),
+    )
+    answer_metrics = ("pass",)
+    success_metric = "pass"
 
     def __init__(
         self,
         *,
         data_path: str | Path | None = None,
         sandbox: SandboxConfig | dict[str, Any] | None = None,
-        protocol: str | ToolCallFormat = "hermes",
-        max_turns: int = 6,
-        max_calls_per_turn: int = 1,
-        max_action_chars: int = 20_000,
-        tool_output_chars: int = 4_000,
-        max_context_chars: int | None = None,
-        reward: RewardConfig | dict[str, Any] | None = None,
-        render_mode: str | None = None,
+        **settings: Any,
     ) -> None:
         if isinstance(sandbox, dict):
             try:
@@ -207,25 +141,12 @@ class HumanEvalEnv(ToolEnv):
                 raise ConfigError(f"bad sandbox config: {exc}") from None
         self.sandbox: PythonSandbox = shared_sandbox(sandbox)
         self.tasks = load_humaneval(data_path)
-        if max_turns < 2:
+        if isinstance(settings.get("max_turns"), int) and settings["max_turns"] < 2:
             raise ConfigError("max_turns must be >= 2 (a run and an answer)")
-        super().__init__(
-            tools=[PythonTool(self.sandbox)],
-            protocol=protocol,
-            max_turns=max_turns,
-            max_calls_per_turn=max_calls_per_turn,
-            max_action_chars=max_action_chars,
-            tool_output_chars=tool_output_chars,
-            max_context_chars=max_context_chars,
-            reward=reward,
-            render_mode=render_mode,
-        )
+        super().__init__([PythonTool(self.sandbox)], **settings)
         self._ran_ok = False
         self._doctest_ok = False
         self._oracle_ran = False
-
-    def _sample_task(self, options: dict[str, Any]) -> CodeTask:
-        return self._pick_task(self.tasks, options)
 
     def _on_reset(self) -> None:
         self._ran_ok = self._doctest_ok = self._oracle_ran = False
@@ -245,38 +166,39 @@ class HumanEvalEnv(ToolEnv):
             code = task.prompt + _as_body(code)  # a completion of the prompt, HumanEval-style
         return code
 
-    def _score(self, answer: str | None) -> tuple[float, dict[str, float]]:
+    def _score(self, answer: str | None) -> dict[str, float]:
         if answer is None:
-            return 0.0, {"pass": 0.0, "em": 0.0}
-        passed = float(grade_answer(self.sandbox, self.task, self._full_program(extract_code(answer)))[0])
-        return passed, {"pass": passed, "em": passed}
+            return {"pass": 0.0}
+        return {
+            "pass": float(grade_answer(self.sandbox, self.task, self._full_program(extract_code(answer)))[0])
+        }
+
+    def _gold_answers(self, task: CodeTask) -> tuple[str, ...]:
+        return (task.prompt + task.canonical_solution,)
 
     def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
         out: dict[str, float] = {}
-        cfg = self.reward_config
         if result.metadata.get("exit_code") == 0 and not self._ran_ok:
             self._ran_ok = True
-            out["execution"] = cfg.execution_reward
+            out["execution"] = 1.0
         code = result.metadata.get("code", "")
         if (
             not self._doctest_ok
-            and cfg.doctest_reward
+            and self._weights["doctest"]
             and f"def {self.task.entry_point}" in code
             and self.examples_validated()
         ) and passes_examples(self.sandbox, self.task, code):
             self._doctest_ok = True
-            out["doctest"] = cfg.doctest_reward
+            out["doctest"] = 1.0
         return out
+
+    def _process_caps(self) -> dict[str, float]:
+        return {"execution": 1.0, "doctest": 1.0 if self.examples_validated() else 0.0}
 
     # ---- scripted policies -------------------------------------------------------------------------------
     def reference_solution(self) -> str:
         task: CodeTask = self.task
         return task.prompt + task.canonical_solution
-
-    def max_episode_reward(self) -> float:
-        cfg = self.reward_config
-        doc = cfg.doctest_reward if self.examples_validated() else 0.0
-        return cfg.answer_weight + cfg.format_weight + cfg.outcome_offset + cfg.execution_reward + doc
 
     def oracle_action(self) -> str:
         """The canonical policy: run the reference solution once, then submit it."""

@@ -1,8 +1,8 @@
 """Multi-hop QA envs: the agent searches a corpus and answers a question.
 
 Rewards (see :class:`~agentr1_gym.rewards.RewardConfig`): the answer metric at episode end (F1 by default;
-EM and sub-EM are logged in ``info["metrics"]``), a format bonus, and a process reward for each gold supporting
-paragraph retrieved for the first time in the episode.
+EM and sub-EM are logged in ``info["metrics"]``), a format bonus, and the ``retrieval`` process reward for each
+gold supporting paragraph retrieved for the first time in the episode. An episode succeeds on an exact match.
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentr1_gym.core import ToolEnv, ToolResult
-from agentr1_gym.data import QATask, bundled_corpus, bundled_tasks, corpus_from_tasks, load_qa
+from agentr1_gym.data import Corpus, QATask, bundled_corpus, bundled_tasks, corpus_from_tasks, load_qa
+from agentr1_gym.env import ToolEnv
 from agentr1_gym.errors import ConfigError
-from agentr1_gym.protocol import ToolCall, ToolCallFormat
-from agentr1_gym.rewards import RewardConfig, qa_metrics
-from agentr1_gym.tools.search import Corpus, Retriever, SearchTool, make_retriever
+from agentr1_gym.formats import ToolCall
+from agentr1_gym.rewards import ProcessReward, qa_metrics
+from agentr1_gym.tools.base import ToolResult
+from agentr1_gym.tools.search import Retriever, SearchTool, make_retriever
 
 __all__ = ["MultiHopQAEnv", "QAEnvBase"]
 
@@ -31,48 +32,51 @@ def _norm_title(title: str) -> str:
 
 
 class QAEnvBase(ToolEnv):
-    """Shared machinery of QA envs: a search tool, QA scoring, retrieval process rewards and an oracle."""
+    """Shared machinery of QA envs: a search tool, QA scoring, retrieval process rewards and an oracle.
+
+    Args (search settings, shared by every QA env):
+        retriever: the search backend: ``"bm25"`` (embedded), ``"lucene"`` (Pyserini), ``"dense"`` (faiss),
+            ``"http"`` (a retrieval server), or any object with ``search(queries, k)``.
+        index_path: a prebuilt Lucene or dense index (default: built from the corpus and cached).
+        encoder_path: the sentence-transformers model directory for ``dense``.
+        server_url: the server for ``http``; ``retriever_kwargs`` holds further backend settings (e.g.
+            ``{"api": "search_r1"}``, ``{"index_type": "hnsw", "prefixes": "e5"}``, ``{"threads": 4}``).
+        top_k: passages per search.
+        Other arguments: :class:`~agentr1_gym.env.EnvSettings`.
+    """
+
+    process_rewards = (
+        ProcessReward(
+            "retrieval", 0.1, "per gold supporting paragraph retrieved for the first time in the episode"
+        ),
+    )
+    answer_metrics = ("f1", "em", "sub_em")
+    success_metric = "em"
 
     def __init__(
         self,
-        *,
         corpus: Corpus | None,
+        /,
+        *,
         retriever: str | Retriever = "bm25",
         retriever_kwargs: dict[str, Any] | None = None,
         index_path: str | Path | None = None,
         encoder_path: str | Path | None = None,
         server_url: str | None = None,
         top_k: int = 3,
-        protocol: str | ToolCallFormat = "hermes",
-        max_turns: int = 6,
-        max_calls_per_turn: int = 1,
-        max_action_chars: int = 20_000,
-        tool_output_chars: int = 4_000,
-        max_context_chars: int | None = None,
-        reward: RewardConfig | dict[str, Any] | None = None,
-        render_mode: str | None = None,
+        **settings: Any,
     ) -> None:
         self.corpus = corpus
-        settings = dict(retriever_kwargs or {})
+        backend = dict(retriever_kwargs or {})
         for key, value in (
             ("index_path", index_path),
             ("encoder_path", encoder_path),
             ("server_url", server_url),
         ):
             if value is not None:
-                settings[key] = str(value)
-        self.retriever = make_retriever(retriever, corpus, **settings)
-        super().__init__(
-            tools=[SearchTool(self.retriever, top_k=top_k)],
-            protocol=protocol,
-            max_turns=max_turns,
-            max_calls_per_turn=max_calls_per_turn,
-            max_action_chars=max_action_chars,
-            tool_output_chars=tool_output_chars,
-            max_context_chars=max_context_chars,
-            reward=reward,
-            render_mode=render_mode,
-        )
+                backend[key] = str(value)
+        self.retriever = make_retriever(retriever, corpus, **backend)
+        super().__init__([SearchTool(self.retriever, top_k=top_k)], **settings)
         self._gold: set[str] = set()
         self._seen_gold: set[str] = set()
         self._oracle_tries: dict[str, int] = {}
@@ -87,9 +91,11 @@ class QAEnvBase(ToolEnv):
         self._seen_gold = set()
         self._oracle_tries = {}
 
-    def _score(self, answer: str | None) -> tuple[float, dict[str, float]]:
-        metrics = qa_metrics(answer, self.task.answers)
-        return metrics[self.reward_config.answer_metric], metrics
+    def _score(self, answer: str | None) -> dict[str, float]:
+        return qa_metrics(answer, self.task.answers)
+
+    def _gold_answers(self, task: QATask) -> tuple[str, ...]:
+        return tuple(task.answers)
 
     def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
         new = 0
@@ -98,30 +104,16 @@ class QAEnvBase(ToolEnv):
             if key in self._gold and key not in self._seen_gold:
                 self._seen_gold.add(key)
                 new += 1
-        return {"retrieval": new * self.reward_config.retrieval_reward} if new else {}
+        return {"retrieval": new} if new else {}
+
+    def _process_caps(self) -> dict[str, float]:
+        return {"retrieval": len(self._gold)}
 
     # ---- evaluation helpers ------------------------------------------------------------------------------
-    @property
-    def gold_answers(self) -> tuple[str, ...]:
-        """The current task's gold answers (never shown in observations or info); empty before the first reset
-        (wrappers such as GEM's read attributes then)."""
-        return tuple(self.task.answers) if self.task is not None else ()
-
     @property
     def retrieved_gold(self) -> frozenset[str]:
         """Normalised titles of the gold paragraphs retrieved so far in this episode."""
         return frozenset(self._seen_gold)
-
-    def max_episode_reward(self) -> float:
-        """The largest return an episode on the current task can reach."""
-        cfg = self.reward_config
-        return (
-            cfg.answer_weight
-            + cfg.format_weight
-            + cfg.outcome_offset
-            + cfg.retrieval_reward * len(self._gold)
-            + cfg.tool_success_reward * len(self._gold)
-        )
 
     def _oracle_query(self, title: str, attempt: int) -> str:
         """The title alone first (what a model can learn to ask; it finds the paragraph ~98% of the time with
@@ -140,10 +132,7 @@ class QAEnvBase(ToolEnv):
         """The next turn of a policy that knows the gold evidence: search each gold paragraph not yet retrieved
         (by title, then once more with its opening words if that missed), then answer with the first gold
         answer."""
-        if self.task is None:
-            from agentr1_gym.errors import ResetNeededError
-
-            raise ResetNeededError("call reset() before oracle_action()")
+        self._require_task("oracle_action()")
         for title in self.task.supporting_titles:
             key = _norm_title(title)
             tries = self._oracle_tries.get(key, 0)
@@ -163,14 +152,8 @@ class MultiHopQAEnv(QAEnvBase):
         data_path: a dataset file in its official layout (JSON, JSONL, optionally .gz) instead of the sample.
         corpus_path: a JSONL corpus (``{"id","contents"}`` or ``{"id","title","text"}``) to search; default: the
             bundled sample's corpus, or the context paragraphs of ``data_path``'s questions.
-        retriever: the search backend: ``"bm25"`` (embedded), ``"lucene"`` (Pyserini), ``"dense"`` (faiss),
-            ``"http"`` (a retrieval server), or any object with ``search(queries, k)``.
-        index_path: a prebuilt Lucene or dense index (default: built from the corpus and cached).
-        encoder_path: the sentence-transformers model directory for ``dense``.
-        server_url: the server for ``http``; ``retriever_kwargs`` holds further backend settings (e.g.
-            ``{"api": "search_r1"}``, ``{"index_type": "hnsw", "prefixes": "e5"}``, ``{"threads": 4}``).
-        top_k: passages per search.
-        Other arguments: see :class:`~agentr1_gym.core.ToolEnv`.
+        Search settings (``retriever``, ``top_k``, ...): see :class:`QAEnvBase`; the rest:
+        :class:`~agentr1_gym.env.EnvSettings`.
 
     Every reset draws a task with ``self.np_random``; ``reset(options={"task_index": i})`` picks task ``i``.
     """
@@ -183,20 +166,7 @@ class MultiHopQAEnv(QAEnvBase):
         data_path: str | Path | None = None,
         corpus_path: str | Path | None = None,
         tasks: Sequence[QATask] | None = None,
-        retriever: str | Retriever = "bm25",
-        retriever_kwargs: dict[str, Any] | None = None,
-        index_path: str | Path | None = None,
-        encoder_path: str | Path | None = None,
-        server_url: str | None = None,
-        top_k: int = 3,
-        protocol: str | ToolCallFormat = "hermes",
-        max_turns: int = 6,
-        max_calls_per_turn: int = 1,
-        max_action_chars: int = 20_000,
-        tool_output_chars: int = 4_000,
-        max_context_chars: int | None = None,
-        reward: RewardConfig | dict[str, Any] | None = None,
-        render_mode: str | None = None,
+        **settings: Any,
     ) -> None:
         if tasks is not None and data_path is not None:
             raise ConfigError("pass either tasks= or data_path=, not both")
@@ -214,30 +184,11 @@ class MultiHopQAEnv(QAEnvBase):
             corpus = bundled_corpus(dataset)
         elif any(t.context for t in self.tasks):
             corpus = corpus_from_tasks(self.tasks, source=None)
-        elif isinstance(retriever, str) and retriever == "bm25":
+        elif settings.get("retriever", "bm25") == "bm25":
             raise ConfigError(
                 "these tasks carry no context paragraphs to search; pass corpus_path= (a JSONL corpus)"
             )
         else:
             corpus = None
         self.dataset = dataset
-        super().__init__(
-            corpus=corpus,
-            retriever=retriever,
-            retriever_kwargs=retriever_kwargs,
-            index_path=index_path,
-            encoder_path=encoder_path,
-            server_url=server_url,
-            top_k=top_k,
-            protocol=protocol,
-            max_turns=max_turns,
-            max_calls_per_turn=max_calls_per_turn,
-            max_action_chars=max_action_chars,
-            tool_output_chars=tool_output_chars,
-            max_context_chars=max_context_chars,
-            reward=reward,
-            render_mode=render_mode,
-        )
-
-    def _sample_task(self, options: dict[str, Any]) -> QATask:
-        return self._pick_task(self.tasks, options)
+        super().__init__(corpus, **settings)

@@ -14,17 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agentr1_gym.data import QATask
+from agentr1_gym.data import Corpus, Passage, QATask
 from agentr1_gym.envs.qa import QAEnvBase
 from agentr1_gym.errors import ConfigError
-from agentr1_gym.protocol import ToolCallFormat
-from agentr1_gym.rewards import RewardConfig
-from agentr1_gym.tools.search import Corpus, Passage, Retriever
 
 __all__ = ["RELATIONS", "SyntheticMultihopEnv", "World", "make_world"]
 
@@ -148,8 +144,15 @@ class SyntheticMultihopEnv(QAEnvBase):
         min_hops, max_hops: each task has k hops with k drawn uniformly from [min_hops, max_hops] (1..4).
         world_seed: the world; tasks are drawn from it with the reset seed.
         entities_per_type: world size (people, cities, companies, universities; a quarter as many countries).
-        Other arguments: see :class:`~agentr1_gym.envs.qa.MultiHopQAEnv`.
+        Search settings: see :class:`~agentr1_gym.envs.qa.QAEnvBase`; the rest:
+        :class:`~agentr1_gym.env.EnvSettings`.
+
+    Tasks are generated: a reset draws one from ``self.np_random``; ``reset(options={"task_index": i})`` is the
+    task generated from seed ``i`` (the same task for every env over the same world), ``options={"hops": k}``
+    fixes the number of hops.
     """
+
+    reset_options = ("hops",)
 
     def __init__(
         self,
@@ -158,20 +161,7 @@ class SyntheticMultihopEnv(QAEnvBase):
         max_hops: int = 2,
         world_seed: int = 0,
         entities_per_type: int = 40,
-        retriever: str | Retriever = "bm25",
-        retriever_kwargs: dict[str, Any] | None = None,
-        index_path: str | Path | None = None,
-        encoder_path: str | Path | None = None,
-        server_url: str | None = None,
-        top_k: int = 3,
-        protocol: str | ToolCallFormat = "hermes",
-        max_turns: int = 6,
-        max_calls_per_turn: int = 1,
-        max_action_chars: int = 20_000,
-        tool_output_chars: int = 4_000,
-        max_context_chars: int | None = None,
-        reward: RewardConfig | dict[str, Any] | None = None,
-        render_mode: str | None = None,
+        **settings: Any,
     ) -> None:
         if not 1 <= min_hops <= max_hops <= 4:
             raise ConfigError(
@@ -179,7 +169,8 @@ class SyntheticMultihopEnv(QAEnvBase):
             )
         if entities_per_type < 4:
             raise ConfigError(f"entities_per_type must be >= 4, got {entities_per_type}")
-        if max_turns < max_hops + 1:
+        max_turns = settings.get("max_turns", 6)
+        if isinstance(max_turns, int) and max_turns < max_hops + 1:
             raise ConfigError(
                 f"max_turns={max_turns} cannot fit {max_hops} searches and an answer; "
                 f"use max_turns >= {max_hops + 1}"
@@ -187,23 +178,7 @@ class SyntheticMultihopEnv(QAEnvBase):
         self.min_hops, self.max_hops = int(min_hops), int(max_hops)
         self.world_seed, self.entities_per_type = int(world_seed), int(entities_per_type)
         self.world = make_world(self.world_seed, self.entities_per_type)
-        super().__init__(
-            corpus=self.world.corpus,
-            retriever=retriever,
-            retriever_kwargs=retriever_kwargs,
-            index_path=index_path,
-            encoder_path=encoder_path,
-            server_url=server_url,
-            top_k=top_k,
-            protocol=protocol,
-            max_turns=max_turns,
-            max_calls_per_turn=max_calls_per_turn,
-            max_action_chars=max_action_chars,
-            tool_output_chars=tool_output_chars,
-            max_context_chars=max_context_chars,
-            reward=reward,
-            render_mode=render_mode,
-        )
+        super().__init__(self.world.corpus, **settings)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -217,11 +192,14 @@ class SyntheticMultihopEnv(QAEnvBase):
     def _oracle_query(self, title: str, attempt: int) -> str:
         return title  # an entity's name finds its document; the oracle reads nothing it could not know
 
-    def _sample_task(self, options: dict[str, Any]) -> QATask:
-        rng = self.np_random
-        hops = int(options.get("hops", rng.integers(self.min_hops, self.max_hops + 1)))
-        if not 1 <= hops <= 4:
-            raise ConfigError(f"options['hops'] must be in 1..4, got {hops}")
+    def _generate_task(self, rng: np.random.Generator, options: dict[str, Any]) -> QATask:
+        drawn = int(
+            rng.integers(self.min_hops, self.max_hops + 1)
+        )  # drawn either way: seeds keep their tasks
+        hops = options.get("hops", drawn)
+        if isinstance(hops, bool) or not isinstance(hops, (int, np.integer)) or not 1 <= hops <= 4:
+            raise ConfigError(f"options['hops'] must be an int in 1..4, got {hops!r}")
+        hops = int(hops)
         world = self.world
         for _ in range(1000):
             chain = [int(rng.integers(len(world.names)))]

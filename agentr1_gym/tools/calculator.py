@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentr1_gym.core import Tool, ToolResult
+from agentr1_gym.tools.base import Tool, ToolResult
 
 __all__ = ["CalculatorError", "CalculatorTool", "evaluate", "format_number"]
 

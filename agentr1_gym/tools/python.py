@@ -46,8 +46,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentr1_gym.core import Tool, ToolResult
+from agentr1_gym.cache import shared
 from agentr1_gym.errors import ToolInfrastructureError
+from agentr1_gym.tools.base import Tool, ToolResult
 
 __all__ = [
     "ExecResult",
@@ -319,17 +320,10 @@ class PythonSandbox:
             self._started = 0
 
 
-_SHARED: dict[SandboxConfig, PythonSandbox] = {}
-_SHARED_LOCK = threading.Lock()
-
-
 def shared_sandbox(config: SandboxConfig | None = None) -> PythonSandbox:
     """The process-wide sandbox for a config (its worker pool is shared by every env in the process)."""
     config = config or SandboxConfig()
-    with _SHARED_LOCK:
-        if config not in _SHARED:
-            _SHARED[config] = PythonSandbox(config)
-        return _SHARED[config]
+    return shared("sandbox", config, lambda: PythonSandbox(config))
 
 
 class PythonArgs(BaseModel):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentr1_gym.errors import MissingDependencyError
-from agentr1_gym.tools.search.bm25 import cache_dir
+from agentr1_gym.cache import cache_dir
 
 __all__ = ["AGENT_CHAT_TEMPLATE", "DEFAULT_SYSTEM_PROMPT", "load_default_policy", "smollm2_gguf_path"]
 

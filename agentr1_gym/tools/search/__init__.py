@@ -12,10 +12,10 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentr1_gym.core import Tool, ToolResult
+from agentr1_gym.data.corpus import Corpus, Passage
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.tools.base import Tool, ToolResult
 from agentr1_gym.tools.search.bm25 import BM25Retriever, shared_bm25
-from agentr1_gym.tools.search.corpus import Corpus, Passage
 
 __all__ = [
     "BACKENDS",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,22 +19,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from agentr1_gym.tools.search.corpus import Corpus, Passage
+from agentr1_gym.cache import cache_dir, shared
+from agentr1_gym.data.corpus import Corpus, Passage
 from agentr1_gym.tools.search.text import make_analyzer
 
-__all__ = ["BM25Retriever", "cache_dir", "shared_bm25"]
+__all__ = ["BM25Retriever", "shared_bm25"]
 
 _FORMAT_VERSION = 1
-_LOCK = threading.Lock()
-_SHARED: dict[tuple, BM25Retriever] = {}
-
-
-def cache_dir() -> Path:
-    """``$AGENTR1_CACHE``, else ``$XDG_CACHE_HOME/agentr1_gym``, else ``~/.cache/agentr1_gym``."""
-    if env := os.environ.get("AGENTR1_CACHE"):
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "agentr1_gym"
 
 
 class BM25Retriever:
@@ -189,11 +179,7 @@ class BM25Retriever:
 def shared_bm25(corpus: Corpus, *, k1: float = 0.9, b: float = 0.4, stemmer: str = "light") -> BM25Retriever:
     """The process-wide :class:`BM25Retriever` for this corpus and parameters (built or loaded once)."""
     key = (corpus.key, float(k1), float(b), stemmer)
-    with _LOCK:
-        retriever = _SHARED.get(key)
-        if retriever is None:
-            retriever = _SHARED[key] = BM25Retriever(corpus, k1=k1, b=b, stemmer=stemmer)
-        return retriever
+    return shared("bm25", key, lambda: BM25Retriever(corpus, k1=k1, b=b, stemmer=stemmer))
 
 
 def _restore(corpus: Corpus, k1: float, b: float, stemmer: str) -> BM25Retriever:

@@ -11,16 +11,15 @@ An index directory holds ``index.faiss``, ``passages.jsonl`` and ``meta.json`` (
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agentr1_gym.cache import cache_dir, shared
+from agentr1_gym.data.corpus import Corpus, Passage
 from agentr1_gym.errors import ConfigError, MissingDependencyError
-from agentr1_gym.tools.search.bm25 import cache_dir
-from agentr1_gym.tools.search.corpus import Corpus, Passage
 
 __all__ = ["PREFIXES", "DenseRetriever", "build_dense_index", "dense_for_corpus"]
 
@@ -29,9 +28,6 @@ PREFIXES = {
     "e5": ("query: ", "passage: "),
     "bge": ("Represent this sentence for searching relevant passages: ", ""),
 }
-_ENCODERS: dict[str, Any] = {}
-_SHARED: dict[tuple, DenseRetriever] = {}
-_LOCK = threading.Lock()
 
 
 def _faiss():
@@ -43,20 +39,20 @@ def _faiss():
 
 
 def _encoder(path: str, device: str) -> Any:
-    key = f"{path}|{device}"
-    with _LOCK:
-        if key not in _ENCODERS:
-            try:
-                from sentence_transformers import SentenceTransformer
-            except ImportError:
-                raise MissingDependencyError("sentence-transformers", "dense", "the dense backend") from None
-            if not Path(path).exists():
-                raise ConfigError(
-                    f"encoder_path {path!r} does not exist; give a local sentence-transformers model "
-                    "directory (nothing is downloaded)"
-                )
-            _ENCODERS[key] = SentenceTransformer(str(path), device=device, local_files_only=True)
-        return _ENCODERS[key]
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise MissingDependencyError("sentence-transformers", "dense", "the dense backend") from None
+    if not Path(path).exists():
+        raise ConfigError(
+            f"encoder_path {path!r} does not exist; give a local sentence-transformers model "
+            "directory (nothing is downloaded)"
+        )
+    return shared(
+        "dense-encoder",
+        (path, device),
+        lambda: SentenceTransformer(str(path), device=device, local_files_only=True),
+    )
 
 
 def _resolve_prefixes(
@@ -218,20 +214,18 @@ def _shared_dense(
     device: str = "cpu",
 ) -> DenseRetriever:
     key = (str(Path(index_path).resolve()), encoder_path, query_prefix, nprobe, ef_search, device)
-    with _LOCK:
-        found = _SHARED.get(key)
-    if found is None:
-        found = DenseRetriever(
+    return shared(
+        "dense",
+        key,
+        lambda: DenseRetriever(
             index_path,
             encoder_path=encoder_path,
             query_prefix=query_prefix,
             nprobe=nprobe,
             ef_search=ef_search,
             device=device,
-        )
-        with _LOCK:
-            found = _SHARED.setdefault(key, found)
-    return found
+        ),
+    )
 
 
 def dense_for_corpus(

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from agentr1_gym.data.corpus import Passage, split_contents
 from agentr1_gym.errors import ConfigError, ToolInfrastructureError
-from agentr1_gym.tools.search.corpus import Passage, split_contents
 
 __all__ = ["APIS", "HTTPRetriever"]
 

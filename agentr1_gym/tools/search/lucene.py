@@ -19,14 +19,13 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from agentr1_gym.cache import cache_dir, shared
+from agentr1_gym.data.corpus import Corpus, Passage, split_contents
 from agentr1_gym.errors import ConfigError, MissingDependencyError, ToolInfrastructureError
-from agentr1_gym.tools.search.bm25 import cache_dir
-from agentr1_gym.tools.search.corpus import Corpus, Passage, split_contents
 
 __all__ = ["LuceneRetriever", "build_lucene_index", "lucene_for_corpus", "setup_java", "shared_lucene"]
 
 _JAVA_LOCK = threading.Lock()
-_SHARED: dict[tuple, LuceneRetriever] = {}
 #: queries are cut to this many whitespace tokens (Lucene refuses boolean queries of more than 1024 clauses)
 MAX_QUERY_TOKENS = 512
 
@@ -187,13 +186,7 @@ def shared_lucene(
 ) -> LuceneRetriever:
     """The process-wide searcher for an index (opened once)."""
     key = (str(Path(index_path).resolve()), float(k1), float(b), int(threads))
-    with _JAVA_LOCK:
-        found = _SHARED.get(key)
-    if found is None:
-        found = LuceneRetriever(index_path, k1=k1, b=b, threads=threads)
-        with _JAVA_LOCK:
-            found = _SHARED.setdefault(key, found)
-    return found
+    return shared("lucene", key, lambda: LuceneRetriever(index_path, k1=k1, b=b, threads=threads))
 
 
 def lucene_for_corpus(

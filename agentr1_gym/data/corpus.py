@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,15 +40,23 @@ def split_contents(contents: str) -> tuple[str, str]:
 class Corpus(Sequence[Passage]):
     """An ordered, immutable list of passages with a content hash (the key of on-disk index caches).
 
-    ``source`` records where it came from (a file path or a bundled dataset name); a corpus with a source
-    pickles as that source instead of its passages.
+    ``source`` records where it came from (a file path or a bundled dataset name); ``rebuild`` is a
+    ``(callable, args)`` pair that re-reads it, and a corpus that has one pickles as that call instead of its
+    passages.
     """
 
-    def __init__(self, passages: Iterable[Passage], *, source: str | None = None) -> None:
+    def __init__(
+        self,
+        passages: Iterable[Passage],
+        *,
+        source: str | None = None,
+        rebuild: tuple[Callable[..., Corpus], tuple[Any, ...]] | None = None,
+    ) -> None:
         self.passages: tuple[Passage, ...] = tuple(passages)
         if not self.passages:
             raise DataError("a corpus needs at least one passage")
         self.source = source
+        self.rebuild = rebuild
         self._key: str | None = None
 
     @property
@@ -76,9 +84,9 @@ class Corpus(Sequence[Passage]):
         return f"Corpus({len(self)} passages, source={self.source!r})"
 
     def __reduce__(self):  # small pickles for corpora that can be re-read
-        if self.source is not None:
-            return (_corpus_from_source, (self.source,))
-        return (Corpus, (self.passages,))
+        if self.rebuild is not None:
+            return self.rebuild
+        return (_plain_corpus, (self.passages, self.source))
 
     @classmethod
     def from_jsonl(cls, path: str | Path) -> Corpus:
@@ -115,7 +123,7 @@ class Corpus(Sequence[Passage]):
             raise DataError(f"{path}: cannot read it ({type(exc).__name__}: {exc})") from None
         except UnicodeDecodeError as exc:
             raise DataError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-        return cls(passages, source=str(path))
+        return cls(passages, source=str(path), rebuild=(Corpus.from_jsonl, (str(path),)))
 
 
 def _record_to_passage(record: Any, where: str, path: Path, index: int | None = None) -> Passage:
@@ -150,9 +158,5 @@ def _open_text(path: Path):
     return path.open(encoding="utf-8")
 
 
-def _corpus_from_source(source: str) -> Corpus:
-    if source.startswith("bundled:"):
-        from agentr1_gym.data import bundled_corpus
-
-        return bundled_corpus(source.removeprefix("bundled:"))
-    return Corpus.from_jsonl(source)
+def _plain_corpus(passages: tuple[Passage, ...], source: str | None) -> Corpus:
+    return Corpus(passages, source=source)

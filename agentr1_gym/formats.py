@@ -21,8 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentr1_gym.errors import ConfigError
+
 if TYPE_CHECKING:
-    from agentr1_gym.core import Tool
+    from agentr1_gym.tools.base import Tool
 
 __all__ = [
     "FORMATS",
@@ -310,6 +312,4 @@ def get_format(fmt: str | ToolCallFormat) -> ToolCallFormat:
     try:
         return FORMATS[fmt]()
     except (KeyError, TypeError):
-        from agentr1_gym.errors import ConfigError
-
         raise ConfigError(f"unknown tool-call format {fmt!r}; choose one of {sorted(FORMATS)}") from None

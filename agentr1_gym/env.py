@@ -1,0 +1,523 @@
+"""The env abstraction of Agent-R1: :class:`ToolEnv`, a Gymnasium text env whose actions are assistant turns.
+
+A :class:`~agentr1_gym.tools.base.Tool` executes one atomic action; a **ToolEnv** interprets it: it keeps the
+multi-turn state (the whole chat), parses each assistant turn with a :class:`~agentr1_gym.formats.ToolCallFormat`,
+runs the calls, decides termination and computes process (per-step) and outcome rewards.
+
+Settings every env shares live in one typed place, :class:`EnvSettings`; a concrete env's constructor names only
+its own keywords and passes ``**settings`` on, and the accepted keywords (for ``gym.make``, the "did you mean"
+check and ``inspect.signature``) are the union of both.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import functools
+import inspect
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+import gymnasium as gym
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentr1_gym.errors import BadArgumentError, ConfigError, NoOracleError, ResetNeededError
+from agentr1_gym.formats import ParsedAction, ToolCall, ToolCallFormat, get_format
+from agentr1_gym.rewards import GENERIC_PROCESS_KEYS, OUTCOME_KEYS, ProcessReward, RewardConfig
+from agentr1_gym.spaces import FreeText
+from agentr1_gym.tools.base import Tool, ToolResult, describe_validation_error
+
+__all__ = ["EnvSettings", "ToolEnv", "truncate_text"]
+
+
+class EnvSettings(BaseModel):
+    """The settings every :class:`ToolEnv` takes as keyword arguments (``gym.make(id, max_turns=10)``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    tool_format: str | ToolCallFormat = Field(
+        "hermes", description="How turns call tools and answer: 'hermes', 'search_r1' or a ToolCallFormat."
+    )
+    max_turns: int = Field(
+        6, ge=1, description="Assistant turns per episode; the env truncates (scored) after it."
+    )
+    max_calls_per_turn: int = Field(1, ge=1, description="Tool calls allowed in one turn.")
+    max_action_chars: int = Field(20_000, ge=1, description="Longer turns are a format error.")
+    tool_output_chars: int = Field(
+        4_000, ge=16, description="Tool output beyond it is cut with a '...[truncated N characters]' marker."
+    )
+    max_context_chars: int | None = Field(
+        None, ge=1, description="Truncate the episode once the chat exceeds this many characters."
+    )
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward weights (or their dict).")
+    render_mode: Literal["ansi", "human"] | None = Field(None, description="Gymnasium render mode.")
+
+
+#: keyword arguments renamed since 0.1 (old name -> new name); the old names still work, with a warning
+_RENAMED = {"protocol": "tool_format"}
+
+
+def _own_keywords(init: Any) -> list[inspect.Parameter]:
+    """The keyword parameters of one ``__init__`` (positional-only ones are supplied by subclasses, not users)."""
+    return [
+        p
+        for name, p in inspect.signature(init).parameters.items()
+        if name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+
+
+def _accepted(cls: type) -> list[inspect.Parameter]:
+    """Every keyword a concrete env accepts: its own, its env base classes' and :class:`EnvSettings`'."""
+    params: dict[str, inspect.Parameter] = {}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("_original_init")
+        if init is not None:
+            for p in _own_keywords(init):
+                params.setdefault(p.name, p.replace(kind=p.KEYWORD_ONLY))
+    for name, field in EnvSettings.model_fields.items():
+        default = field.default_factory() if field.default_factory else field.default
+        params.setdefault(
+            name,
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=field.annotation),
+        )
+    return list(params.values())
+
+
+def _check_kwargs(cls: type, init: Any) -> Any:
+    """Wrap an env ``__init__``: unknown keyword arguments raise :class:`BadArgumentError` with a hint, renamed
+    ones are mapped with a ``DeprecationWarning``, and the signature shows every accepted keyword."""
+
+    @functools.wraps(init)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+        for old, new in _RENAMED.items():
+            if old in kwargs:
+                warnings.warn(f"{old}= is now {new}=", DeprecationWarning, stacklevel=2)
+                kwargs.setdefault(new, kwargs.pop(old))
+        known = [p.name for p in _accepted(type(self))]
+        unknown = [k for k in kwargs if k not in known]
+        if unknown:
+            hints = []
+            for k in unknown:
+                close = difflib.get_close_matches(k, known, n=1)
+                hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise BadArgumentError(
+                f"{type(self).__name__} got unknown keyword argument(s) {', '.join(hints)}; "
+                f"accepted: {', '.join(known)}"
+            )
+        init(self, *args, **kwargs)
+
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    positional = [
+        p
+        for name, p in inspect.signature(init).parameters.items()
+        if name != "self" and p.kind is p.POSITIONAL_ONLY
+    ]
+    wrapper.__signature__ = inspect.Signature([self_param, *positional, *_accepted(cls)])  # type: ignore[attr-defined]
+    return wrapper
+
+
+def truncate_text(text: str, budget: int) -> str:
+    """Cut ``text`` to ``budget`` characters with a marker that says how much was removed."""
+    if len(text) <= budget:
+        return text
+    return text[:budget] + f"\n...[truncated {len(text) - budget} characters]"
+
+
+class ToolEnv(gym.Env[str, str], ABC):
+    """A Gymnasium text env in which the agent acts by writing assistant turns that may call tools.
+
+    * observation: text (the first user message on reset; the rendered tool results after a step;
+      ``""`` once terminated); action: one assistant turn of text.
+    * ``info``: ``messages`` (the chat so far, OpenAI-style dicts), ``tools`` (JSON schemas, on reset),
+      ``task_id``, ``turn``, and after a step ``reward_components`` (sums to the reward), ``process_reward``,
+      ``outcome_reward``, ``action_error`` (None, or what was wrong with the turn), ``num_tool_calls``,
+      ``truncated_reason`` and, at episode end, ``metrics`` (``score``, ``success``, ``format_ok``, ``turns`` and
+      the env's answer metrics).
+    * termination: a final answer; truncation: ``max_turns`` turns or the ``max_context_chars`` budget, scored
+      like an episode without an answer (whatever wrapper cuts it, see :meth:`close_episode`).
+    * ``reset(options={"task_index": i})`` picks task ``i`` in every env (a fixed task list's ``i``-th task, or a
+      procedural env's ``i``-th generated task); other options are listed in ``reset_options``.
+
+    The optional API every env declares (callers never probe with ``hasattr``): :meth:`oracle_action`,
+    :meth:`max_episode_reward`, :attr:`gold_answers`, :meth:`is_success`, :attr:`num_tasks`.
+
+    Subclasses pass their tools (positionally) and ``**settings`` to ``ToolEnv.__init__``; they implement
+    :meth:`_task_prompt`, :meth:`_score` and :meth:`_gold_answers`, and either set ``self.tasks`` (a fixed task
+    list) or implement :meth:`_generate_task` (procedural tasks). Process rewards: declare the components in
+    ``process_rewards`` and return the units earned from :meth:`_process_rewards`; bound them per episode with
+    :meth:`_process_caps`.
+    """
+
+    # render_fps: Gymnasium's checkers and recorders expect it; a text env renders one frame per turn
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 1}
+    #: the env's own process-reward components (weights overridable with ``RewardConfig(process=...)``)
+    process_rewards: ClassVar[tuple[ProcessReward, ...]] = ()
+    #: the answer metrics ``RewardConfig.answer_metric`` may pick (the first is the default)
+    answer_metrics: ClassVar[tuple[str, ...]] = ("score",)
+    #: the metric that decides ``metrics["success"]`` (an episode succeeds when it is >= 1)
+    success_metric: ClassVar[str] = "score"
+    #: reset options besides ``task_index``
+    reset_options: ClassVar[tuple[str, ...]] = ()
+    #: a fixed task list, or None for procedural envs (which implement ``_generate_task``)
+    tasks: Sequence[Any] | None = None
+    _spec: Any = None
+
+    @property
+    def spec(self) -> Any:
+        """The env's ``EnvSpec``, with config objects among its kwargs stored as plain dicts (the envs accept
+        both), so that ``env.spec.to_json()`` works and ``gym.make(env.spec)`` rebuilds the same env."""
+        return self._spec
+
+    @spec.setter
+    def spec(self, value: Any) -> None:
+        if value is not None and any(isinstance(v, BaseModel) for v in value.kwargs.values()):
+            kwargs = {
+                k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v
+                for k, v in value.kwargs.items()
+            }
+            value = dataclasses.replace(value, kwargs=kwargs)
+        self._spec = value
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if "__init__" in cls.__dict__:
+            cls._original_init = cls.__dict__["__init__"]  # type: ignore[attr-defined]
+            cls.__init__ = _check_kwargs(cls, cls._original_init)  # type: ignore[method-assign]
+
+    def __init__(self, tools: Sequence[Tool], /, **settings: Any) -> None:
+        try:
+            config = EnvSettings(**settings)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            where = ".".join(str(x) for x in err["loc"])
+            raise ConfigError(
+                f"bad env setting {where}: {err['msg']} (got {err.get('input')!r:.80})"
+            ) from None
+        names = [t.name for t in tools]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"tool names must be unique, got {names}")
+        self.settings = config
+        self.tools: dict[str, Tool] = {t.name: t for t in tools}
+        self.tool_format = get_format(config.tool_format)
+        self.max_turns = config.max_turns
+        self.max_calls_per_turn = config.max_calls_per_turn
+        self.max_action_chars = config.max_action_chars
+        self.tool_output_chars = config.tool_output_chars
+        self.max_context_chars = config.max_context_chars
+        self.render_mode = config.render_mode
+        self.reward_config = config.reward
+        self.answer_metric = self._check_rewards(config.reward)
+        self._weights = {c.name: config.reward.process_weight(c) for c in self.process_rewards}
+        self._component_keys = (*GENERIC_PROCESS_KEYS, *self._weights, *OUTCOME_KEYS)
+        self.observation_space = FreeText(max_length=max(1_000_000, (config.max_context_chars or 0)))
+        self.action_space = FreeText(max_length=self.max_action_chars)
+        self._tool_schemas = [t.schema() for t in tools]
+        self.task: Any = None
+        self.messages: list[dict[str, Any]] = []
+        self.turn = 0
+        self._done = True
+        self._format_ok = True
+        self._context_chars = 0
+
+    def _check_rewards(self, reward: RewardConfig) -> str:
+        declared = [c.name for c in self.process_rewards]
+        for name in reward.process:
+            if name not in declared:
+                close = difflib.get_close_matches(name, declared, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(
+                    f"{type(self).__name__} has no process reward {name!r}{hint}; its process rewards: "
+                    f"{declared or 'none'} (generic ones are RewardConfig fields)"
+                )
+        metric = reward.answer_metric or self.answer_metrics[0]
+        if metric not in self.answer_metrics:
+            raise ConfigError(
+                f"{type(self).__name__} has no answer metric {metric!r}; choose one of {list(self.answer_metrics)}"
+            )
+        return metric
+
+    # ---- hooks -------------------------------------------------------------------------------------------
+    @abstractmethod
+    def _task_prompt(self, task: Any) -> str:
+        """The task-specific part of the first user message."""
+
+    @abstractmethod
+    def _score(self, answer: str | None) -> dict[str, float]:
+        """The answer metrics of a final answer (``None``: none given), each in [0, 1]; must hold every name in
+        ``answer_metrics`` and ``success_metric``."""
+
+    @abstractmethod
+    def _gold_answers(self, task: Any) -> tuple[str, ...]:
+        """The task's gold answers as text (what :attr:`gold_answers` returns)."""
+
+    def _generate_task(self, rng: np.random.Generator, options: dict[str, Any]) -> Any:
+        """Procedural envs: make a task from ``rng`` (envs with a fixed ``tasks`` list need not implement it)."""
+        raise NotImplementedError(f"{type(self).__name__} sets neither tasks nor _generate_task")
+
+    def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
+        """Units of the env's process components earned by one executed call (each is paid its weight)."""
+        return {}
+
+    def _process_caps(self) -> dict[str, float]:
+        """The most units of each process component an episode on the current task can earn."""
+        return {}
+
+    def _on_reset(self) -> None:
+        """Reset per-episode state of subclasses."""
+
+    # ---- the declared optional API -----------------------------------------------------------------------
+    @property
+    def num_tasks(self) -> int | None:
+        """How many tasks ``task_index`` ranges over (None: unbounded, procedural)."""
+        return None if self.tasks is None else len(self.tasks)
+
+    @property
+    def gold_answers(self) -> tuple[str, ...]:
+        """The current task's gold answers (never shown in observations or info); empty before the first reset
+        (wrappers such as GEM's read attributes then)."""
+        return tuple(self._gold_answers(self.task)) if self.task is not None else ()
+
+    def oracle_action(self) -> str:
+        """The next turn of a policy that knows the gold evidence and answer (scripted; for tests, warm starts
+        and evaluation floors). Envs without one raise :class:`~agentr1_gym.errors.NoOracleError`."""
+        raise NoOracleError(f"{type(self).__name__} has no oracle_action(); choose another policy")
+
+    def max_episode_reward(self) -> float:
+        """The largest return an episode on the current task can reach under the reward config."""
+        self._require_task("max_episode_reward()")
+        caps = self._process_caps()
+        total = self.reward_config.max_outcome()
+        total += sum(max(w, 0.0) * caps.get(name, 0.0) for name, w in self._weights.items())
+        if self.reward_config.tool_success_reward > 0:
+            total += self.reward_config.tool_success_reward * (self.max_turns - 1) * self.max_calls_per_turn
+        return total
+
+    def is_success(self, metrics: dict[str, float]) -> bool:
+        """Whether an episode with these answer metrics solved its task (``success_metric`` >= 1)."""
+        return float(metrics.get(self.success_metric, 0.0)) >= 1.0
+
+    @property
+    def done(self) -> bool:
+        """Whether the current episode has ended (or none has started)."""
+        return self._done
+
+    def task_id(self) -> str:
+        return str(getattr(self.task, "id", ""))
+
+    def _require_task(self, what: str) -> None:
+        if self.task is None:
+            raise ResetNeededError(f"call reset() before {what}")
+
+    # ---- gym API -----------------------------------------------------------------------------------------
+    def _pick(self, options: dict[str, Any]) -> Any:
+        allowed = ["task_index", *self.reset_options]
+        for key in options:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(
+                    f"unknown reset option {key!r}{hint}; {type(self).__name__} takes {allowed}"
+                )
+        index = options.get("task_index")
+        n = self.num_tasks
+        if index is not None:
+            if (
+                isinstance(index, bool)
+                or not isinstance(index, (int, np.integer))
+                or index < 0
+                or (n is not None and index >= n)
+            ):
+                bound = f"[0, {n})" if n is not None else ">= 0"
+                raise ConfigError(f"options['task_index'] must be an int in {bound}, got {index!r}")
+            if n is None:  # procedural: task i is the one generated from seed i
+                return self._generate_task(np.random.default_rng(int(index)), options)
+            return self.tasks[int(index)]  # type: ignore[index]
+        if n is None:
+            return self._generate_task(self.np_random, options)
+        return self.tasks[int(self.np_random.integers(n))]  # type: ignore[index]
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.task = self._pick(dict(options or {}))
+        self.turn = 0
+        self._done = False
+        self._format_ok = True
+        self._on_reset()
+        prompt = (
+            f"{self.tool_format.instructions(list(self.tools.values()))}\n\n{self._task_prompt(self.task)}"
+        )
+        self.messages = [{"role": "user", "content": prompt}]
+        self._context_chars = len(prompt)
+        info = {
+            "messages": list(self.messages),
+            "tools": copy.deepcopy(self._tool_schemas),
+            "task_id": self.task_id(),
+            "turn": 0,
+        }
+        if self.render_mode == "human":
+            self.render()
+        return prompt, info
+
+    def close_episode(
+        self, answer: str | None = None, *, terminated: bool = False
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """End the episode: score ``answer`` (None: truncated, no answer) and return ``(outcome reward
+        components, metrics)``. ``step`` calls it; a wrapper that cuts an episode short can call it too, so that the cut episode is
+        scored like one the env truncated."""
+        self._done = True
+        metrics = self._score(answer if terminated else None)
+        score = float(metrics[self.answer_metric])
+        format_ok = self._format_ok and terminated
+        components = self.reward_config.outcome(score, format_ok)
+        metrics = {
+            **metrics,
+            "score": score,
+            "success": float(self.is_success(metrics)),
+            "format_ok": float(format_ok),
+            "turns": float(self.turn),
+        }
+        return components, metrics
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.task is None:
+            raise ResetNeededError("Cannot call step() before reset(): call env.reset() first.")
+        if self._done:
+            raise ResetNeededError("The episode has ended (terminated or truncated); call env.reset() first.")
+        if not isinstance(action, str):
+            raise TypeError(f"an action is one assistant turn as str, got {type(action).__name__}")
+        self.turn += 1
+        components = dict.fromkeys(self._component_keys, 0.0)
+        self.messages.append({"role": "assistant", "content": action})
+        self._context_chars += len(action)
+
+        if len(action) > self.max_action_chars:
+            parsed = ParsedAction(
+                error=f"The turn is {len(action)} characters long; the limit is {self.max_action_chars}. "
+                "Write shorter turns."
+            )
+        else:
+            parsed = self.tool_format.parse(action, self.tools)
+        if parsed.error is None and len(parsed.calls) > self.max_calls_per_turn:
+            parsed = ParsedAction(
+                error=f"The turn makes {len(parsed.calls)} tool calls; at most {self.max_calls_per_turn} "
+                "per turn are allowed. Call one tool, wait for its result, then continue."
+            )
+
+        action_error: str | None = None
+        new_messages: list[dict[str, Any]] = []
+        obs_parts: list[str] = []
+        terminated = False
+        if parsed.error is not None:
+            action_error = parsed.error
+            self._format_ok = False
+            components["invalid_format"] += self.reward_config.invalid_format_penalty
+            new_messages.append({"role": "user", "content": parsed.error})
+            obs_parts.append(parsed.error)
+        elif parsed.answer is not None:
+            terminated = True
+        else:
+            action_error = self._run_calls(parsed.calls, components, new_messages, obs_parts)
+
+        self.messages.extend(new_messages)
+        self._context_chars += sum(len(m["content"]) for m in new_messages)
+        truncated_reason = ""
+        if not terminated:
+            if self.turn >= self.max_turns:
+                truncated_reason = "max_turns"
+            elif self.max_context_chars is not None and self._context_chars > self.max_context_chars:
+                truncated_reason = "context_budget"
+        truncated = bool(truncated_reason)
+
+        info: dict[str, Any] = {
+            "task_id": self.task_id(),
+            "turn": self.turn,
+            "action_error": action_error,
+            "num_tool_calls": len(parsed.calls),
+            "truncated_reason": truncated_reason,
+        }
+        if terminated or truncated:
+            outcome_parts, info["metrics"] = self.close_episode(parsed.answer, terminated=terminated)
+            components.update(outcome_parts)
+        process = sum(v for k, v in components.items() if k not in OUTCOME_KEYS)
+        outcome = sum(components[k] for k in OUTCOME_KEYS)
+        info.update(
+            reward_components=components,
+            process_reward=process,
+            outcome_reward=outcome,
+            messages=list(self.messages),
+        )
+        obs = "" if terminated else "\n".join(obs_parts)
+        if self.render_mode == "human":
+            self.render()
+        return obs, float(process + outcome), terminated, truncated, info
+
+    def _run_calls(
+        self,
+        calls: Sequence[ToolCall],
+        components: dict[str, float],
+        new_messages: list[dict[str, Any]],
+        obs_parts: list[str],
+    ) -> str | None:
+        """Validate and run the calls of one turn (batched per tool); fill the result messages."""
+        role = self.tool_format.result_role
+        errors: list[str] = []
+        results: list[ToolResult | None] = [None] * len(calls)
+        pending: dict[str, list[tuple[int, BaseModel]]] = {}
+        for i, call in enumerate(calls):
+            tool = self.tools.get(call.name)
+            if tool is None:
+                close = difflib.get_close_matches(call.name, list(self.tools), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                errors.append(
+                    f"Unknown tool {call.name[:100]!r}; available tools: {sorted(self.tools)}.{hint}"
+                )
+                results[i] = ToolResult(errors[-1], success=False, metadata={"call_error": True})
+                continue
+            try:
+                pending.setdefault(call.name, []).append((i, tool.validate(call.arguments)))
+            except ValidationError as exc:
+                errors.append(describe_validation_error(call.name, exc))
+                results[i] = ToolResult(errors[-1], success=False, metadata={"call_error": True})
+        for name, items in pending.items():
+            outputs = self.tools[name].execute_batch([args for _, args in items])
+            for (i, _), out in zip(items, outputs, strict=True):
+                results[i] = out
+        for call, result in zip(calls, results, strict=True):
+            assert result is not None
+            if result.metadata.get("call_error"):
+                self._format_ok = False
+                components["invalid_call"] += self.reward_config.invalid_call_penalty
+            elif result.success:
+                components["tool_success"] += self.reward_config.tool_success_reward
+                for key, units in self._process_rewards(call, result).items():
+                    components[key] += units * self._weights[key]
+            content = truncate_text(result.content, self.tool_output_chars)
+            new_messages.append(
+                {"role": role, "name": call.name, "content": content}
+                if role == "tool"
+                else {"role": role, "content": self.tool_format.render_result(content)}
+            )
+            obs_parts.append(self.tool_format.render_result(content))
+        return " ".join(errors) if errors else None
+
+    def render(self) -> str | None:
+        text = "\n".join(f"[{m['role']}] {m['content']}" for m in self.messages)
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    # ---- helpers -----------------------------------------------------------------------------------------
+    def call_text(self, name: str, **arguments: Any) -> str:
+        """An assistant turn that calls tool ``name`` in this env's format (for scripted policies)."""
+        return self.tool_format.format_call(ToolCall(name=name, arguments=arguments))
+
+    def answer_text(self, answer: str) -> str:
+        """An assistant turn that gives ``answer`` in this env's format."""
+        return self.tool_format.format_answer(answer)
