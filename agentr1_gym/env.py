@@ -82,7 +82,9 @@ def _accepted(cls: type) -> list[inspect.Parameter]:
         default = field.default_factory() if field.default_factory else field.default
         params.setdefault(
             name,
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=field.annotation),
+            inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=field.annotation
+            ),
         )
     return list(params.values())
 

@@ -211,14 +211,12 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     factory = lambda: _Timed(agentr1_gym.make(env_id, **train_kwargs))  # noqa: E731
     kwargs = dict(env_factory=factory, generator=generator, callbacks=[Budget()])
     if algo == "ppo":
-        from agentr1_trl.ppo_config import AgentPPOConfig
-        from agentr1_trl.ppo_trainer import AgentPPOTrainer
+        from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
 
         config = AgentPPOConfig(**common, critic_warmup_steps=args.critic_warmup)
         trainer: Any = AgentPPOTrainer(model, config, tok, **kwargs)
     else:
-        from agentr1_trl.grpo_config import AgentGRPOConfig
-        from agentr1_trl.grpo_trainer import AgentGRPOTrainer
+        from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 
         trainer = AgentGRPOTrainer(model, AgentGRPOConfig(**common), tok, **kwargs)
     t = time.perf_counter()

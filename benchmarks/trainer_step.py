@@ -38,9 +38,8 @@ def worker(name: str, steps: int, hidden: int, generations: int, model_name: str
     import torch
     from _common import step_timer
     from agentr1_trl import ScriptedGenerator
-    from agentr1_trl.bridges import env_return, make_rollout_func, prompt_dataset
-    from agentr1_trl.grpo_config import AgentGRPOConfig
-    from agentr1_trl.grpo_trainer import AgentGRPOTrainer
+    from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
+    from agentr1_trl.stock_trl import env_return, make_rollout_func, prompt_dataset
     from agentr1_trl.testing import tiny_model, tiny_tokenizer
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
@@ -76,8 +75,8 @@ def worker(name: str, steps: int, hidden: int, generations: int, model_name: str
     if name in ("AgentPPOTrainer", "AgentGRPOTrainer"):
         Config, Trainer = AgentGRPOConfig, AgentGRPOTrainer
         if name == "AgentPPOTrainer":
-            from agentr1_trl.ppo_config import AgentPPOConfig as Config
-            from agentr1_trl.ppo_trainer import AgentPPOTrainer as Trainer
+            from agentr1_trl.ppo import AgentPPOConfig as Config
+            from agentr1_trl.ppo import AgentPPOTrainer as Trainer
         args = Config(
             **common, env_id=ENV, env_kwargs=env_kwargs, max_new_tokens_per_turn=32, max_episode_tokens=2048
         )

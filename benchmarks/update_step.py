@@ -42,8 +42,7 @@ def worker(variant: str, steps: int, threads: int) -> dict:
     import torch
     from _common import step_timer
     from agentr1_trl import ScriptedGenerator
-    from agentr1_trl.grpo_config import AgentGRPOConfig
-    from agentr1_trl.grpo_trainer import AgentGRPOTrainer
+    from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
     from agentr1_trl.models import load_default_policy
     from peft import LoraConfig
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from agentr1_gym.tools.base import Tool, ToolResult
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.formats import HermesFormat, SearchR1Format, ToolCall, get_format
+from agentr1_gym.tools.base import Tool, ToolResult
 
 
 class _Args(BaseModel):

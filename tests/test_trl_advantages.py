@@ -9,14 +9,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from agentr1_trl.advantages import (  # noqa: E402
-    clipped_policy_loss,
     gae_advantages,
     grpo_advantages,
-    kl_penalty,
     masked_whiten,
     reinforce_pp_advantages,
     rloo_advantages,
 )
+from agentr1_trl.losses import aggregate, clipped_policy_loss, clipped_value_loss, kl_penalty  # noqa: E402
 
 # a two-turn trajectory: action, action, tool, tool, action (+ right padding)
 MASK = torch.tensor([[1, 1, 0, 0, 1, 0]])
@@ -87,3 +86,21 @@ def test_clipped_policy_loss():
     assert loss[0].tolist() == pytest.approx([-1.2, math.exp(0.5), 0.0])
     seq = clipped_policy_loss(lp, old, torch.tensor([2.0]), mask)  # (B,) advantages broadcast over tokens
     assert seq[0].tolist() == pytest.approx([-2.4, -2.4, 0.0])
+
+
+def test_loss_aggregation_by_loss_type():
+    per_token = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert aggregate(per_token, mask, "grpo").item() == pytest.approx((1.5 + 3.0) / 2)
+    assert aggregate(per_token, mask, "dapo").item() == pytest.approx(6.0 / 3)
+    assert aggregate(per_token, mask, "dr_grpo").item() == pytest.approx(6.0 / (2 * 3))
+    # the whole micro-batch's denominators when only some rows are passed
+    assert aggregate(per_token[:1], mask[:1], "dapo", (2, 3.0, 3)).item() == pytest.approx(3.0 / 3)
+    with pytest.raises(ValueError):
+        aggregate(per_token, mask, "cispo")
+
+
+def test_clipped_value_loss_by_hand():
+    values, old, returns = torch.tensor([1.0, 0.0]), torch.tensor([0.5, 0.0]), torch.tensor([0.0, 1.0])
+    # row 0: unclipped (1-0)^2 = 1, clipped to 0.7: 0.49 -> max 1; row 1: (0-1)^2 = 1 either way
+    assert clipped_value_loss(values, old, returns, 0.2).tolist() == pytest.approx([0.5, 0.5])

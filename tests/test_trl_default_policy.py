@@ -68,8 +68,7 @@ def test_template_is_prefix_stable_in_rollouts(tok):
 )
 def test_smollm2_loader_and_one_trainer_step(tmp_path):
     import torch
-    from agentr1_trl.grpo_config import AgentGRPOConfig
-    from agentr1_trl.grpo_trainer import AgentGRPOTrainer
+    from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
     from peft import LoraConfig
 
     model, tokenizer = load_default_policy(checkpoint=tmp_path / "smollm2")

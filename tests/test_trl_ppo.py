@@ -14,9 +14,9 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 import gymnasium as gym
 import torch
 from agentr1_trl import ScriptedGenerator, collect_rollouts
-from agentr1_trl.ppo_config import AgentPPOConfig
-from agentr1_trl.ppo_trainer import AgentPPOTrainer, ValueGuidedGenerator
-from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer
+from agentr1_trl.generation import ValueGuidedGenerator
+from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
+from agentr1_trl.testing import alternating_script, record_rollouts, tiny_model, tiny_tokenizer
 from peft import LoraConfig
 
 import agentr1_gym  # noqa: F401
@@ -157,9 +157,10 @@ def test_sft_micro_batches_take_the_same_step():
 def test_no_action_mask_ablation_trains_on_tool_tokens(tmp_path):
     trainer, _ = _trainer(tmp_path, max_steps=1)
     trainer.args.action_mask = False
+    seen = record_rollouts(trainer)
     trainer.train()
     assert math.isfinite(trainer.state.log_history[0]["loss"])
     # TRL counts the masked-in completion tokens: with no action mask that is the whole completion
     log = trainer.state.log_history[0]
-    lengths = [len(t.completion_ids) for t in trainer.last_trajectories]
+    lengths = [len(t.completion_ids) for t in seen]
     assert log["completions/max_length"] == max(lengths)

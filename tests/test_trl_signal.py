@@ -14,18 +14,12 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 import torch
 from agentr1_trl import ScriptedGenerator
 from agentr1_trl.advantages import gae_advantages
-from agentr1_trl.grpo_config import AgentGRPOConfig
-from agentr1_trl.grpo_trainer import (
-    AgentGRPOTrainer,
-    advantage_mask_of,
-    group_signal_metrics,
-    outcome_reward,
-    signal_token_rewards,
-)
-from agentr1_trl.ppo_config import AgentPPOConfig
-from agentr1_trl.ppo_trainer import AgentPPOTrainer
+from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
+from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
 from agentr1_trl.rollout import Trajectory
+from agentr1_trl.signals import group_signal_metrics, outcome_reward, signal_token_rewards
 from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer
+from agentr1_trl.trainer import advantage_mask
 from peft import LoraConfig
 
 import agentr1_gym  # noqa: F401
@@ -85,10 +79,10 @@ def test_signal_metrics_separate_outcome_from_shaping():
 def test_advantage_mask_ablation_changes_gae_on_action_tokens():
     output = {
         "completion_mask": torch.tensor([[1, 1, 1, 1, 1]]),
-        "tool_mask": torch.tensor([[1, 1, 0, 0, 1]]),  # tokens 2-3: a tool response
+        "action_mask": torch.tensor([[1, 1, 0, 0, 1]]),  # tokens 2-3: a tool response
     }
-    action = advantage_mask_of(output, True)
-    everything = advantage_mask_of(output, False)
+    action = advantage_mask(output, True)
+    everything = advantage_mask(output, False)
     assert action.tolist() == [[1, 1, 0, 0, 1]] and everything.tolist() == [[1, 1, 1, 1, 1]]
     rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 1.0]])
     values = torch.tensor([[0.1, 0.2, 0.9, -0.5, 0.3]])
@@ -146,14 +140,14 @@ def test_skipping_zero_advantage_rows_keeps_loss_and_gradient(tmp_path, loss_typ
         "prompt_mask": torch.ones(rows, 5, dtype=torch.long),
         "completion_ids": torch.randint(3, 60, (rows, width), generator=g),
         "completion_mask": torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 7, [1] * 6 + [0]]),
-        "tool_mask": torch.tensor([[1, 1, 0, 0, 1, 1, 1]] * rows),
+        "action_mask": torch.tensor([[1, 1, 0, 0, 1, 1, 1]] * rows),
         "advantages": torch.tensor([0.7, 0.0, -0.3, 0.0]),
     }
 
     def loss_and_grads(skip: bool):
         trainer.args.skip_zero_advantage = skip
         model.zero_grad()
-        loss = trainer._compute_loss(model, dict(inputs))
+        loss = trainer.loss(model, dict(inputs))
         loss.backward()
         return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
@@ -180,7 +174,8 @@ def test_dynamic_sampling_replaces_only_flat_groups_within_budget(tmp_path):
 
     varied = [_traj(1.0, 0.0), _traj(0.0, 0.0), _traj(1.0, 0.0), _traj(1.0, 0.0)]
     flat = [_traj(0.0, 0.3), _traj(0.0, 0.0), _traj(0.0, 0.1), _traj(0.0, 0.0)]  # varies only by shaping
-    trajs = trainer._dynamic_sampling(varied + flat, rollout)
+    trainer._collect = rollout  # the generation step, scripted
+    trajs = trainer._dynamic_sampling(varied + flat)
     assert trajs[:4] == varied  # a group with outcome variance is never touched
     assert len(calls) <= 2 and all(len(c) == 4 for c in calls)  # only the flat group is regenerated
     group = trajs[4:]

@@ -13,16 +13,15 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch
 from agentr1_trl import ScriptedGenerator
-from agentr1_trl.bridges import (
+from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
+from agentr1_trl.stock_trl import (
     component_reward,
     env_return,
     make_environment_factory,
     make_rollout_func,
     prompt_dataset,
 )
-from agentr1_trl.grpo_config import AgentGRPOConfig
-from agentr1_trl.grpo_trainer import AgentGRPOTrainer
-from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer
+from agentr1_trl.testing import alternating_script, record_rollouts, tiny_model, tiny_tokenizer
 from peft import LoraConfig
 from trl import GRPOConfig, GRPOTrainer
 
@@ -80,6 +79,7 @@ def _base(model):
 def test_agent_grpo_trains_lora_only_and_reference_is_the_base(tmp_path):
     trainer, base = _trainer(tmp_path)
     lora_before = _lora(trainer.model)
+    seen = record_rollouts(trainer)
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
@@ -90,7 +90,7 @@ def test_agent_grpo_trains_lora_only_and_reference_is_the_base(tmp_path):
     for name, value in _base(trainer.model).items():
         assert torch.equal(value, base_params[name].detach()), f"base weight {name} changed"
     # the KL reference (adapter disabled) is exactly the base model
-    ids = torch.tensor([trainer.last_trajectories[0].prompt_ids[:50]])
+    ids = torch.tensor([seen[0].prompt_ids[:50]])
     with trainer.model.disable_adapter():
         ref_logits = trainer.model(input_ids=ids).logits
     assert torch.allclose(ref_logits, base(input_ids=ids).logits, atol=1e-6)

@@ -1,10 +1,22 @@
 """agentr1_trl: the TRL adapter of agentr1-gym.
 
-Token-exact multi-turn rollouts over ``AgentR1/*`` envs with action masks (:mod:`agentr1_trl.rollout`),
-advantage estimators (:mod:`agentr1_trl.advantages`), :class:`AgentGRPOTrainer` (LoRA through peft, the KL
-reference is the base model with the adapter disabled), and bridges for TRL's stock ``GRPOTrainer``
-(:mod:`agentr1_trl.bridges`).
+* rollouts: token-exact multi-turn episodes over ``AgentR1/*`` envs with action masks (:mod:`.rollout`), on a
+  generation backend (:mod:`.generation`);
+* trainers, siblings over shared pieces (:mod:`.trainer`; TRL internals only in :mod:`.trl_compat`):
+  :class:`AgentGRPOTrainer` / :class:`AgentGRPOConfig` (GRPO, RLOO, REINFORCE++; :mod:`.grpo`) and
+  :class:`AgentPPOTrainer` / :class:`AgentPPOConfig` (value head, GAE; :mod:`.ppo`), with the pure tensor
+  functions of :mod:`.advantages` and :mod:`.losses`; LoRA through peft, the KL reference is the base model with
+  the adapter disabled;
+* bridges for TRL's stock ``GRPOTrainer`` (:mod:`.stock_trl`), the default policy (:mod:`.models`), the warm
+  start (:mod:`.sft`), model evaluation (:mod:`.evaluate`) and the ``agentr1 train`` command (:mod:`.cli`).
+
+The trainer classes load on first access (``from agentr1_trl import AgentGRPOTrainer``), so importing the package
+does not import TRL.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 from agentr1_trl.generation import (
     Generation,
@@ -12,10 +24,15 @@ from agentr1_trl.generation import (
     HFGenerator,
     SamplingConfig,
     ScriptedGenerator,
+    ValueGuidedGenerator,
 )
 from agentr1_trl.rollout import Sample, Trajectory, collect_rollouts
 
 __all__ = [
+    "AgentGRPOConfig",
+    "AgentGRPOTrainer",
+    "AgentPPOConfig",
+    "AgentPPOTrainer",
     "Generation",
     "GenerationBackend",
     "HFGenerator",
@@ -23,5 +40,21 @@ __all__ = [
     "SamplingConfig",
     "ScriptedGenerator",
     "Trajectory",
+    "ValueGuidedGenerator",
     "collect_rollouts",
 ]
+
+_LAZY = {
+    "AgentGRPOConfig": "agentr1_trl.grpo",
+    "AgentGRPOTrainer": "agentr1_trl.grpo",
+    "AgentPPOConfig": "agentr1_trl.ppo",
+    "AgentPPOTrainer": "agentr1_trl.ppo",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'agentr1_trl' has no attribute {name!r}")

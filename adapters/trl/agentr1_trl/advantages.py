@@ -1,4 +1,5 @@
-"""Advantage estimators and loss pieces as pure tensor functions (each has a hand-computed test).
+"""Advantage estimators as pure tensor functions (each has a hand-computed test); the loss is in
+:mod:`agentr1_trl.losses`.
 
 Shapes: ``B`` sequences, ``T`` completion tokens. ``mask`` is the action mask (1 on generated tokens). Token
 rewards carry each step's reward on the last generated token of its turn (:meth:`Trajectory.token_rewards`).
@@ -12,11 +13,9 @@ from __future__ import annotations
 import torch
 
 __all__ = [
-    "clipped_policy_loss",
     "compact_action_timeline",
     "gae_advantages",
     "grpo_advantages",
-    "kl_penalty",
     "masked_mean",
     "masked_whiten",
     "reinforce_pp_advantages",
@@ -122,35 +121,3 @@ def gae_advantages(
     out_adv = out_adv * mask.to(out_adv.dtype)
     returns = (out_adv + values) * mask.to(values.dtype)
     return out_adv, returns
-
-
-def kl_penalty(logps: torch.Tensor, ref_logps: torch.Tensor, kind: str = "k3") -> torch.Tensor:
-    """Per-token KL(pi || ref) estimators from samples of pi: ``k1 = log pi - log ref``; ``k3 = exp(ref - pi) -
-    (ref - pi) - 1`` (unbiased, non-negative); ``low_var_kl`` = k3 clamped to [-10, 10] (as in verl)."""
-    log_ratio = ref_logps - logps
-    if kind == "k1":
-        return -log_ratio
-    k3 = torch.exp(log_ratio) - log_ratio - 1
-    if kind == "k3":
-        return k3
-    if kind == "low_var_kl":
-        return torch.clamp(k3, min=-10.0, max=10.0)
-    raise ValueError(f"unknown KL estimator {kind!r}; use 'k1', 'k3' or 'low_var_kl'")
-
-
-def clipped_policy_loss(
-    logps: torch.Tensor,
-    old_logps: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-) -> torch.Tensor:
-    """Per-token PPO clipped surrogate ``-min(ratio * A, clip(ratio, 1-eps_low, 1+eps_high) * A)``, zero off mask.
-    ``advantages`` may be ``(B,)`` (one per sequence) or ``(B, T)``."""
-    if advantages.dim() == 1:
-        advantages = advantages.unsqueeze(1)
-    ratio = torch.exp(logps - old_logps)
-    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
-    return -torch.min(ratio * advantages, clipped * advantages) * mask.to(logps.dtype)

@@ -12,7 +12,8 @@ be rotated away. Here:
   partial ones aside (``.partial-checkpoint-N``), so a kill during a save never breaks resume; an explicit path
   to a partial checkpoint is refused with the name of the latest complete one.
 
-Written against transformers 5.23 (``Trainer._save_checkpoint`` and ``trainer_utils.rotate_checkpoints``).
+The trainer side (overriding ``Trainer._save_checkpoint``) is
+:class:`agentr1_trl.trl_compat.DurableCheckpointsMixin`; this module holds the file-level rules.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from agentr1_gym.errors import ConfigError
 
 __all__ = [
     "COMPLETE_MARKER",
-    "DurableCheckpointsMixin",
     "is_complete",
     "latest_complete_checkpoint",
+    "mark_complete",
     "resolve_resume",
 ]
 
@@ -42,7 +43,8 @@ def is_complete(checkpoint: str | Path) -> bool:
     return (Path(checkpoint) / COMPLETE_MARKER).is_file()
 
 
-def _mark_complete(checkpoint: str | Path, step: int) -> None:
+def mark_complete(checkpoint: str | Path, step: int) -> None:
+    """Write the completion marker (temp file + rename) after every other file of the checkpoint."""
     path = Path(checkpoint)
     tmp = path / (COMPLETE_MARKER + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -99,34 +101,3 @@ def resolve_resume(resume: Any, run_dir: str | Path) -> str | None:
     _set_partial_aside(target)
     latest = latest_complete_checkpoint(target)
     return str(latest) if latest else None
-
-
-class DurableCheckpointsMixin:
-    """Mix into a transformers ``Trainer`` subclass (before it in the bases) for complete-or-ignored checkpoints."""
-
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
-
-        args: Any = self.args  # type: ignore[attr-defined]
-        limit = args.save_total_limit
-        args.save_total_limit = None  # no rotation until the new checkpoint is complete
-        try:
-            super()._save_checkpoint(model, trial)  # type: ignore[misc]
-        finally:
-            args.save_total_limit = limit
-        run_dir = self._get_output_dir(trial=trial)  # type: ignore[attr-defined]
-        step = self.state.global_step  # type: ignore[attr-defined]
-        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}")
-        if args.should_save:
-            _mark_complete(folder, step)
-            if limit is not None:
-                rotate_checkpoints(
-                    output_dir=run_dir,
-                    save_total_limit=limit,
-                    best_model_checkpoint=self.state.best_model_checkpoint,  # type: ignore[attr-defined]
-                    use_mtime=False,
-                )
-
-    def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
-        resume = resolve_resume(resume_from_checkpoint, self.args.output_dir)  # type: ignore[attr-defined]
-        return super().train(resume, *args, **kwargs)  # type: ignore[misc]

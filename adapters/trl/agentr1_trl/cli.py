@@ -262,16 +262,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         r=lora_r, lora_alpha=2 * lora_r, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
     )
     if algo == "ppo":
-        from agentr1_trl.ppo_config import AgentPPOConfig as Config
-        from agentr1_trl.ppo_trainer import AgentPPOTrainer as Trainer
+        from agentr1_trl.ppo import AgentPPOConfig as Config
+        from agentr1_trl.ppo import AgentPPOTrainer as Trainer
     elif algo == "grpo":
-        from agentr1_trl.grpo_config import AgentGRPOConfig as Config  # type: ignore[assignment]
-        from agentr1_trl.grpo_trainer import AgentGRPOTrainer as Trainer  # type: ignore[assignment]
+        from agentr1_trl.grpo import AgentGRPOConfig as Config  # type: ignore[assignment]
+        from agentr1_trl.grpo import AgentGRPOTrainer as Trainer  # type: ignore[assignment]
     config = build_config(Config, settings)
     output_dir.mkdir(parents=True, exist_ok=True)
     run = {"algo": algo, "model": model_name, "lora_r": lora_r, "warm_start": warm, "settings": settings}
     (output_dir / RUN_FILE).write_text(json.dumps(run, indent=1, default=str), encoding="utf-8")
-    from agentr1_trl.evaluate import load_policy
+    from agentr1_trl.models import load_policy
 
     model, tokenizer, _ = load_policy(model_name)  # after every check above: a bad flag fails in a second
     model.train()

@@ -14,67 +14,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
-from agentr1_gym.evaluation import success
 from agentr1_trl.generation import HFGenerator, SamplingConfig
+from agentr1_trl.models import load_policy
 from agentr1_trl.rollout import collect_rollouts, render_chat
 
-__all__ = ["NAIVE_RAG_INSTRUCTION", "evaluate_model", "load_policy", "run_eval"]
+__all__ = ["NAIVE_RAG_INSTRUCTION", "evaluate_model", "run_eval"]
 
 NAIVE_RAG_INSTRUCTION = "Using the search results above, give the final answer inside <answer>...</answer>."
-
-
-def load_policy(model: str, adapter: str | None = None) -> tuple[Any, Any, Any]:
-    """``(model, tokenizer, value_head or None)`` from ``"smollm2"`` or a local model directory, plus an optional
-    LoRA adapter directory (its ``value_head.pt``, if any, is the PPO value head)."""
-    import torch
-
-    if adapter and not (Path(adapter) / "adapter_config.json").is_file():
-        raise ConfigError(f"{adapter} is not a LoRA adapter directory (no adapter_config.json)")
-    if model == "smollm2":
-        from agentr1_trl.models import load_default_policy
-
-        policy, tokenizer = load_default_policy()
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        if not Path(model).is_dir():
-            raise ConfigError(
-                f"model must be 'smollm2' or a local model directory; {model} is not a directory"
-            )
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(model)
-            policy = AutoModelForCausalLM.from_pretrained(model)
-        except (
-            Exception
-        ) as exc:  # transformers raises OSError, ValueError, KeyError... for broken directories
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            raise ConfigError(f"cannot load a model from {model}: {first}") from None
-        tokenizer.padding_side = "left"
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-    value_head = None
-    if adapter:
-        from peft import PeftModel
-
-        try:
-            policy = PeftModel.from_pretrained(policy, adapter)
-            head_file = Path(adapter) / "value_head.pt"
-            if head_file.exists():
-                state = torch.load(head_file, map_location="cpu")
-                value_head = torch.nn.Linear(state["weight"].shape[1], 1)
-                value_head.load_state_dict(state)
-        except Exception as exc:  # corrupt weights, shape mismatches, bad JSON
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            raise ConfigError(f"cannot load the adapter from {adapter}: {first}") from None
-    policy.eval()
-    return policy, tokenizer, value_head
 
 
 def _summary(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -112,7 +64,7 @@ def evaluate_model(
     )
     generator: Any = HFGenerator(model, tokenizer)
     if value_guided > 1:
-        from agentr1_trl.ppo_trainer import ValueGuidedGenerator
+        from agentr1_trl.generation.value_guided import ValueGuidedGenerator
 
         generator = ValueGuidedGenerator(generator, model, value_head, tokenizer, n=value_guided)
     rows: list[dict[str, float]] = []
@@ -122,15 +74,7 @@ def evaluate_model(
         envs = [agentr1_gym.make(env_id, **(env_kwargs or {})) for _ in seeds]
         if baseline == "tool":
             for t in collect_rollouts(envs, generator, tokenizer, sampling=sampling, seeds=seeds):
-                rows.append(
-                    {
-                        **t.metrics,
-                        "return": t.episode_return,
-                        "turns": float(t.num_turns),
-                        "success": success(t.metrics),
-                        "format_ok": t.metrics.get("format_ok", 0.0),
-                    }
-                )
+                rows.append({**t.metrics, "return": t.episode_return, "turns": float(t.num_turns)})
         else:
             rows.extend(_naive_rag(envs, seeds, generator, tokenizer, sampling))
         bar.update(len(seeds))
@@ -161,19 +105,13 @@ def _naive_rag(
     rows = []
     for env, gen, total in zip(envs, generator.generate(prompts, sampling), totals):
         text = tokenizer.decode(gen.ids, skip_special_tokens=True)
-        _, reward, terminated, _, info = env.step(text)
-        metrics = info.get("metrics") if terminated else None
-        if metrics is None:  # no parsable answer: one attempt only, scored as no answer
-            _, metrics = env.unwrapped._score(None)
-            metrics = {**metrics, "format_ok": 0.0}
-        rows.append(
-            {
-                **metrics,
-                "return": total + float(reward),
-                "turns": 2.0,
-                "success": success(metrics),
-            }
-        )
+        _, reward, _, _, info = env.step(text)
+        total += float(reward)
+        metrics = info.get("metrics")
+        if metrics is None:  # no parsable answer: one attempt only, scored as an episode without an answer
+            outcome, metrics = env.unwrapped.close_episode(None)
+            total += sum(outcome.values())
+        rows.append({**metrics, "return": total, "turns": 2.0})
     return rows
 
 

@@ -23,10 +23,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agentr1_gym.errors import MissingDependencyError
 from agentr1_gym.cache import cache_dir
+from agentr1_gym.errors import ConfigError, MissingDependencyError
+from agentr1_trl.generation.value_guided import VALUE_HEAD_FILE
 
-__all__ = ["AGENT_CHAT_TEMPLATE", "DEFAULT_SYSTEM_PROMPT", "load_default_policy", "smollm2_gguf_path"]
+__all__ = [
+    "AGENT_CHAT_TEMPLATE",
+    "DEFAULT_SYSTEM_PROMPT",
+    "load_default_policy",
+    "load_policy",
+    "smollm2_gguf_path",
+]
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_SYSTEM_PROMPT = (
@@ -127,3 +134,48 @@ def load_default_policy(*, dtype: Any = None, checkpoint: str | Path | None = No
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def load_policy(model: str, adapter: str | None = None) -> tuple[Any, Any, Any]:
+    """``(model, tokenizer, value_head or None)`` from ``"smollm2"`` or a local model directory, plus an optional
+    LoRA adapter directory (its ``value_head.pt``, if any, is the PPO value head)."""
+    import torch
+
+    if adapter and not (Path(adapter) / "adapter_config.json").is_file():
+        raise ConfigError(f"{adapter} is not a LoRA adapter directory (no adapter_config.json)")
+    if model == "smollm2":
+        policy, tokenizer = load_default_policy()
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not Path(model).is_dir():
+            raise ConfigError(
+                f"model must be 'smollm2' or a local model directory; {model} is not a directory"
+            )
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model)
+            policy = AutoModelForCausalLM.from_pretrained(model)
+        except (
+            Exception
+        ) as exc:  # transformers raises OSError, ValueError, KeyError... for broken directories
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise ConfigError(f"cannot load a model from {model}: {first}") from None
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+    value_head = None
+    if adapter:
+        from peft import PeftModel
+
+        try:
+            policy = PeftModel.from_pretrained(policy, adapter)
+            head_file = Path(adapter) / VALUE_HEAD_FILE
+            if head_file.exists():
+                state = torch.load(head_file, map_location="cpu")
+                value_head = torch.nn.Linear(state["weight"].shape[1], 1)
+                value_head.load_state_dict(state)
+        except Exception as exc:  # corrupt weights, shape mismatches, bad JSON
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise ConfigError(f"cannot load the adapter from {adapter}: {first}") from None
+    policy.eval()
+    return policy, tokenizer, value_head

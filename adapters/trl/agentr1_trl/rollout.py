@@ -146,8 +146,7 @@ class _ListBatch:
         return {i: self.envs[i].step(a) for i, a in actions.items()}
 
     def stop_strings(self) -> tuple[str, ...]:
-        protocol = getattr(self.envs[0].unwrapped, "protocol", None)
-        return tuple(protocol.stop_strings) if protocol is not None else ()
+        return tuple(self.envs[0].unwrapped.tool_format.stop_strings)
 
 
 def _unbatch_info(infos: dict[str, Any], i: int) -> dict[str, Any]:
@@ -186,7 +185,7 @@ class _VectorBatch:
         }
 
     def stop_strings(self) -> tuple[str, ...]:
-        return tuple(self.venv.get_attr("protocol")[0].stop_strings)
+        return tuple(self.venv.get_attr("tool_format")[0].stop_strings)
 
 
 def collect_rollouts(
@@ -206,7 +205,7 @@ def collect_rollouts(
         envs: a list of envs (any env honouring the ToolEnv contract) or a Gymnasium vector env.
         backend: generates one turn per prompt (:class:`~agentr1_trl.generation.HFGenerator`, ...).
         tokenizer: the policy's tokenizer, with a chat template.
-        sampling: sampling settings; the env protocol's stop strings are added.
+        sampling: sampling settings; the env's tool-format stop strings are added.
         seeds, options: per-env reset arguments.
         max_episode_tokens: prompt + completion budget; an episode that reaches it ends with
             ``truncated_reason="token_budget"``.

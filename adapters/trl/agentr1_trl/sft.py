@@ -32,7 +32,7 @@ def oracle_samples(
     envs = [agentr1_gym.make(env_id, **(env_kwargs or {})) for _ in seeds]
 
     def script(prompt_ids: Sequence[int], i: int) -> str:
-        live = [e for e in envs if not e.unwrapped._done]
+        live = [e for e in envs if not e.unwrapped.done]
         return live[i].unwrapped.oracle_action()
 
     trajs = collect_rollouts(

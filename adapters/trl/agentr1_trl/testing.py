@@ -13,6 +13,7 @@ __all__ = [
     "alternating_script",
     "corpus_for_tokenizer",
     "qwen25_chat_template",
+    "record_rollouts",
     "tiny_model",
     "tiny_tokenizer",
 ]
@@ -122,3 +123,17 @@ def alternating_script(prompt_ids: Any, i: int) -> str:
     """A :class:`~agentr1_trl.generation.ScriptedGenerator` script with reward variance inside a group: even live
     episodes answer at once (format bonus), odd ones write junk (format penalties)."""
     return "<answer>Nobody</answer>" if i % 2 == 0 else "<think>I am not sure what to do</think>"
+
+
+def record_rollouts(trainer: Any) -> list[Any]:
+    """A list that collects every trajectory ``trainer`` rolls out from now on (for tests that inspect them)."""
+    seen: list[Any] = []
+    rollout = trainer.rollout
+
+    def recording(seeds: list[int]) -> list[Any]:
+        trajs = rollout(seeds)
+        seen.extend(trajs)
+        return trajs
+
+    trainer.rollout = recording
+    return seen

@@ -1,8 +1,17 @@
-"""Generation backends: Hugging Face ``generate`` (CPU/GPU) and a scripted one for tests. Every backend
-implements :class:`GenerationBackend` (token ids in, token ids + log-probs out)."""
+"""Generation backends: Hugging Face ``generate`` (CPU/GPU), a scripted one for tests and value-guided decoding
+over any of them. Every backend implements :class:`GenerationBackend` (token ids in, token ids + log-probs
+out)."""
 
 from agentr1_trl.generation.base import Generation, GenerationBackend, SamplingConfig
 from agentr1_trl.generation.hf import HFGenerator
 from agentr1_trl.generation.scripted import ScriptedGenerator
+from agentr1_trl.generation.value_guided import ValueGuidedGenerator
 
-__all__ = ["Generation", "GenerationBackend", "HFGenerator", "SamplingConfig", "ScriptedGenerator"]
+__all__ = [
+    "Generation",
+    "GenerationBackend",
+    "HFGenerator",
+    "SamplingConfig",
+    "ScriptedGenerator",
+    "ValueGuidedGenerator",
+]

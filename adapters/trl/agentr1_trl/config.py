@@ -1,4 +1,6 @@
-"""Configuration of :class:`~agentr1_trl.grpo_trainer.AgentGRPOTrainer` (TRL's ``GRPOConfig`` plus env fields)."""
+"""What every agent trainer is configured with: TRL's ``GRPOConfig`` (the training loop's settings) plus the env,
+rollout, mask and learning-signal fields GRPO and PPO share. :class:`~agentr1_trl.grpo.AgentGRPOConfig` and
+:class:`~agentr1_trl.ppo.AgentPPOConfig` add their own."""
 
 from __future__ import annotations
 
@@ -9,13 +11,13 @@ from trl import GRPOConfig
 
 from agentr1_gym.errors import ConfigError
 
-__all__ = ["AgentGRPOConfig"]
+__all__ = ["AgentTrainerConfig"]
 
 
 @dataclass
-class AgentGRPOConfig(GRPOConfig):
+class AgentTrainerConfig(GRPOConfig):
     """Everything in TRL's ``GRPOConfig`` (``num_generations``, ``beta``, ``epsilon``, ``learning_rate``,
-    ``report_to``, ``save_steps``, ...) plus the agent/env settings below.
+    ``report_to``, ``save_steps``, ``loss_type``, ...) plus the agent/env settings below.
 
     ``bf16`` defaults to True only on a GPU that supports it (TRL's default of True fails on a CPU).
     ``num_generations`` episodes of the same task form one group; a "prompt" of the training dataset is one task
@@ -41,19 +43,11 @@ class AgentGRPOConfig(GRPOConfig):
     max_episode_tokens: int = field(
         default=2048, metadata={"help": "Prompt + completion token budget of an episode."}
     )
-    advantage_estimator: str = field(
-        default="grpo",
-        metadata={
-            "help": "'grpo' (group-normalised episode return), 'rloo' (leave-one-out baseline) or "
-            "'reinforce_pp' (per-token return-to-go over action tokens, batch-whitened; uses "
-            "process rewards at the turns that earned them)."
-        },
-    )
     kl_estimator: str = field(
         default="k3", metadata={"help": "KL to the reference: 'k1', 'k3' or 'low_var_kl'."}
     )
     gamma: float = field(
-        default=1.0, metadata={"help": "Discount along the action-token timeline (reinforce_pp)."}
+        default=1.0, metadata={"help": "Discount along the action-token timeline (reinforce_pp, PPO's GAE)."}
     )
     action_mask: bool = field(
         default=True,
@@ -106,14 +100,8 @@ class AgentGRPOConfig(GRPOConfig):
             if not torch.cuda.is_available():
                 self.use_cpu = True
         super().__post_init__()
-        if self.advantage_estimator not in {"grpo", "rloo", "reinforce_pp"}:
-            raise ConfigError(
-                f"advantage_estimator must be 'grpo', 'rloo' or 'reinforce_pp', got {self.advantage_estimator!r}"
-            )
         if self.kl_estimator not in {"k1", "k3", "low_var_kl"}:
             raise ConfigError(f"kl_estimator must be 'k1', 'k3' or 'low_var_kl', got {self.kl_estimator!r}")
-        if self.advantage_estimator == "rloo" and self.num_generations < 2:
-            raise ConfigError("rloo needs num_generations >= 2 (it is a leave-one-out baseline)")
         if self.max_new_tokens_per_turn < 1 or self.max_episode_tokens <= self.max_new_tokens_per_turn:
             raise ConfigError("need 1 <= max_new_tokens_per_turn < max_episode_tokens")
         if self.num_tasks < 1:
@@ -125,8 +113,10 @@ class AgentGRPOConfig(GRPOConfig):
             raise ConfigError("max_resample_rounds must be >= 0")
         if self.loss_type not in {"grpo", "bnpo", "dapo", "dr_grpo"}:
             raise ConfigError(
-                f"AgentGRPOTrainer supports loss_type 'grpo', 'bnpo', 'dapo' or 'dr_grpo', got {self.loss_type!r}"
+                f"the agent trainers support loss_type 'grpo', 'bnpo', 'dapo' or 'dr_grpo', got {self.loss_type!r}"
             )
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ConfigError(f"need 0 <= gamma <= 1, got {self.gamma}")
 
     def _refuse_unsupported(self) -> None:
         """TRL options that change TRL's own loss or generation, which our loss and rollouts do not implement:
@@ -139,7 +129,7 @@ class AgentGRPOConfig(GRPOConfig):
             (self.off_policy_mask_threshold is not None, "off_policy_mask_threshold"),
             (self.mask_truncated_completions, "mask_truncated_completions"),
             (self.sync_ref_model, "sync_ref_model (the reference is the base model with the adapter disabled)"),
-            (self.use_vllm, "use_vllm (generation runs through agentr1_trl.generation; HFGenerator today)"),
+            (self.use_vllm, "use_vllm (generation runs through agentr1_trl.generation; pass generator=)"),
             (self.use_transformers_paged or self.use_transformers_continuous_batching, "transformers paged/continuous batching"),
             (self.min_p is not None or self.repetition_penalty != 1.0 or bool(self.generation_kwargs), "min_p / repetition_penalty / generation_kwargs"),
             (bool(getattr(self, "use_liger_kernel", False)), "use_liger_kernel (its fused loss bypasses the action-masked loss)"),

@@ -21,8 +21,8 @@ from datasets import Dataset
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.generation import HFGenerator, SamplingConfig
-from agentr1_trl.grpo_trainer import env_return
 from agentr1_trl.rollout import collect_rollouts
+from agentr1_trl.signals import env_return
 
 __all__ = [
     "component_reward",

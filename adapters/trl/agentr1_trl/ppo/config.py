@@ -1,18 +1,18 @@
-"""Configuration of :class:`~agentr1_trl.ppo_trainer.AgentPPOTrainer`."""
+"""Configuration of :class:`~agentr1_trl.ppo.AgentPPOTrainer`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from agentr1_gym.errors import ConfigError
-from agentr1_trl.grpo_config import AgentGRPOConfig
+from agentr1_trl.config import AgentTrainerConfig
 
 __all__ = ["AgentPPOConfig"]
 
 
 @dataclass
-class AgentPPOConfig(AgentGRPOConfig):
-    """:class:`AgentGRPOConfig` plus the critic and GAE settings. ``advantage_estimator`` is ignored (PPO uses GAE
+class AgentPPOConfig(AgentTrainerConfig):
+    """:class:`~agentr1_trl.config.AgentTrainerConfig` plus the critic and GAE settings (PPO's advantages are GAE
     over the action-token timeline); ``num_generations`` only sets how many episodes share a task seed."""
 
     vf_coef: float = field(default=0.5, metadata={"help": "Weight of the value loss."})
@@ -29,7 +29,7 @@ class AgentPPOConfig(AgentGRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 0.0 <= self.lam <= 1.0 or not 0.0 <= self.gamma <= 1.0:
-            raise ConfigError("need 0 <= lam <= 1 and 0 <= gamma <= 1")
+        if not 0.0 <= self.lam <= 1.0:
+            raise ConfigError(f"need 0 <= lam <= 1, got {self.lam}")
         if self.vf_coef < 0 or self.cliprange_value <= 0 or self.critic_warmup_steps < 0:
             raise ConfigError("need vf_coef >= 0, cliprange_value > 0, critic_warmup_steps >= 0")

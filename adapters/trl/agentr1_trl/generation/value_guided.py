@@ -1,0 +1,58 @@
+"""Value-guided decoding: sample several candidate turns and keep the one whose resulting state a value head
+(a PPO critic, :class:`~agentr1_trl.ppo.AgentPPOTrainer`'s) scores highest."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentr1_gym.errors import ConfigError
+from agentr1_trl.generation.base import Generation, GenerationBackend, SamplingConfig
+
+__all__ = ["VALUE_HEAD_FILE", "ValueGuidedGenerator", "state_values"]
+
+#: the value head's file in a PPO checkpoint or adapter directory
+VALUE_HEAD_FILE = "value_head.pt"
+
+
+@torch.no_grad()
+def state_values(
+    model: Any, head: nn.Linear, tokenizer: Any, sequences: Sequence[Sequence[int]]
+) -> torch.Tensor:
+    """The value head's estimate for each token sequence (the state after its last token), left-padded."""
+    width = max(len(s) for s in sequences)
+    pad = tokenizer.pad_token_id
+    device = head.weight.device
+    ids = torch.tensor([[pad] * (width - len(s)) + list(s) for s in sequences], device=device)
+    att = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], device=device)
+    out = model(input_ids=ids, attention_mask=att, output_hidden_states=True)
+    return head(out.hidden_states[-1][:, -1].to(head.weight.dtype)).squeeze(-1).float()
+
+
+class ValueGuidedGenerator:
+    """Value-guided decoding: sample ``n`` candidate turns per prompt with ``base`` and keep the one whose
+    resulting state the value head scores highest (ties: the first)."""
+
+    def __init__(
+        self, base: GenerationBackend, model: Any, value_head: nn.Linear, tokenizer: Any, *, n: int = 4
+    ) -> None:
+        if n < 1:
+            raise ConfigError("n must be >= 1")
+        self.base, self.model, self.value_head, self.tokenizer, self.n = base, model, value_head, tokenizer, n
+        self.last_scores: list[list[float]] = []
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
+        repeated = [p for p in prompts for _ in range(self.n)]
+        candidates = self.base.generate(repeated, sampling)
+        scores = state_values(
+            self.model,
+            self.value_head,
+            self.tokenizer,
+            [list(p) + c.ids for p, c in zip(repeated, candidates)],
+        ).view(len(prompts), self.n)
+        self.last_scores = scores.tolist()
+        best = scores.argmax(dim=1).tolist()
+        return [candidates[i * self.n + b] for i, b in enumerate(best)]

@@ -1,0 +1,89 @@
+"""``AgentGRPOTrainer``: GRPO (or RLOO / REINFORCE++) on an ``AgentR1/*`` env with action masks.
+
+Advantages: ``grpo`` takes TRL's group-normalised episode returns; ``rloo`` a leave-one-out baseline;
+``reinforce_pp`` per-token returns-to-go over the action-token timeline (process rewards at the turns that earned
+them). The loss: clipped surrogate over action tokens only plus a selectable KL estimator, aggregated by
+``loss_type``; with ``beta=0`` rows whose advantage is zero everywhere skip the forward/backward pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from agentr1_trl.advantages import reinforce_pp_advantages, rloo_advantages
+from agentr1_trl.grpo.config import AgentGRPOConfig
+from agentr1_trl.losses import aggregate, policy_loss
+from agentr1_trl.rollout import Trajectory
+from agentr1_trl.trainer import AgentTrainer, advantage_mask, token_reward_matrix
+
+__all__ = ["AgentGRPOTrainer"]
+
+
+class AgentGRPOTrainer(AgentTrainer):
+    """GRPO on an ``AgentR1/*`` env; arguments as :class:`~agentr1_trl.trainer.AgentTrainer`, with an
+    :class:`AgentGRPOConfig`."""
+
+    _tag_names = ["trl", "grpo", "agentr1"]  # noqa: RUF012  (TRL declares it this way)
+    config_class = AgentGRPOConfig
+
+    def multi_process_blocker(self) -> str | None:
+        if self.args.advantage_estimator != "grpo":
+            return (
+                f"advantage_estimator={self.args.advantage_estimator!r} needs every episode of a group (rloo) or "
+                "of the batch (reinforce_pp's whitening) on one process; use 'grpo' for multi-process training"
+            )
+        return None
+
+    # ---- advantages ---------------------------------------------------------------------------------------
+    def score_batch(self, batch: dict[str, Any], trajectories: list[Trajectory]) -> dict[str, Any]:
+        args: AgentGRPOConfig = self.args
+        if args.advantage_estimator == "grpo":
+            return batch  # TRL's group normalisation of episode_return
+        device = batch["completion_ids"].device
+        if args.advantage_estimator == "rloo":
+            returns = torch.tensor([self.episode_return(t) for t in trajectories], dtype=torch.float32)
+            batch["advantages"] = rloo_advantages(returns, self.num_generations).to(device)
+        else:
+            rewards = token_reward_matrix(trajectories, batch["completion_ids"].size(1), args.reward_signal)
+            mask = advantage_mask(batch, args.advantage_mask).cpu()
+            batch["advantages"] = reinforce_pp_advantages(rewards, mask, gamma=args.gamma).to(device)
+        return batch
+
+    # ---- loss ---------------------------------------------------------------------------------------------
+    def loss(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:
+        rows = batch["completion_ids"].size(0)
+        denominators = None
+        if self.args.skip_zero_advantage and self.beta == 0.0:
+            keep = (batch["advantages"].reshape(rows, -1) != 0).any(dim=1)
+            self.log_metric("signal/skipped_rows", 1.0 - keep.float().mean().item())
+            if not bool(keep.all()):
+                mask = advantage_mask(batch, True)
+                # the loss's denominators over the whole micro-batch, so that the gradient is unchanged
+                denominators = (rows, float(mask.sum().clamp(min=1)), batch["completion_ids"].size(1))
+                if not bool(keep.any()):
+                    # nothing to learn here: a zero loss that still touches the graph (DDP needs every parameter)
+                    return sum(p.sum() * 0.0 for p in model.parameters() if p.requires_grad)
+                batch = {k: (v[keep] if torch.is_tensor(v) and v.dim() > 0 and v.size(0) == rows else v)
+                         for k, v in batch.items()}  # fmt: skip
+        completion_ids = batch["completion_ids"]
+        input_ids = torch.cat([batch["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        mask = advantage_mask(batch, True)  # the loss mask: action tokens
+        logps = self.token_logps(model, input_ids, attention_mask, completion_ids.size(1))
+        terms = policy_loss(
+            logps,
+            batch.get("old_per_token_logps"),
+            batch["advantages"],
+            mask,
+            eps_low=self.epsilon_low,
+            eps_high=self.epsilon_high,
+            beta=self.beta,
+            ref_logps=batch.get("ref_per_token_logps"),
+            kl_estimator=self.args.kl_estimator,
+        )
+        if terms.kl is not None:
+            self.log_metric("kl", terms.kl)
+        self.log_metric("clip_ratio/region_mean", terms.clip_ratio)
+        return self.scale_for_accumulation(aggregate(terms.per_token, mask, self.loss_type, denominators))

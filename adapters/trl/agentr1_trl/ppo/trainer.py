@@ -1,0 +1,150 @@
+"""``AgentPPOTrainer``: multi-turn PPO with a value head and GAE over the action-token timeline.
+
+A sibling of :class:`~agentr1_trl.grpo.AgentGRPOTrainer` over the same shared pieces (rollouts, TRL's loop,
+reference log-probs with the LoRA adapter disabled, logging and checkpoints), adding:
+
+* a **value head** (one linear layer) on the policy's last hidden states. It shares the LoRA-adapted body with the
+  policy, as TRL's original value-head model did: no second forward pass and no second adapter, so a PPO step costs
+  what a GRPO step costs plus one linear layer (``benchmarks/trainer_step.py`` measures it). The head is saved in
+  every checkpoint (``value_head.pt``) and its optimizer state rides with the model's;
+* **GAE** on the action-token timeline with process rewards at the turn-end tokens (tool-response tokens are
+  skipped, not bootstrapped through), advantages whitened over action tokens;
+* the loss: clipped policy surrogate + ``vf_coef`` x clipped value loss, both over action tokens only, + KL to the
+  reference; ``critic_warmup_steps`` train the value head alone first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentr1_trl.advantages import gae_advantages, masked_mean, masked_whiten
+from agentr1_trl.generation.value_guided import VALUE_HEAD_FILE, state_values
+from agentr1_trl.losses import aggregate, clipped_value_loss, policy_loss
+from agentr1_trl.ppo.config import AgentPPOConfig
+from agentr1_trl.rollout import Trajectory
+from agentr1_trl.trainer import AgentTrainer, advantage_mask, token_reward_matrix
+
+__all__ = ["VALUE_HEAD_FILE", "AgentPPOTrainer"]
+
+
+class AgentPPOTrainer(AgentTrainer):
+    """PPO on an ``AgentR1/*`` env; arguments as :class:`~agentr1_trl.trainer.AgentTrainer`, with an
+    :class:`AgentPPOConfig`."""
+
+    _tag_names = ["trl", "ppo", "agentr1"]  # noqa: RUF012  (TRL declares it this way)
+    config_class = AgentPPOConfig
+
+    def __init__(self, model: Any, args: AgentPPOConfig, processing_class: Any, **kwargs: Any) -> None:
+        super().__init__(model, args, processing_class, **kwargs)
+        hidden = self.accelerator.unwrap_model(self.model).config.get_text_config().hidden_size
+        head = nn.Linear(hidden, 1)
+        nn.init.zeros_(head.weight)
+        nn.init.zeros_(head.bias)
+        # a submodule of the (peft) model: the optimizer and device placement pick it up
+        self.model.add_module("value_head", head.to(next(self.model.parameters()).device))
+
+    def multi_process_blocker(self) -> str | None:
+        return (
+            "PPO whitens advantages over the batch and trains a value head that this version does not "
+            "synchronise across processes; use AgentGRPOTrainer (advantage_estimator='grpo') multi-process"
+        )
+
+    @property
+    def value_head(self) -> nn.Linear:
+        return self.model.value_head
+
+    # ---- forward with values ------------------------------------------------------------------------------
+    def _logps_and_values(
+        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs of the last ``n`` tokens and the value of the state before each of them."""
+        with self.accelerator.autocast():
+            # logits only where they are used (the vocabulary projection of prompt positions is wasted work)
+            out = model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                output_hidden_states=True,
+                logits_to_keep=n + 1,
+            )
+        logits = out.logits[:, -n - 1 : -1].float() / self.args.temperature
+        logps = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, -n:].unsqueeze(-1)).squeeze(-1)
+        hidden = out.hidden_states[-1][:, -n - 1 : -1]
+        values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1).float()
+        return logps, values
+
+    @staticmethod
+    def _inputs(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        completion_ids = batch["completion_ids"]
+        input_ids = torch.cat([batch["prompt_ids"], completion_ids], dim=1)
+        attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        return input_ids, attention, completion_ids.size(1)
+
+    # ---- advantages ---------------------------------------------------------------------------------------
+    def score_batch(self, batch: dict[str, Any], trajectories: list[Trajectory]) -> dict[str, Any]:
+        args: AgentPPOConfig = self.args
+        mask = advantage_mask(batch, args.advantage_mask)  # GAE's timeline: action tokens, or all (ablation)
+        input_ids, attention, n = self._inputs(batch)
+        with torch.no_grad():
+            _, values = self._logps_and_values(self.model, input_ids, attention, n)
+        rewards = token_reward_matrix(trajectories, n, args.reward_signal).to(values)
+        values = values * mask
+        adv, returns = gae_advantages(rewards, values, mask, gamma=args.gamma, lam=args.lam)
+        if args.whiten_advantages:
+            adv = masked_whiten(adv, mask)
+        batch["advantages"], batch["returns"], batch["old_values"] = adv, returns, values
+        self.log_metric("value/mean", masked_mean(values, mask).item())
+        self.log_metric("value/return_mean", masked_mean(returns, mask).item())
+        return batch
+
+    # ---- loss ---------------------------------------------------------------------------------------------
+    def loss(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:
+        args: AgentPPOConfig = self.args
+        mask = advantage_mask(batch, True)  # the loss mask: action tokens
+        input_ids, attention, n = self._inputs(batch)
+        logps, values = self._logps_and_values(model, input_ids, attention, n)
+        terms = policy_loss(
+            logps,
+            batch.get("old_per_token_logps"),
+            batch["advantages"],
+            mask,
+            eps_low=self.epsilon_low,
+            eps_high=self.epsilon_high,
+            beta=self.beta,
+            ref_logps=batch.get("ref_per_token_logps"),
+            kl_estimator=args.kl_estimator,
+        )
+        returns = batch["returns"]
+        value = clipped_value_loss(values, batch["old_values"], returns, args.cliprange_value) * mask
+        policy = aggregate(terms.per_token, mask, self.loss_type)
+        vf_loss = aggregate(value, mask, "bnpo")
+        warming = self.state.global_step < args.critic_warmup_steps
+        loss = (0.0 if warming else 1.0) * policy + args.vf_coef * vf_loss
+        if terms.kl is not None:
+            self.log_metric("kl", terms.kl)
+        self.log_metric("clip_ratio/region_mean", terms.clip_ratio)
+        self.log_metric("loss/policy", policy.item())
+        self.log_metric("loss/value", vf_loss.item())
+        with torch.no_grad():
+            var = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
+            resid = masked_mean((returns - values) ** 2, mask)
+            self.log_metric("value/explained_variance", (1 - resid / var.clamp(min=1e-8)).item())
+        return self.scale_for_accumulation(loss)
+
+    # ---- checkpoints --------------------------------------------------------------------------------------
+    def save_extra(self, output_dir: str) -> None:
+        torch.save(self.value_head.state_dict(), os.path.join(output_dir, VALUE_HEAD_FILE))
+
+    def load_extra(self, checkpoint: str) -> None:
+        path = os.path.join(checkpoint, VALUE_HEAD_FILE)
+        if os.path.exists(path):
+            self.value_head.load_state_dict(torch.load(path, map_location=self.value_head.weight.device))
+
+    @torch.no_grad()
+    def state_value(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+        """The value head's estimate for each token sequence (the state after its last token)."""
+        return state_values(self.model, self.value_head, self.processing_class, sequences)

@@ -1,0 +1,72 @@
+"""From episodes to the learning signal: which reward an advantage is computed from (the whole return, or the
+outcome alone), per-token rewards, and per-step measurements of how much of the signal is outcome.
+
+Pure functions over :class:`~agentr1_trl.rollout.Trajectory` lists; GRPO and PPO both use them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentr1_trl.rollout import Trajectory
+
+__all__ = [
+    "env_return",
+    "group_signal_metrics",
+    "outcome_reward",
+    "signal_return",
+    "signal_token_rewards",
+]
+
+
+def env_return(prompts: list, completions: list, episode_return: list[float], **_: Any) -> list[float]:
+    """A TRL reward function: the env's episode return, computed during the rollout (``episode_return`` is an
+    extra field of the rollout's output)."""
+    return [float(r) for r in episode_return]
+
+
+def outcome_reward(traj: Trajectory) -> float:
+    """The outcome part of an episode's return: its ``answer`` reward components."""
+    return float(sum(c.get("answer", 0.0) for c in traj.reward_components))
+
+
+def signal_return(traj: Trajectory, signal: str) -> float:
+    """What group-level estimators compare: the episode return ('return') or its outcome part ('outcome')."""
+    return traj.episode_return if signal == "return" else outcome_reward(traj)
+
+
+def signal_token_rewards(traj: Trajectory, signal: str) -> list[float]:
+    """Per completion token rewards for per-token estimators: every step reward ('return') or the answer reward
+    only ('outcome'), on the last generated token of the turn that earned it."""
+    if signal == "return":
+        return traj.token_rewards()
+    out = [0.0] * len(traj.completion_ids)
+    for end, comps in zip(traj.turn_ends, traj.reward_components):
+        if 0 <= end < len(out):
+            out[end] += float(comps.get("answer", 0.0))
+    return out
+
+
+def group_signal_metrics(trajs: list[Trajectory], group_size: int) -> dict[str, float]:
+    """How much of the learning signal is outcome: the fraction of groups whose outcome (answer reward) varies,
+    of groups whose return varies, and the outcome's share of the within-group return deviations (what GRPO's
+    advantages are made of)."""
+    groups = [trajs[i : i + group_size] for i in range(0, len(trajs), group_size)]
+    out_var = ret_var = 0
+    dev_outcome = dev_shaping = 0.0
+    for g in groups:
+        outcomes = [outcome_reward(t) for t in g]
+        returns = [t.episode_return for t in g]
+        shaping = [r - o for r, o in zip(returns, outcomes)]
+        out_var += max(outcomes) - min(outcomes) > 1e-9
+        ret_var += max(returns) - min(returns) > 1e-9
+        mo, ms = sum(outcomes) / len(g), sum(shaping) / len(g)
+        dev_outcome += sum(abs(o - mo) for o in outcomes)
+        dev_shaping += sum(abs(x - ms) for x in shaping)
+    metrics = {
+        "signal/outcome_varied_groups": out_var / max(len(groups), 1),
+        "signal/return_varied_groups": ret_var / max(len(groups), 1),
+    }
+    if dev_outcome + dev_shaping > 0:
+        metrics["signal/outcome_share"] = dev_outcome / (dev_outcome + dev_shaping)
+    return metrics

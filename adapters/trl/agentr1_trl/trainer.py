@@ -1,0 +1,190 @@
+"""What GRPO and PPO share: :class:`AgentTrainer`, TRL's loop (through :mod:`agentr1_trl.trl_compat`) driven by
+multi-turn episodes of an ``AgentR1/*`` env.
+
+The pipeline is rollout -> samples -> advantages -> loss:
+
+* **rollout** (here): each group is ``num_generations`` episodes of one task seed, run token-exact by
+  :func:`~agentr1_trl.rollout.collect_rollouts`; optional dynamic sampling regenerates groups whose outcome does
+  not vary; env metrics are logged as ``env/*`` (the evaluators' vocabulary: ``success``, ``score``,
+  ``format_ok``, ``turns``, and the env's answer metrics) and signal metrics as ``signal/*``;
+* **samples**: one row per episode (prompt, completion, ``action_mask``, sampler log-probs), handed to TRL, which
+  computes old and reference log-probs (the reference is the base model with the LoRA adapter disabled);
+* **advantages** and the **loss**: the sibling trainers, :class:`~agentr1_trl.grpo.AgentGRPOTrainer` and
+  :class:`~agentr1_trl.ppo.AgentPPOTrainer`, with the pure functions of :mod:`agentr1_trl.advantages` and
+  :mod:`agentr1_trl.losses`.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import partial
+from typing import Any
+
+import torch
+
+import agentr1_gym
+from agentr1_gym.errors import ConfigError
+from agentr1_trl.config import AgentTrainerConfig
+from agentr1_trl.generation import GenerationBackend, HFGenerator, SamplingConfig
+from agentr1_trl.rollout import Trajectory, collect_rollouts
+from agentr1_trl.signals import group_signal_metrics, outcome_reward, signal_return, signal_token_rewards
+from agentr1_trl.trl_compat import TRLAgentTrainer
+
+__all__ = ["AgentTrainer", "advantage_mask", "token_reward_matrix"]
+
+#: env metrics logged as ``env/<name>`` each step (where the env reports them)
+ENV_METRICS = ("success", "score", "format_ok", "em", "f1", "pass", "correct")
+
+
+def advantage_mask(batch: dict[str, Any], use_action_mask: bool) -> torch.Tensor:
+    """The tokens per-token advantages are computed over: the action tokens (Agent-R1's advantage mask) or, for
+    the ablation, every completion token."""
+    completion = batch["completion_mask"]
+    return completion * batch["action_mask"] if use_action_mask else completion
+
+
+def token_reward_matrix(trajs: list[Trajectory], width: int, signal: str) -> torch.Tensor:
+    """``(B, width)`` per-token rewards (see :func:`~agentr1_trl.signals.signal_token_rewards`)."""
+    rewards = torch.zeros((len(trajs), width))
+    for i, t in enumerate(trajs):
+        tr = signal_token_rewards(t, signal)[:width]
+        rewards[i, : len(tr)] = torch.tensor(tr)
+    return rewards
+
+
+class AgentTrainer(TRLAgentTrainer):
+    """The shared base of the agent trainers.
+
+    Args:
+        model: a causal LM or a path (see TRL's ``GRPOTrainer``).
+        args: the trainer's config (:class:`~agentr1_trl.grpo.AgentGRPOConfig` or
+            :class:`~agentr1_trl.ppo.AgentPPOConfig`).
+        processing_class: the tokenizer; it needs a chat template.
+        peft_config: a peft ``LoraConfig`` to train a LoRA adapter (recommended).
+        env_factory: callable returning a fresh env; default ``agentr1_gym.make(args.env_id, **args.env_kwargs)``.
+        generator: a generation backend; default :class:`~agentr1_trl.generation.HFGenerator` over the policy.
+        train_dataset: rows with a ``seed`` column; default: seeds ``seed_offset + [0, num_tasks)``.
+    """
+
+    config_class: type[AgentTrainerConfig] = AgentTrainerConfig
+
+    def __init__(
+        self,
+        model: Any,
+        args: AgentTrainerConfig,
+        processing_class: Any,
+        *,
+        peft_config: Any = None,
+        env_factory: Any = None,
+        generator: GenerationBackend | None = None,
+        train_dataset: Any = None,
+        callbacks: Any = None,
+    ) -> None:
+        if not isinstance(args, self.config_class):
+            raise ConfigError(f"{type(self).__name__} needs an {self.config_class.__name__}")
+        if getattr(processing_class, "chat_template", None) is None:
+            raise ConfigError(
+                "the tokenizer has no chat_template; set one that renders tools and tool messages"
+            )
+        self.env_factory = env_factory or partial(agentr1_gym.make, args.env_id, **args.env_kwargs)
+        self._env_pool: list[Any] = []
+        self.generator = generator
+        super().__init__(
+            model,
+            args,
+            processing_class,
+            peft_config=peft_config,
+            train_dataset=train_dataset,
+            callbacks=callbacks,
+        )
+
+    # ---- rollout ------------------------------------------------------------------------------------------
+    def _envs(self, n: int) -> list[Any]:
+        while len(self._env_pool) < n:
+            self._env_pool.append(self.env_factory())
+        return self._env_pool[:n]
+
+    def _collect(self, seeds: list[int]) -> list[Trajectory]:
+        args: AgentTrainerConfig = self.args
+        generator = self.generator or HFGenerator(
+            self.accelerator.unwrap_model(self.model), self.processing_class
+        )
+        sampling = SamplingConfig(
+            max_new_tokens=args.max_new_tokens_per_turn,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k or 0,
+            do_sample=True,
+        )
+        return collect_rollouts(
+            self._envs(len(seeds)),
+            generator,
+            self.processing_class,
+            sampling=sampling,
+            seeds=seeds,
+            max_episode_tokens=args.max_episode_tokens,
+            chat_template_kwargs=args.chat_template_kwargs,
+        )
+
+    def rollout(self, seeds: list[int]) -> list[Trajectory]:
+        trajs = self._collect(seeds)
+        if self.args.dynamic_sampling and self.model.training:
+            trajs = self._dynamic_sampling(trajs)
+        if not all(t.prefix_stable for t in trajs):
+            raise ConfigError(
+                "the chat template is not prefix-stable across turns (it rewrites earlier turns, e.g. drops "
+                "<think> blocks), so one sequence per episode would be mis-masked. Use a template that keeps "
+                "history verbatim (TRL ships '*_training.jinja' variants), or train on Trajectory.samples() "
+                "(one sample per turn) in your own loop."
+            )
+        self._log_episode_metrics(trajs)
+        return trajs
+
+    def episode_return(self, traj: Trajectory) -> float:
+        return signal_return(traj, self.args.reward_signal)
+
+    def loss_mask(self, traj: Trajectory) -> list[int]:
+        """The action mask, or all ones for the paper's no-action-mask ablation (``action_mask=False``)."""
+        return traj.action_mask if self.args.action_mask else [1] * len(traj.action_mask)
+
+    def _log_episode_metrics(self, trajs: list[Trajectory]) -> None:
+        n = len(trajs)
+        for key in ENV_METRICS:
+            values = [t.metrics[key] for t in trajs if key in t.metrics]
+            if values:
+                self.log_metric(f"env/{key}", sum(values) / len(values))
+        self.log_metric("env/return", sum(t.episode_return for t in trajs) / n)
+        self.log_metric("env/turns", sum(t.num_turns for t in trajs) / n)
+        self.log_metric("env/process_reward", sum(sum(t.rewards[:-1]) for t in trajs) / n)
+        self.log_metric(
+            "env/action_errors", sum(sum(e is not None for e in t.action_errors) for t in trajs) / n
+        )
+        for key, value in group_signal_metrics(trajs, self.num_generations).items():
+            self.log_metric(key, value)
+
+    def _dynamic_sampling(self, trajs: list[Trajectory]) -> list[Trajectory]:
+        """Replace groups whose outcome does not vary by fresh groups (new training seeds) whose outcome does."""
+        args: AgentTrainerConfig = self.args
+        size = self.num_generations
+        rng = random.Random(args.seed * 1_000_003 + self.state.global_step)
+
+        def flat(group: list[Trajectory]) -> bool:
+            outcomes = [outcome_reward(t) for t in group]
+            return max(outcomes) - min(outcomes) <= 1e-9
+
+        rounds = replaced = 0
+        for _ in range(args.max_resample_rounds):
+            todo = [g for g in range(len(trajs) // size) if flat(trajs[g * size : (g + 1) * size])]
+            if not todo:
+                break
+            rounds += 1
+            seeds = [args.seed_offset + rng.randrange(args.num_tasks) for _ in todo]
+            fresh = self._collect([s for s in seeds for _ in range(size)])
+            for j, g in enumerate(todo):
+                group = fresh[j * size : (j + 1) * size]
+                if not flat(group):
+                    trajs[g * size : (g + 1) * size] = group
+                    replaced += 1
+        self.log_metric("signal/resample_rounds", float(rounds))
+        self.log_metric("signal/resampled_groups", replaced / max(len(trajs) // size, 1))
+        return trajs

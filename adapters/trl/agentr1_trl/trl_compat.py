@@ -1,0 +1,239 @@
+"""The only module that touches TRL's (and ``transformers.Trainer``'s) internals.
+
+Written against **trl 1.16.0** and transformers 5.19-5.23; :data:`TRL_TESTED` is checked at import and a
+different TRL minor version gets a warning naming this module. Everything TRL-specific that our trainers need sits
+behind :class:`TRLAgentTrainer`:
+
+* TRL's ``rollout_func`` hook runs our multi-turn rollouts. The task seed of each row travels *in the row's
+  prompt* (:func:`seed_prompt`), and each episode's :class:`~agentr1_trl.rollout.Trajectory` travels back as an
+  extra rollout field, which TRL merges into the batch's rows; nothing is staged on the trainer between calls.
+* The action mask has one name, ``action_mask``, everywhere in this package; it becomes TRL's ``env_mask`` on the
+  way in and TRL's ``tool_mask`` is renamed back on the way out, here and nowhere else.
+* TRL's private methods overridden here: ``_generate_and_score_completions`` (then :meth:`score_batch`, the
+  subclass's advantages), ``_compute_loss`` (then :meth:`loss`), ``_get_per_token_logps_and_entropies`` (wrapped by
+  :meth:`token_logps`), ``_metrics`` (wrapped by :meth:`log_metric`), ``Trainer._save`` /
+  ``_load_from_checkpoint`` (then :meth:`save_extra` / :meth:`load_extra`) and ``Trainer._save_checkpoint``
+  (durable checkpoints, :class:`DurableCheckpointsMixin`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from typing import Any
+
+import torch
+import trl
+from datasets import Dataset
+from trl import GRPOTrainer
+
+from agentr1_gym.errors import ConfigError
+from agentr1_trl.checkpoints import mark_complete, resolve_resume
+from agentr1_trl.rollout import Trajectory
+from agentr1_trl.signals import env_return
+
+__all__ = [
+    "TRL_TESTED",
+    "DurableCheckpointsMixin",
+    "TRLAgentTrainer",
+    "seed_dataset",
+    "seed_of_prompt",
+    "seed_prompt",
+]
+
+#: the TRL minor version this module was written and tested against
+TRL_TESTED = "1.16"
+
+if not trl.__version__.startswith(TRL_TESTED + "."):
+    warnings.warn(
+        f"agentr1_trl.trl_compat was written against trl {TRL_TESTED}.x; trl {trl.__version__} is installed. "
+        "If training fails inside TRL, install trl~=1.16.0.",
+        stacklevel=2,
+    )
+
+_SEED_PROMPT = re.compile(r"^agentr1 task seed (-?\d+)$")
+
+
+def seed_prompt(seed: int) -> list[dict[str, str]]:
+    """The placeholder prompt of a training row: the env owns the task, the row names its seed."""
+    return [{"role": "user", "content": f"agentr1 task seed {int(seed)}"}]
+
+
+def seed_of_prompt(prompt: Any) -> int:
+    """The task seed a row's prompt names (see :func:`seed_prompt`)."""
+    content = prompt[-1]["content"] if isinstance(prompt, list) and prompt else prompt
+    m = _SEED_PROMPT.match(str(content))
+    if m is None:
+        raise ConfigError(
+            f"a training row's prompt must name its task seed (agentr1_trl.trl_compat.seed_prompt), got {content!r:.80}"
+        )
+    return int(m.group(1))
+
+
+def seed_dataset(num_tasks: int, seed_offset: int = 0) -> Dataset:
+    """A training "dataset" of task seeds ``seed_offset + [0, num_tasks)`` (the env owns the tasks)."""
+    seeds = list(range(seed_offset, seed_offset + num_tasks))
+    return Dataset.from_dict({"prompt": [seed_prompt(s) for s in seeds], "seed": seeds})
+
+
+def _with_seed_prompts(dataset: Any) -> Any:
+    """A user's dataset with a ``seed`` column gets the matching prompts."""
+    if "seed" not in dataset.column_names:
+        raise ConfigError("train_dataset needs a 'seed' column (one task seed per row)")
+    return dataset.map(lambda row: {"prompt": seed_prompt(row["seed"])})
+
+
+class DurableCheckpointsMixin:
+    """Mix into a transformers ``Trainer`` subclass (before it in the bases) for complete-or-ignored checkpoints
+    (see :mod:`agentr1_trl.checkpoints`): rotation waits until the new checkpoint is marked complete, and
+    ``train(resume_from_checkpoint=...)`` resolves to the newest complete checkpoint."""
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+        args: Any = self.args  # type: ignore[attr-defined]
+        limit = args.save_total_limit
+        args.save_total_limit = None  # no rotation until the new checkpoint is complete
+        try:
+            super()._save_checkpoint(model, trial)  # type: ignore[misc]
+        finally:
+            args.save_total_limit = limit
+        run_dir = self._get_output_dir(trial=trial)  # type: ignore[attr-defined]
+        step = self.state.global_step  # type: ignore[attr-defined]
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}")
+        if args.should_save:
+            mark_complete(folder, step)
+            if limit is not None:
+                rotate_checkpoints(
+                    output_dir=run_dir,
+                    save_total_limit=limit,
+                    best_model_checkpoint=self.state.best_model_checkpoint,  # type: ignore[attr-defined]
+                    use_mtime=False,
+                )
+
+    def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
+        resume = resolve_resume(resume_from_checkpoint, self.args.output_dir)  # type: ignore[attr-defined]
+        return super().train(resume, *args, **kwargs)  # type: ignore[misc]
+
+
+class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
+    """TRL's training loop (buffering, old/reference log-probs with the LoRA adapter disabled, peft, logging,
+    checkpoints) driven by multi-turn episodes. Subclasses implement :meth:`rollout` (seeds -> trajectories),
+    :meth:`score_batch` (advantages) and :meth:`loss`; the batch they see is a dict of tensors with
+    ``prompt_ids``, ``prompt_mask``, ``completion_ids``, ``completion_mask``, ``action_mask``, ``advantages``,
+    ``old_per_token_logps``/``ref_per_token_logps`` (when TRL computed them) and whatever :meth:`score_batch`
+    adds (one row per episode, so per-episode tensors travel with their rows through TRL's shuffling)."""
+
+    def __init__(
+        self,
+        model: Any,
+        args: Any,
+        processing_class: Any,
+        *,
+        peft_config: Any = None,
+        train_dataset: Any = None,
+        callbacks: Any = None,
+    ) -> None:
+        dataset = (
+            seed_dataset(args.num_tasks, args.seed_offset)
+            if train_dataset is None
+            else _with_seed_prompts(train_dataset)
+        )
+        super().__init__(
+            model=model,
+            reward_funcs=[env_return],
+            args=args,
+            train_dataset=dataset,
+            processing_class=processing_class,
+            peft_config=peft_config,
+            callbacks=callbacks,
+            rollout_func=self._trl_rollout,
+        )
+        if self.accelerator.num_processes > 1 and not self.supports_multi_process():
+            raise ConfigError(
+                f"{type(self).__name__} with these settings runs on one process only: "
+                f"{self.multi_process_blocker()}"
+            )
+
+    # ---- what subclasses implement ---------------------------------------------------------------------
+    def rollout(self, seeds: list[int]) -> list[Trajectory]:
+        """One episode per seed (consecutive groups of ``num_generations`` share a seed)."""
+        raise NotImplementedError
+
+    def episode_return(self, traj: Trajectory) -> float:
+        """The scalar TRL's group normalisation sees for an episode."""
+        return traj.episode_return
+
+    def loss_mask(self, traj: Trajectory) -> list[int]:
+        """The mask the loss uses for an episode (the batch's ``action_mask``)."""
+        return traj.action_mask
+
+    def score_batch(self, batch: dict[str, Any], trajectories: list[Trajectory]) -> dict[str, Any]:
+        """Add or replace advantages (and anything the loss needs) in ``batch``; TRL's group-normalised
+        advantages are already there."""
+        return batch
+
+    def loss(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:
+        """The loss of one micro-batch (before gradient-accumulation scaling, see :meth:`scale_for_accumulation`)."""
+        raise NotImplementedError
+
+    def multi_process_blocker(self) -> str | None:
+        """Why these settings cannot train multi-process (None: they can)."""
+        return None
+
+    def supports_multi_process(self) -> bool:
+        return self.multi_process_blocker() is None
+
+    def save_extra(self, output_dir: str) -> None:
+        """Save what the model's own save does not hold (e.g. a value head)."""
+
+    def load_extra(self, checkpoint: str) -> None:
+        """Load what :meth:`save_extra` saved."""
+
+    # ---- services for subclasses -------------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return "train" if self.model.training else "eval"
+
+    def log_metric(self, key: str, value: float) -> None:
+        """Log a scalar with TRL's metrics (averaged over the logging interval, written by ``report_to``)."""
+        self._metrics[self.mode][key].append(float(value))
+
+    def token_logps(
+        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int
+    ) -> torch.Tensor:
+        """Log-probs (at the sampling temperature) of the last ``n`` tokens of each row."""
+        return self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, n)[0]
+
+    def scale_for_accumulation(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss / self.current_gradient_accumulation_steps if self.mode == "train" else loss
+
+    # ---- TRL hooks -------------------------------------------------------------------------------------
+    def _trl_rollout(self, prompts: list, trainer: Any) -> dict[str, list]:
+        trajs = self.rollout([seed_of_prompt(p) for p in prompts])
+        return {
+            "prompt_ids": [t.prompt_ids for t in trajs],
+            "completion_ids": [t.completion_ids for t in trajs],
+            "logprobs": [t.logprobs for t in trajs],
+            "env_mask": [self.loss_mask(t) for t in trajs],  # TRL's name for the action mask
+            "episode_return": [self.episode_return(t) for t in trajs],
+            "trajectory": trajs,  # merged into the rows by TRL: travels with the batch
+        }
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        trajectories = [row.pop("trajectory") for row in inputs]
+        output["action_mask"] = output.pop("tool_mask")
+        return self.score_batch(output, trajectories)
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        return self.loss(model, inputs)
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        super()._save(output_dir, state_dict)
+        self.save_extra(output_dir or self.args.output_dir)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        self.load_extra(resume_from_checkpoint)
