@@ -35,10 +35,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_play(args: argparse.Namespace) -> int:
-    import agentr1_gym
     from agentr1_gym.errors import NoOracleError, ResetNeededError
+    from agentr1_gym.registration import make
 
-    env = agentr1_gym.make(args.env_id, **_parse_kv(args.env_arg))
+    env = make(args.env_id, **_parse_kv(args.env_arg))
     obs, info = env.reset(seed=args.seed)
     print(f"=== {args.env_id}  task {info['task_id']}\n{obs}\n")
     print(

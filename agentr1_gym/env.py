@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentr1_gym.errors import BadArgumentError, ConfigError, NoOracleError, ResetNeededError
 from agentr1_gym.formats import ParsedAction, ToolCall, ToolCallFormat, get_format
@@ -53,8 +53,16 @@ class EnvSettings(BaseModel):
     max_context_chars: int | None = Field(
         None, ge=1, description="Truncate the episode once the chat exceeds this many characters."
     )
-    reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward weights (or their dict).")
+    reward: RewardConfig = Field(
+        default_factory=RewardConfig,
+        description="Reward weights (a RewardConfig, its fields as a dict, or None).",
+    )
     render_mode: Literal["ansi", "human"] | None = Field(None, description="Gymnasium render mode.")
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _default_reward(cls, value: Any) -> Any:
+        return RewardConfig() if value is None else value
 
 
 #: keyword arguments renamed since 0.1 (old name -> new name); the old names still work, with a warning

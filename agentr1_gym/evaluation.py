@@ -55,9 +55,9 @@ def evaluate(
     ``episodes`` and per-episode ``returns``: the metric vocabulary of every evaluator and training log.
     """
     if isinstance(env, str):
-        import agentr1_gym
+        from agentr1_gym.registration import make
 
-        env = agentr1_gym.make(env, **(env_kwargs or {}))
+        env = make(env, **(env_kwargs or {}))
     if isinstance(policy, str):
         if policy not in POLICIES:
             raise ConfigError(f"unknown policy {policy!r}; built-in policies: {sorted(POLICIES)}")

@@ -60,3 +60,12 @@ def test_play_every_env_to_the_end(env_id, monkeypatch, capsys):
     assert main(["play", env_id, "--seed", "0"]) == 0
     out = capsys.readouterr().out
     assert "episode terminated" in out and "episode truncated" in out and "gold " in out
+
+
+@pytest.mark.parametrize("env_id", sorted(DESCRIPTIONS))
+@pytest.mark.parametrize("policy", ["oracle", "no-tool"])
+def test_eval_every_env_with_every_builtin_policy(env_id, policy, capsys):
+    assert main(["eval", env_id, "--policy", policy, "--episodes", "2", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["episodes"] == 2 and {"return", "success", "score", "format_ok", "turns"} <= set(summary)
+    assert summary["success"] == (1.0 if policy == "oracle" else 0.0)

@@ -10,6 +10,7 @@ pytest.importorskip("trl")
 
 
 from agentr1_gym.cli import main
+from agentr1_gym.registration import DESCRIPTIONS
 
 
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
@@ -160,3 +161,21 @@ def test_eval_model_baselines_and_value_guided(tmp_path, tiny_dir, capsys):
         )
         == 2
     )  # no value head without a PPO adapter
+
+
+@pytest.mark.parametrize("env_id", sorted(DESCRIPTIONS))
+def test_train_and_eval_a_model_on_every_env(env_id, tmp_path, tiny_dir, capsys):
+    """`agentr1 train --env ID` (each env from its own defaults) and `agentr1 eval ID --model` run on every
+    registered env."""
+    out = tmp_path / "run"
+    argv = ["train", "--env", env_id, "--model", tiny_dir, "--max-steps", "1", "--lora-r", "2", "--warm-start",
+            "2", "--eval-episodes", "2", "--output-dir", str(out)]  # fmt: skip
+    for field in ("per_device_train_batch_size=2", "num_generations=2", "use_cpu=true",
+                  "max_new_tokens_per_turn=8", "max_episode_tokens=1536"):  # fmt: skip
+        argv += ["--set", field]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert json.loads((out / "eval_after_rl.json").read_text())["episodes"] == 2
+    assert (out / "adapter" / "adapter_config.json").exists()
+    summary = _eval(capsys, env_id, "--model", tiny_dir, "--adapter", str(out / "adapter"), "--episodes", "2",
+                    "--max-new-tokens", "8")  # fmt: skip
+    assert summary["episodes"] == 2 and {"return", "success", "format_ok"} <= set(summary)

@@ -261,6 +261,7 @@ class CalculatorEnv(ToolEnv):
 
     def oracle_action(self) -> str:
         """Evaluate each solution step with the calculator, then answer."""
+        self._require_task("oracle_action()")
         steps = self.task.steps
         if self._oracle_step < len(steps):
             self._oracle_step += 1

@@ -202,6 +202,7 @@ class HumanEvalEnv(ToolEnv):
 
     def oracle_action(self) -> str:
         """The canonical policy: run the reference solution once, then submit it."""
+        self._require_task("oracle_action()")
         if not self._oracle_ran:
             self._oracle_ran = True
             return self.call_text("python", code=self.reference_solution())

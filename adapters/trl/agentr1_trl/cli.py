@@ -99,9 +99,14 @@ def _load_yaml(path: str) -> dict[str, Any]:
     return loaded
 
 
-def _env_kwargs(text: str | None) -> dict[str, Any]:
+#: the main job's env settings (1-hop questions, 3 turns); other envs start from their own defaults
+MAIN_JOB_ENV = "AgentR1/SyntheticMultihop-v0"
+MAIN_JOB_ENV_KWARGS: dict[str, Any] = {"max_hops": 1, "max_turns": 3}
+
+
+def _env_kwargs(text: str | None, env_id: str) -> dict[str, Any]:
     if text is None:
-        return {"max_hops": 1, "max_turns": 3}
+        return dict(MAIN_JOB_ENV_KWARGS) if env_id == MAIN_JOB_ENV else {}
     try:
         value = json.loads(text)
     except ValueError as exc:
@@ -234,12 +239,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     if algo not in ("grpo", "ppo"):
         raise ConfigError(f"algo must be grpo or ppo, got {algo!r}")
     settings.setdefault("env_id", args.env)
-    settings.setdefault("env_kwargs", _env_kwargs(args.env_kwargs))
+    settings.setdefault("env_kwargs", _env_kwargs(args.env_kwargs, settings["env_id"]))
     settings.setdefault("max_steps", args.max_steps)
     import agentr1_gym
 
-    if settings["env_id"] not in agentr1_gym.env_ids():
-        agentr1_gym.make(settings["env_id"])  # raises UnknownEnvError with the closest ids
+    # the env id and its kwargs are checked now (UnknownEnvError with the closest ids, BadArgumentError with
+    # the closest keyword), not after the model has loaded
+    agentr1_gym.make(settings["env_id"], **settings["env_kwargs"]).close()
     output_dir = Path(settings.setdefault("output_dir", args.output_dir or f"runs/agentr1-{algo}"))
     from agentr1_trl.checkpoints import resolve_resume
 
@@ -349,7 +355,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--env-kwargs",
         default=None,
-        help='env keyword arguments as JSON (default {"max_hops": 1, "max_turns": 3})',
+        help='env keyword arguments as JSON (default for the synthetic env {"max_hops": 1, "max_turns": 3}; '
+        "other envs: their own defaults)",
     )
     p.add_argument("--algo", default="grpo", choices=["grpo", "ppo"], help="default grpo")
     p.add_argument(

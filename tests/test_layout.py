@@ -1,0 +1,174 @@
+"""The package layout: imports only point down a declared layer order, nothing forms a cycle, and the env suite
+never imports the adapter. Reads the source (every import statement, including ones inside functions and under
+``TYPE_CHECKING``), so a lazy import cannot hide an upward dependency."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"agentr1_gym": ROOT / "agentr1_gym", "agentr1_trl": ROOT / "adapters" / "trl" / "agentr1_trl"}
+
+#: module (or package prefix) -> layer; a module may import only modules of its own layer or lower ones
+LAYERS: dict[str, int] = {
+    # the env suite: core <- data <- tools <- env <- envs <- registration <- evaluation/server/cli
+    "agentr1_gym.errors": 0,
+    "agentr1_gym.spaces": 0,
+    "agentr1_gym.cache": 0,
+    "agentr1_gym.rewards": 1,
+    "agentr1_gym.tools.base": 2,
+    "agentr1_gym.formats": 3,
+    "agentr1_gym.data": 4,
+    "agentr1_gym.tools": 5,
+    "agentr1_gym.env": 6,
+    "agentr1_gym.envs": 7,
+    "agentr1_gym.registration": 8,
+    "agentr1_gym.evaluation": 9,
+    "agentr1_gym.server": 9,
+    "agentr1_gym.cli": 10,
+    "agentr1_gym": 11,  # the package's __init__: the public API
+    # the TRL adapter (above everything in agentr1_gym)
+    "agentr1_trl.generation.base": 20,
+    "agentr1_trl.generation": 21,
+    "agentr1_trl.rollout": 22,
+    "agentr1_trl.advantages": 22,
+    "agentr1_trl.checkpoints": 22,
+    "agentr1_trl.losses": 23,
+    "agentr1_trl.signals": 23,
+    "agentr1_trl.models": 23,
+    "agentr1_trl.sft": 24,
+    "agentr1_trl.evaluate": 24,
+    "agentr1_trl.testing": 24,
+    "agentr1_trl.config": 24,
+    "agentr1_trl.trl_compat": 25,
+    "agentr1_trl.stock_trl": 25,
+    "agentr1_trl.trainer": 26,
+    "agentr1_trl.grpo": 27,
+    "agentr1_trl.ppo": 27,
+    "agentr1_trl.cli": 28,
+    "agentr1_trl": 29,
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg, base in PACKAGES.items():
+        for path in base.rglob("*.py"):
+            parts = [pkg, *path.relative_to(base).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The project module an import refers to (the longest known prefix), or None for third-party ones."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in MODULES:
+            return candidate
+        parts.pop()
+    return None
+
+
+def _imports(module: str) -> set[str]:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from pkg import sub` imports the submodule when there is one
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            target = _resolve(name)
+            if target is not None and target != module:
+                found.add(target)
+    return found
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    while parts:
+        key = ".".join(parts)
+        if key in LAYERS:
+            return LAYERS[key]
+        parts.pop()
+    raise AssertionError(f"{module} has no layer in tests/test_layout.py::LAYERS; add it where it belongs")
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        _layer(module)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{m} (layer {_layer(m)}) imports {t} (layer {_layer(t)})"
+        for m, targets in graph.items()
+        for t in targets
+        if _layer(t) > _layer(m) and not t.startswith(m + ".")  # a package may import its own submodules
+    )
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    # edges from a package to its own submodules are how packages re-export; every other edge counts
+    edges = {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in graph.items()}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [module])
+    return cycles
+
+
+def test_imports_only_point_down():
+    upward = upward_imports(GRAPH)
+    assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def test_no_import_cycles():
+    cycles = import_cycles(GRAPH)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_env_suite_never_imports_the_adapter():
+    bad = [f"{m} imports {t}" for m, ts in GRAPH.items() if m.startswith("agentr1_gym") for t in ts
+           if t.startswith("agentr1_trl")]  # fmt: skip
+    assert not bad
+
+
+def test_the_checks_fail_on_the_layout_this_renovation_removed():
+    """The old layout (core.py holding Tool, protocol.py importing it; data <-> the search corpus) must fail
+    both checks: a checker that cannot fail proves nothing."""
+    old = {
+        "agentr1_gym.formats": {"agentr1_gym.env"},  # protocol.py -> core.py (Tool lived there)
+        "agentr1_gym.env": {"agentr1_gym.formats"},
+        "agentr1_gym.data.qa": {"agentr1_gym.tools.search"},  # data -> tools/search/corpus.py
+        "agentr1_gym.tools.search": {"agentr1_gym.data.qa"},
+    }
+    assert len(upward_imports(old)) == 2
+    assert {tuple(c) for c in import_cycles(old)} == {
+        ("agentr1_gym.env", "agentr1_gym.formats", "agentr1_gym.env"),
+        ("agentr1_gym.data.qa", "agentr1_gym.tools.search", "agentr1_gym.data.qa"),
+    }
