@@ -26,6 +26,7 @@ import agentr1_gym
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.config import AgentTrainerConfig
 from agentr1_trl.generation import GenerationBackend, HFGenerator, SamplingConfig
+from agentr1_trl.losses import LossTerms, policy_loss
 from agentr1_trl.rollout import Trajectory, collect_rollouts
 from agentr1_trl.signals import group_signal_metrics, outcome_reward, signal_return, signal_token_rewards
 from agentr1_trl.trl_compat import TRLAgentTrainer
@@ -146,6 +147,26 @@ class AgentTrainer(TRLAgentTrainer):
     def loss_mask(self, traj: Trajectory) -> list[int]:
         """The action mask, or all ones for the paper's no-action-mask ablation (``action_mask=False``)."""
         return traj.action_mask if self.args.action_mask else [1] * len(traj.action_mask)
+
+    # ---- the loss's shared part ----------------------------------------------------------------------------
+    def policy_terms(self, logps: torch.Tensor, mask: torch.Tensor, batch: dict[str, Any]) -> LossTerms:
+        """The clipped surrogate (+ beta x KL) per action token for this batch under the config; logs the KL
+        and the clipped fraction."""
+        terms = policy_loss(
+            logps,
+            batch.get("old_per_token_logps"),
+            batch["advantages"],
+            mask,
+            eps_low=self.epsilon_low,
+            eps_high=self.epsilon_high,
+            beta=self.beta,
+            ref_logps=batch.get("ref_per_token_logps"),
+            kl_estimator=self.args.kl_estimator,
+        )
+        if terms.kl is not None:
+            self.log_metric("kl", terms.kl)
+        self.log_metric("clip_ratio/region_mean", terms.clip_ratio)
+        return terms
 
     def _log_episode_metrics(self, trajs: list[Trajectory]) -> None:
         n = len(trajs)

@@ -14,7 +14,7 @@ import torch
 
 from agentr1_trl.advantages import reinforce_pp_advantages, rloo_advantages
 from agentr1_trl.grpo.config import AgentGRPOConfig
-from agentr1_trl.losses import aggregate, policy_loss
+from agentr1_trl.losses import aggregate
 from agentr1_trl.rollout import Trajectory
 from agentr1_trl.trainer import AgentTrainer, advantage_mask, token_reward_matrix
 
@@ -72,18 +72,5 @@ class AgentGRPOTrainer(AgentTrainer):
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         mask = advantage_mask(batch, True)  # the loss mask: action tokens
         logps = self.token_logps(model, input_ids, attention_mask, completion_ids.size(1))
-        terms = policy_loss(
-            logps,
-            batch.get("old_per_token_logps"),
-            batch["advantages"],
-            mask,
-            eps_low=self.epsilon_low,
-            eps_high=self.epsilon_high,
-            beta=self.beta,
-            ref_logps=batch.get("ref_per_token_logps"),
-            kl_estimator=self.args.kl_estimator,
-        )
-        if terms.kl is not None:
-            self.log_metric("kl", terms.kl)
-        self.log_metric("clip_ratio/region_mean", terms.clip_ratio)
+        terms = self.policy_terms(logps, mask, batch)
         return self.scale_for_accumulation(aggregate(terms.per_token, mask, self.loss_type, denominators))

@@ -24,7 +24,7 @@ from torch import nn
 
 from agentr1_trl.advantages import gae_advantages, masked_mean, masked_whiten
 from agentr1_trl.generation.value_guided import VALUE_HEAD_FILE, state_values
-from agentr1_trl.losses import aggregate, clipped_value_loss, policy_loss
+from agentr1_trl.losses import aggregate, clipped_value_loss
 from agentr1_trl.ppo.config import AgentPPOConfig
 from agentr1_trl.rollout import Trajectory
 from agentr1_trl.trainer import AgentTrainer, advantage_mask, token_reward_matrix
@@ -107,26 +107,13 @@ class AgentPPOTrainer(AgentTrainer):
         mask = advantage_mask(batch, True)  # the loss mask: action tokens
         input_ids, attention, n = self._inputs(batch)
         logps, values = self._logps_and_values(model, input_ids, attention, n)
-        terms = policy_loss(
-            logps,
-            batch.get("old_per_token_logps"),
-            batch["advantages"],
-            mask,
-            eps_low=self.epsilon_low,
-            eps_high=self.epsilon_high,
-            beta=self.beta,
-            ref_logps=batch.get("ref_per_token_logps"),
-            kl_estimator=args.kl_estimator,
-        )
+        terms = self.policy_terms(logps, mask, batch)
         returns = batch["returns"]
         value = clipped_value_loss(values, batch["old_values"], returns, args.cliprange_value) * mask
         policy = aggregate(terms.per_token, mask, self.loss_type)
         vf_loss = aggregate(value, mask, "bnpo")
         warming = self.state.global_step < args.critic_warmup_steps
         loss = (0.0 if warming else 1.0) * policy + args.vf_coef * vf_loss
-        if terms.kl is not None:
-            self.log_metric("kl", terms.kl)
-        self.log_metric("clip_ratio/region_mean", terms.clip_ratio)
         self.log_metric("loss/policy", policy.item())
         self.log_metric("loss/value", vf_loss.item())
         with torch.no_grad():
