@@ -10,6 +10,7 @@ import pytest
 from agentr1_gym.data import (
     BUNDLED,
     bundled_corpus,
+    bundled_path,
     bundled_tasks,
     load_2wiki,
     load_flashrag,
@@ -19,8 +20,7 @@ from agentr1_gym.data import (
 )
 from agentr1_gym.errors import ConfigError, DataError
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data not present")
+FIXTURES = Path(__file__).resolve().parent / "data"  # small official-layout excerpts (tests/data/README.md)
 
 
 @pytest.mark.parametrize(("dataset", "split"), sorted(BUNDLED))
@@ -100,25 +100,25 @@ def test_bad_files_raise_data_errors(tmp_path):
         bundled_tasks("hotpotqa", "test")
 
 
-@needs_shared
 @pytest.mark.parametrize(
-    ("file", "loader", "n"),
+    ("path", "loader", "n"),
     [
-        ("hotpotqa/hotpot_dev_hf_layout_sample300.jsonl", load_hotpotqa, 300),
-        ("hotpotqa/hotpot_train_sample100.json", load_hotpotqa, 100),
-        ("musique/musique_ans_v1.0_dev_sample50.jsonl", load_musique, 50),
-        ("2wikimultihopqa/2wiki_dev_format_example2.json", load_2wiki, 2),
-        ("2wikimultihopqa/2wiki_dev_questions_sample.jsonl", load_2wiki, 177),
-        ("flashrag/nq_test_format_example.jsonl", load_flashrag, 17),
+        (bundled_path("hotpotqa_dev_distractor_300.jsonl.gz"), load_hotpotqa, 300),  # Hugging Face layout
+        (bundled_path("hotpotqa_train_100.json.gz"), load_hotpotqa, 100),  # official JSON list
+        (FIXTURES / "hotpot_dev_distractor_sample5.jsonl", load_hotpotqa, 5),  # official, one per line
+        (bundled_path("musique_ans_dev_50.jsonl.gz"), load_musique, 50),
+        (bundled_path("musique_ans_train_100.json.gz"), load_musique, 100),
+        (FIXTURES / "2wiki_dev_format_example2.json", load_2wiki, 2),
+        (bundled_path("2wikimultihopqa_dev_177.jsonl.gz"), load_2wiki, 177),
+        (FIXTURES / "nq_test_format_example.jsonl", load_flashrag, 17),
     ],
 )
-def test_shared_files_load(file, loader, n):
-    tasks = loader(SHARED / file)
+def test_official_layouts_load(path, loader, n):
+    tasks = loader(path)
     assert len(tasks) == n
-    assert load_qa(SHARED / file) == tasks
+    assert load_qa(path) == tasks
 
 
-@needs_shared
 def test_env_on_user_files_with_flashrag_corpus(tmp_path):
     import gymnasium as gym
 
@@ -127,9 +127,9 @@ def test_env_on_user_files_with_flashrag_corpus(tmp_path):
     env = gym.make(
         "AgentR1/HotpotQA-v0",
         dataset="flashrag",
-        data_path=SHARED / "flashrag/nq_test_format_example.jsonl",
-        corpus_path=SHARED / "flashrag/wiki_passages_sample1000.jsonl",
+        data_path=FIXTURES / "nq_test_format_example.jsonl",
+        corpus_path=FIXTURES / "wiki_passages_sample200.jsonl",
     )
     obs, _info = env.reset(seed=0)
-    obs, *_ = env.step(env.unwrapped.call_text("search", query="nobel prize physics"))
-    assert "Doc 1 (Title:" in obs
+    obs, *_ = env.step(env.unwrapped.call_text("search", query="lobbyist Genentech Washington"))
+    assert "Doc 1 (Title: Evan Morris)" in obs
