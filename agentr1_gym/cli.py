@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
         "metavar": "KEY=VALUE",
         "action": "append",
         "default": [],
-        "help": "env keyword argument (repeatable), e.g. --env-arg max_turns=8 --env-arg protocol=search_r1",
+        "help": "env keyword argument (repeatable), e.g. --env-arg max_turns=8 --env-arg tool_format=search_r1",
     }
 
     p = sub.add_parser(

@@ -3,7 +3,7 @@
     python benchmarks/env_step.py [--episodes 200] [--json out.json]
 
 Part 1, for every AgentR1/* env: the oracle policy plays episodes (its actions are produced outside the timed
-region); each ``env.step`` is timed and split into parse (protocol), tool (the search, sandbox run or
+region); each ``env.step`` is timed and split into parse (tool-call format), tool (the search, sandbox run or
 calculation), reward (scoring, including HumanEval's hidden tests, and process rewards) and the rest
 (bookkeeping). ``overhead_us`` = step time minus tool time.
 

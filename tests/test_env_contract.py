@@ -157,7 +157,7 @@ def test_several_calls_when_allowed():
 
 
 def test_search_r1_protocol_env():
-    env = gym.make("AgentR1/SyntheticMultihop-v0", protocol="search_r1").unwrapped
+    env = gym.make("AgentR1/SyntheticMultihop-v0", tool_format="search_r1").unwrapped
     obs, _ = env.reset(seed=0)
     assert "<search>" in obs
     total, done = 0.0, False
