@@ -104,11 +104,29 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_corpus(path: str | None):
-    from agentr1_gym.data import bundled_corpus
-    from agentr1_gym.tools.search import Corpus
+def _load_corpus(args: argparse.Namespace):
+    """The corpus to index or serve: ``--corpus FILE``, else the corpus ``--env ID`` searches, else the bundled
+    HotpotQA sample's."""
+    from agentr1_gym.data import Corpus, bundled_corpus
+    from agentr1_gym.errors import ConfigError
 
-    return bundled_corpus("hotpotqa") if path is None else Corpus.from_jsonl(path)
+    if args.corpus and args.env:
+        raise ConfigError("give --corpus FILE or --env ID, not both")
+    if args.corpus:
+        return Corpus.from_jsonl(args.corpus)
+    if not args.env:
+        return bundled_corpus("hotpotqa")
+    from agentr1_gym.envs.qa import QAEnvBase
+    from agentr1_gym.registration import env_ids, make
+
+    env = make(args.env, **_parse_kv(args.env_arg)).unwrapped
+    if not isinstance(env, QAEnvBase) or env.corpus is None:
+        searchable = [e for e in env_ids() if issubclass(type(make(e).unwrapped), QAEnvBase)]
+        raise ConfigError(
+            f"{args.env} has no search corpus (its tools: {', '.join(env.tools)}); envs with one: "
+            f"{', '.join(searchable)}"
+        )
+    return env.corpus
 
 
 def cmd_corpus_build(args: argparse.Namespace) -> int:
@@ -143,7 +161,7 @@ def cmd_corpus_build(args: argparse.Namespace) -> int:
 def cmd_index_build(args: argparse.Namespace) -> int:
     import time
 
-    corpus = _load_corpus(args.corpus)
+    corpus = _load_corpus(args)
     start = time.perf_counter()
     if args.backend == "lucene":
         from agentr1_gym.tools.search.lucene import build_lucene_index
@@ -180,7 +198,7 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
         settings["encoder_path"] = args.encoder
     if args.backend == "dense" and args.index_type:
         settings["index_type"] = args.index_type
-    corpus = None if (args.index and args.backend != "bm25") else _load_corpus(args.corpus)
+    corpus = None if (args.index and args.backend != "bm25") else _load_corpus(args)
     retriever = make_retriever(args.backend, corpus, **settings)
     size = len(retriever) if hasattr(retriever, "__len__") else None
     print(
@@ -264,6 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--corpus", default=None, help="JSONL corpus (default: the bundled HotpotQA sample's corpus)"
     )
     p.add_argument(
+        "--env", default=None, metavar="ENV_ID", help="use the corpus this env searches (any search env)"
+    )
+    p.add_argument(
+        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="keyword for --env (repeatable)"
+    )
+    p.add_argument(
         "--index", default=None, help="prebuilt lucene/dense index directory (else built from --corpus)"
     )
     p.add_argument("--encoder", default=None, help="sentence-transformers model directory (dense)")
@@ -283,6 +307,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--backend", required=True, choices=["lucene", "dense"])
     b.add_argument(
         "--corpus", default=None, help="JSONL corpus (default: the bundled HotpotQA sample's corpus)"
+    )
+    b.add_argument(
+        "--env", default=None, metavar="ENV_ID", help="use the corpus this env searches (any search env)"
+    )
+    b.add_argument(
+        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="keyword for --env (repeatable)"
     )
     b.add_argument("--output", required=True, help="index directory to write")
     b.add_argument("--encoder", default=None, help="sentence-transformers model directory (dense)")

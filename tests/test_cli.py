@@ -69,3 +69,35 @@ def test_eval_every_env_with_every_builtin_policy(env_id, policy, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["episodes"] == 2 and {"return", "success", "score", "format_ok", "turns"} <= set(summary)
     assert summary["success"] == (1.0 if policy == "oracle" else 0.0)
+
+
+@pytest.mark.parametrize("env_id", sorted(DESCRIPTIONS))
+def test_serve_retriever_and_index_build_on_every_env(env_id, monkeypatch, capsys, tmp_path):
+    """`--env ID` serves or indexes the corpus that env searches; envs without a search tool are one error line.
+    (The server loop and the index builders are replaced: they have their own tests with real backends.)"""
+    import agentr1_gym
+    import agentr1_gym.server
+    import agentr1_gym.tools.search.lucene
+
+    served, built = [], []
+    monkeypatch.setattr(agentr1_gym.server, "serve", lambda retriever, **kw: served.append(retriever))
+    monkeypatch.setattr(
+        agentr1_gym.tools.search.lucene, "build_lucene_index", lambda corpus, out, **kw: built.append(corpus)
+    )
+    env = agentr1_gym.make(env_id).unwrapped
+    code = main(["serve-retriever", "--env", env_id, "--port", "8123"])
+    code_index = main(
+        ["index", "build", "--backend", "lucene", "--env", env_id, "--output", str(tmp_path / "i")]
+    )
+    out, err = capsys.readouterr()
+    if "search" not in env.tools:
+        assert (
+            code == code_index == 2 and "has no search corpus" in err and len(err.strip().splitlines()) == 2
+        )
+        return
+    assert code == code_index == 0 and "serving bm25 over" in out
+    env.reset(seed=0)
+    title = env.task.supporting_titles[0]
+    (hits,) = served[0].search([title], 3)
+    assert title in [p.title for p in hits]  # the env's own corpus is what is served
+    assert built[0] is env.corpus or built[0].key == env.corpus.key
