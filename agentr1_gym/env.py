@@ -310,6 +310,12 @@ class ToolEnv(gym.Env[str, str], ABC):
         """Whether an episode with these answer metrics solved its task (``success_metric`` >= 1)."""
         return float(metrics.get(self.success_metric, 0.0)) >= 1.0
 
+    def task_text(self) -> str:
+        """The task-specific part of the first user message, without the tool-call format's instructions (for
+        frameworks that present the tools themselves, such as TRL's ``environment_factory``)."""
+        self._require_task("task_text()")
+        return self._task_prompt(self.task)
+
     @property
     def done(self) -> bool:
         """Whether the current episode has ended (or none has started)."""

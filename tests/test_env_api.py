@@ -203,3 +203,61 @@ def test_unknown_keyword_and_setting_errors_name_the_fix():
     with pytest.warns(DeprecationWarning, match="tool_format"):
         env = agentr1_gym.make("AgentR1/HotpotQA-v0", protocol="search_r1")
     assert env.unwrapped.tool_format.name == "search_r1"
+
+
+@pytest.mark.parametrize("env_id", ENVS)
+def test_a_wrapper_that_cuts_the_episode_scores_it(env_id):
+    """ScoredTimeLimit scores a cut episode as the env's own truncation does (same metrics and outcome);
+    Gymnasium's TimeLimit cannot (it does not tell the env), which is why the envs register none."""
+    from agentr1_gym.wrappers import ScoredTimeLimit
+
+    def last_step(env):
+        env.reset(seed=0)
+        done = False
+        while not done:
+            _, reward, terminated, truncated, info = env.step("not a valid turn")
+            done = terminated or truncated
+        return reward, info
+
+    cut_reward, cut = last_step(ScoredTimeLimit(agentr1_gym.make(env_id, max_turns=6), 5))
+    own_reward, own = last_step(agentr1_gym.make(env_id, max_turns=5))
+    assert cut["truncated_reason"] == "time_limit" and own["truncated_reason"] == "max_turns"
+    assert cut["metrics"] == own["metrics"] and cut["metrics"]["turns"] == 5.0
+    assert cut_reward == pytest.approx(own_reward) and cut["outcome_reward"] == pytest.approx(
+        own["outcome_reward"]
+    )
+    gym_cut = gym.make(env_id, max_turns=6, max_episode_steps=5)
+    _, info = last_step(gym_cut)
+    assert "metrics" not in info  # the reason to prefer max_turns or ScoredTimeLimit
+
+
+def test_async_vector_env_works_with_default_shared_memory():
+    venv = gym.make_vec("AgentR1/SyntheticMultihop-v0", num_envs=2, vectorization_mode="async")
+    singles = [agentr1_gym.make("AgentR1/SyntheticMultihop-v0") for _ in range(2)]
+    try:
+        obs, _ = venv.reset(seed=[1, 2])
+        assert list(obs) == [env.reset(seed=s)[0] for env, s in zip(singles, (1, 2))]
+        actions = tuple(env.unwrapped.oracle_action() for env in singles)
+        obs, rewards, *_ = venv.step(actions)
+        expected = [env.step(a) for env, a in zip(singles, actions)]
+        assert list(obs) == [e[0] for e in expected] and list(rewards) == [e[1] for e in expected]
+    finally:
+        venv.close()
+
+
+def test_free_text_shared_memory_round_trips_any_text():
+    from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
+
+    from agentr1_gym.spaces import FreeText
+
+    space = FreeText(20)
+    memory = create_shared_memory(space, n=3)
+    texts = ["", "héllo 😀 <tool_call>", "x" * 20]
+    for i, text in enumerate(texts):
+        write_to_shared_memory(space, i, text, memory)
+    view = read_from_shared_memory(space, memory, n=3)
+    assert list(view) == texts
+    write_to_shared_memory(space, 0, "new", memory)
+    assert view[0] == "new"  # a live view, as Gymnasium's shared arrays are
+    with pytest.raises(ValueError, match="at most 20"):
+        write_to_shared_memory(space, 1, "y" * 21, memory)

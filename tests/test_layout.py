@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.tools": 5,
     "agentr1_gym.env": 6,
     "agentr1_gym.envs": 7,
+    "agentr1_gym.wrappers": 7,
     "agentr1_gym.registration": 8,
     "agentr1_gym.evaluation": 9,
     "agentr1_gym.server": 9,

@@ -15,8 +15,10 @@ import torch
 from agentr1_trl import ScriptedGenerator
 from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 from agentr1_trl.stock_trl import (
+    ANSWER_WITH_TOOL,
     component_reward,
     env_return,
+    environment_dataset,
     make_environment_factory,
     make_rollout_func,
     prompt_dataset,
@@ -24,6 +26,8 @@ from agentr1_trl.stock_trl import (
 from agentr1_trl.testing import alternating_script, record_rollouts, tiny_model, tiny_tokenizer
 from peft import LoraConfig
 from trl import GRPOConfig, GRPOTrainer
+
+from agentr1_gym.errors import ConfigError
 
 ENV = "AgentR1/SyntheticMultihop-v0"
 
@@ -173,21 +177,35 @@ def test_stock_grpo_with_environment_factory(tmp_path):
     model = tiny_model(tok)
     factory = make_environment_factory(ENV, max_turns=3)
     env = factory()
-    assert "Question:" in env.reset(seed=1)
+    # an empty episode earns nothing: closed as unanswered, no format bonus
+    assert env.reset(seed=1) and env.get_reward() == 0.0
+    prompt = env.reset(seed=1)
+    # one prompt: the task once, how to answer with the listed tools, none of the text-format instructions
+    assert prompt.count("Question:") == 1 and ANSWER_WITH_TOOL in prompt
+    assert "<tool_call>" not in prompt and "<answer>" not in prompt
     first_entity = env.env.unwrapped.task.supporting_titles[0]
     assert env.search(query=first_entity).startswith(f"Doc 1 (Title: {first_entity})")
     assert env.answer(answer=env.env.unwrapped.gold_answers[0]) == "Answer recorded."
     assert env.get_reward() == pytest.approx(0.1 + 1.0 + 0.1)  # gold paragraph + answer + format
+    # a row that already holds a prompt is kept (nothing appended); one with the text-format instructions is refused
+    assert env.reset(seed=2, prompt=[{"role": "user", "content": "my own prompt"}]) is None
+    with pytest.raises(ConfigError, match="environment_dataset"):
+        env.reset(**prompt_dataset(ENV, [2], {"max_turns": 3})[0])
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=None,
         args=_stock_config(tmp_path),
         processing_class=tok,
-        train_dataset=prompt_dataset(ENV, range(8), {"max_turns": 3}),
+        train_dataset=environment_dataset(range(8)),
         environment_factory=factory,
     )
     names = {t.__name__ for t in trainer.tools}
     assert {"search", "answer"} <= names
+    # what the model sees: TRL appends reset()'s text to the row's empty message and lists the tools
+    row = environment_dataset([5])[0]
+    shown = [{"role": "user", "content": row["prompt"][-1]["content"] + env.reset(**row)}]
+    rendered = tok.apply_chat_template(shown, tools=trainer.tools, tokenize=False, add_generation_prompt=True)
+    assert rendered.count("Question:") == 1 and '"answer"' in rendered and '"search"' in rendered
     trainer.train()
     log = trainer.state.log_history[0]
     assert f"rewards/{type(env).__name__}/mean" in log and math.isfinite(log["loss"])

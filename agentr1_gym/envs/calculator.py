@@ -240,7 +240,7 @@ class CalculatorEnv(ToolEnv):
     def _task_prompt(self, task: MathTask) -> str:
         return (
             "Solve the problem below. Use the calculator for every computation, one step per turn, and give "
-            f"the final number inside <answer>...</answer>.\n\nProblem: {task.question}"
+            f"the final number as your final answer.\n\nProblem: {task.question}"
         )
 
     def _score(self, answer: str | None) -> dict[str, float]:

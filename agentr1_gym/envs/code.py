@@ -104,7 +104,7 @@ def _as_body(code: str) -> str:
 CODE_PROMPT = (
     "Write the Python function below. You can run code with the python tool as often as you like (print what you "
     "need to see; the grading tests are hidden). When you are done, give the complete function, with its imports, "
-    "inside <answer>```python\n...\n```</answer>.\n\n```python\n{prompt}```"
+    "as a ```python code block in your final answer.\n\n```python\n{prompt}```"
 )
 
 

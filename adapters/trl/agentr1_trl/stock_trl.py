@@ -4,9 +4,13 @@
    rollouts. It returns ``prompt_ids``, ``completion_ids``, ``logprobs`` and ``env_mask`` (the action mask), and
    forwards ``episode_return``, ``step_rewards`` and ``reward_components`` (per step) to the reward functions;
    :func:`env_return` and :func:`component_reward` are ready-made reward functions over them.
-2. :func:`make_environment_factory`: an ``environment_factory`` whose instances expose an env's tools as typed
-   methods (TRL builds the tool schemas from their signatures and docstrings), plus an ``answer`` tool that
-   submits the final answer, and ``get_reward()`` returning the env's episode return.
+2. :func:`make_environment_factory` + :func:`environment_dataset`: an ``environment_factory`` whose instances
+   expose an env's tools as typed methods (TRL builds the tool schemas from their signatures and docstrings and
+   lists them to the model), plus an ``answer`` tool that submits the final answer, and ``get_reward()``
+   returning the env's episode return. ``reset`` returns the one prompt of the episode: the task, and how to
+   answer with the tools TRL lists (the env's own text-format instructions, ``<tool_call>``/``<answer>``, are
+   not shown, since TRL parses tool calls itself and never passes text answers to the env). An episode the model
+   ends without calling ``answer`` is scored as unanswered: no format bonus, no answer reward.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from agentr1_trl.rollout import collect_rollouts
 from agentr1_trl.signals import env_return
 
 __all__ = [
+    "ANSWER_WITH_TOOL",
     "component_reward",
     "env_return",
+    "environment_dataset",
     "make_environment_factory",
     "make_rollout_func",
     "prompt_dataset",
@@ -151,6 +157,29 @@ def _tool_method(schema: dict[str, Any]) -> Callable[..., str]:
     return method
 
 
+#: how an environment-factory episode is answered (the tools themselves are listed by TRL's chat template)
+ANSWER_WITH_TOOL = (
+    "Use the tools by calling them as functions, one call per turn. When you know the answer, call the answer "
+    "tool with it; text you write outside tool calls is not graded."
+)
+
+
+def environment_dataset(seeds: Sequence[int]) -> Dataset:
+    """The train dataset for :func:`make_environment_factory`: one row per task seed with an empty prompt, which
+    ``reset`` fills with the task (TRL appends what ``reset`` returns to the row's last message)."""
+    return Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": ""}] for _ in seeds], "seed": [int(s) for s in seeds]}
+    )
+
+
+def _row_text(row: dict[str, Any]) -> str:
+    prompt = row.get("prompt")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        content = prompt[-1].get("content", "")
+        return content if isinstance(content, str) else ""
+    return prompt if isinstance(prompt, str) else ""
+
+
 class _EnvironmentBase:
     """Shared behaviour of the generated environment classes (see :func:`make_environment_factory`)."""
 
@@ -161,12 +190,23 @@ class _EnvironmentBase:
         self.total = 0.0
         self.done = True
 
-    def reset(self, **row: Any) -> str:
-        """Start a new episode (seeded by the row's ``seed`` column if present); returns the task prompt."""
+    def reset(self, **row: Any) -> str | None:
+        """Start a new episode (seeded by the row's ``seed`` column if present) and return its prompt: the task
+        and how to answer with the listed tools. A row whose prompt already holds text keeps it (None is
+        returned, so TRL adds nothing): the prompt is never doubled."""
         seed = row.get("seed")
-        obs, _ = self.env.reset(seed=int(seed) if seed is not None else None)
+        self.env.reset(seed=int(seed) if seed is not None else None)
         self.total, self.done = 0.0, False
-        return obs
+        existing = _row_text(row)
+        if existing.strip():
+            if "<tool_call>" in existing or "<answer>" in existing:
+                raise ConfigError(
+                    "this row's prompt carries the env's text-format instructions (<tool_call>/<answer>), which "
+                    "contradict the tools TRL lists; with make_environment_factory use environment_dataset(seeds) "
+                    "(or no train_dataset): reset() writes the prompt"
+                )
+            return None
+        return f"{self.env.unwrapped.task_text()}\n\n{ANSWER_WITH_TOOL}"
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
         if self.done:
@@ -195,11 +235,11 @@ class _EnvironmentBase:
         return "Answer recorded."
 
     def get_reward(self) -> float:
-        """The env's episode return (process rewards plus the outcome; an unanswered episode is scored as such)."""
-        if not self.done:  # the model stopped without answering: close the episode with an empty answer
-            env = self.env.unwrapped
-            _, reward, *_ = self.env.step(env.answer_text("no answer"))
-            self.total += float(reward)
+        """The env's episode return (process rewards plus the outcome). An episode the model ended without
+        calling ``answer`` is closed as unanswered (like a truncation): no answer reward and no format bonus."""
+        if not self.done:
+            outcome, _ = self.env.unwrapped.close_episode(None)
+            self.total += sum(outcome.values())
             self.done = True
         return self.total
 
