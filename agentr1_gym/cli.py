@@ -270,6 +270,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-new-tokens", type=int, default=128, help="with --model: tokens per turn (default 128)"
     )
     p.add_argument("--temperature", type=float, default=0.0, help="with --model: 0 = greedy (default)")
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "hf", "vllm"],
+        help="with --model: generation engine (auto: vLLM when installed, else Hugging Face generate)",
+    )
+    p.add_argument(
+        "--vllm-server",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="with --backend vllm: generate on these vllm serve servers instead of in this process (repeatable)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=cmd_eval)
 

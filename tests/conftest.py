@@ -14,13 +14,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
-    """A tiny random Qwen2 and its locally trained tokenizer, saved as a model directory."""
+    """A tiny random Qwen2 and its locally trained tokenizer, saved as a model directory (hidden size 64: head
+    size 32, which vLLM's CPU attention supports, so `agentr1 train`'s default vLLM engine can load it)."""
     pytest.importorskip("trl")
     from agentr1_trl.testing import tiny_model, tiny_tokenizer
 
     path = tmp_path_factory.mktemp("tiny")
     tok = tiny_tokenizer()
-    tiny_model(tok).save_pretrained(path)
+    tiny_model(tok, hidden_size=64).save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
 

@@ -49,7 +49,8 @@ def _traj(answer: float, shaping: float) -> Trajectory:
         {"off_policy_mask_threshold": 0.5},
         {"mask_truncated_completions": True},
         {"sync_ref_model": True},
-        {"use_vllm": True},
+        {"vllm_enable_sleep_mode": True},
+        {"vllm_tensor_parallel_size": 2},
         {"repetition_penalty": 1.1},
         {"min_p": 0.1},
         {"loss_type": "cispo"},
@@ -61,6 +62,30 @@ def test_unimplemented_trl_options_are_refused_by_name(tmp_path, option):
         AgentGRPOConfig(output_dir=str(tmp_path), **BASE, **option)
     with pytest.raises(ConfigError):
         AgentPPOConfig(output_dir=str(tmp_path), **BASE, **option)
+
+
+def test_trl_vllm_switches_map_onto_our_backend(tmp_path):
+    base = {**BASE, "output_dir": str(tmp_path)}
+    cfg = AgentGRPOConfig(**base, use_vllm=True, vllm_mode="server", vllm_server_base_url="http://h:8001",
+                          vllm_importance_sampling_correction=False)  # fmt: skip
+    assert (cfg.generation_backend, cfg.use_vllm, cfg.vllm_server_urls) == ("vllm", False, ["http://h:8001"])
+    assert cfg.importance_correction == "none"
+    with pytest.raises(ConfigError, match="vllm_server_urls"):
+        AgentPPOConfig(**base, generation_backend="vllm", vllm_mode="server")
+    with pytest.raises(ConfigError, match="generation_backend"):
+        AgentGRPOConfig(**base, generation_backend="sglang")
+
+
+def test_truncated_importance_weights_by_hand():
+    from agentr1_trl.losses import truncated_is_weights
+
+    trainer = torch.tensor([[-1.0, -2.0, -0.5, 0.0]])
+    sampler = torch.tensor([[-1.5, -1.0, -0.5, -9.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    w, mean, worst = truncated_is_weights(trainer, sampler, mask, cap=1.5)
+    # exp(0.5)=1.65 capped at 1.5; exp(-1)=0.37; exp(0)=1; off the mask: 1
+    assert w.tolist()[0] == pytest.approx([1.5, math.exp(-1.0), 1.0, 1.0])
+    assert mean == pytest.approx((0.5 + 1.0 + 0.0) / 3) and worst == pytest.approx(1.0)
 
 
 def test_signal_metrics_separate_outcome_from_shaping():

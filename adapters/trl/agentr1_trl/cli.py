@@ -45,7 +45,7 @@ EVAL_EPISODES = 32
 
 
 def held_out_eval(
-    config: Any, model: Any, tokenizer: Any, episodes: int, label: str
+    config: Any, model: Any, tokenizer: Any, episodes: int, label: str, generator: Any = None
 ) -> dict[str, Any] | None:
     """Greedy evaluation of the policy on the held-out seeds (None when ``episodes`` is 0)."""
     if episodes <= 0:
@@ -62,6 +62,8 @@ def held_out_eval(
         seed=EVAL_SEED,
         env_kwargs=config.env_kwargs,
         max_new_tokens=config.max_new_tokens_per_turn,
+        generator=generator,
+        max_episode_tokens=config.max_episode_tokens,
     )
     if was_training:
         model.train()
@@ -241,6 +243,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     settings.setdefault("env_id", args.env)
     settings.setdefault("env_kwargs", _env_kwargs(args.env_kwargs, settings["env_id"]))
     settings.setdefault("max_steps", args.max_steps)
+    if args.backend:
+        settings.setdefault("generation_backend", args.backend)
+    if args.vllm_server:
+        settings.setdefault("generation_backend", "vllm")
+        settings.setdefault("vllm_mode", "server")
+        settings.setdefault("vllm_server_urls", list(args.vllm_server))
+    if args.vllm_sync:
+        settings.setdefault("vllm_sync", args.vllm_sync)
     import agentr1_gym
 
     # the env id and its kwargs are checked now (UnknownEnvError with the closest ids, BadArgumentError with
@@ -312,22 +322,31 @@ def cmd_train(args: argparse.Namespace) -> int:
         trainer = Trainer(model, config, tokenizer)
     else:
         trainer = Trainer(model, config, tokenizer, peft_config=lora)
+    engine = trainer.describe_generation()
+    print(f"rollouts and evaluations generate with {engine}", flush=True)
+    run["engine"] = engine
+    (output_dir / RUN_FILE).write_text(json.dumps(run, indent=1, default=str), encoding="utf-8")
     before_file = output_dir / "eval_before_rl.json"
     if resume_from and before_file.is_file():
         before = json.loads(before_file.read_text(encoding="utf-8"))
     else:
-        before = held_out_eval(config, trainer.model, tokenizer, args.eval_episodes, "before RL")
+        before = held_out_eval(
+            config, trainer.model, tokenizer, args.eval_episodes, "before RL", trainer.rollout_generator()
+        )
         if before is not None:
             before_file.write_text(json.dumps(before, indent=1), encoding="utf-8")
     trainer.train(resume_from_checkpoint=resume_from)
-    after = held_out_eval(config, trainer.model, tokenizer, args.eval_episodes, "after RL")
+    after = held_out_eval(
+        config, trainer.model, tokenizer, args.eval_episodes, "after RL", trainer.rollout_generator()
+    )
     if after is not None:
         (output_dir / "eval_after_rl.json").write_text(json.dumps(after, indent=1), encoding="utf-8")
         if before is not None:
-            ratio = after["success"] / before["success"] if before["success"] > 0 else float("inf")
-            print(
-                f"held-out success {before['success']:.3f} -> {after['success']:.3f} ({ratio:.2f}x the RL start)"
-            )
+            if before["success"] > 0:
+                change = f"{after['success'] / before['success']:.2f}x the RL start"
+            else:
+                change = "the RL start had none" if after["success"] == 0 else "up from none at the RL start"
+            print(f"held-out success {before['success']:.3f} -> {after['success']:.3f} ({change})")
     adapter = output_dir / "adapter"
     trainer.save_model(str(adapter))
     tokenizer.save_pretrained(str(adapter))
@@ -359,6 +378,25 @@ def register(subparsers: Any) -> None:
         "other envs: their own defaults)",
     )
     p.add_argument("--algo", default="grpo", choices=["grpo", "ppo"], help="default grpo")
+    p.add_argument(
+        "--backend",
+        default=None,
+        choices=["auto", "hf", "vllm"],
+        help="rollout engine (default auto: vLLM in this process when installed, else Hugging Face generate)",
+    )
+    p.add_argument(
+        "--vllm-server",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="generate on these vllm serve servers (repeatable; implies --backend vllm, vllm_mode=server)",
+    )
+    p.add_argument(
+        "--vllm-sync",
+        default=None,
+        choices=["auto", "merged", "lora"],
+        help="vLLM weight sync (default auto: merged on CPUs, lora on GPUs)",
+    )
     p.add_argument(
         "--model", default="smollm2", help="'smollm2' (the offline default policy) or a local model dir"
     )

@@ -90,8 +90,57 @@ class AgentTrainerConfig(GRPOConfig):
             "'outcome' (the answer reward only, so that groups differing only in shaping carry no signal)."
         },
     )
+    generation_backend: str = field(
+        default="auto",
+        metadata={
+            "help": "Rollout engine: 'hf' (Hugging Face generate), 'vllm' (agentr1_trl.generation.vllm) or 'auto' "
+            "(vLLM when it is installed and the policy has a local model directory, else hf). TRL's use_vllm=True "
+            "maps to 'vllm', its vllm_mode and vllm_server_base_url to ours."
+        },
+    )
+    vllm_sync: str = field(
+        default="auto",
+        metadata={
+            "help": "vLLM weight sync after each optimizer step: 'merged' (base + LoRA merged into the engine's "
+            "weights), 'lora' (only the adapter, as a new LoRA) or 'auto' (merged on CPUs, lora on GPUs)."
+        },
+    )
+    vllm_server_urls: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "vllm_mode='server': base URLs of the vllm serve servers (prompts are split across them)."
+        },
+    )
+    vllm_kv_cache_gb: float = field(
+        default=1.0, metadata={"help": "vLLM colocate: KV-cache memory in GiB (host RAM on CPUs)."}
+    )
+    vllm_dtype: str = field(default="bfloat16", metadata={"help": "vLLM colocate: the engine's dtype."})
+    importance_correction: str = field(
+        default="tis",
+        metadata={
+            "help": "Train/inference mismatch correction: 'tis' (truncated importance sampling: each action "
+            "token's surrogate weighted by min(exp(logp_trainer - logp_sampler), tis_cap)) or 'none'. The mean "
+            "and max |logp_sampler - logp_trainer| over action tokens are logged either way."
+        },
+    )
+    tis_cap: float = field(default=2.0, metadata={"help": "The truncation of the importance weights (tis)."})
+
+    def _map_trl_vllm(self) -> None:
+        """TRL's vLLM switches onto ours: never silently ignored."""
+        if self.use_vllm:
+            self.generation_backend = "vllm"
+            self.use_vllm = False  # TRL's own vLLM engine stays off: ours generates the multi-turn episodes
+            if self.vllm_mode == "server" and not self.vllm_server_urls:
+                self.vllm_server_urls = [
+                    self.vllm_server_base_url or f"http://{self.vllm_server_host}:{self.vllm_server_port}"
+                ]
+            if not self.vllm_importance_sampling_correction:
+                self.importance_correction = "none"
+        elif self.vllm_server_base_url and not self.vllm_server_urls:
+            self.vllm_server_urls = [self.vllm_server_base_url]
 
     def __post_init__(self) -> None:
+        self._map_trl_vllm()
         if self.bf16 is None and not self.fp16:
             # TRL defaults to bf16, which fails on machines without a bf16 GPU; use it only where it exists
             import torch
@@ -106,6 +155,18 @@ class AgentTrainerConfig(GRPOConfig):
             raise ConfigError("need 1 <= max_new_tokens_per_turn < max_episode_tokens")
         if self.num_tasks < 1:
             raise ConfigError("num_tasks must be >= 1")
+        if self.generation_backend not in {"auto", "hf", "vllm"}:
+            raise ConfigError(
+                f"generation_backend must be 'auto', 'hf' or 'vllm', got {self.generation_backend!r}"
+            )
+        if self.vllm_mode not in {"colocate", "server"}:
+            raise ConfigError(f"vllm_mode must be 'colocate' or 'server', got {self.vllm_mode!r}")
+        if self.vllm_mode == "server" and self.generation_backend == "vllm" and not self.vllm_server_urls:
+            raise ConfigError("vllm_mode='server' needs vllm_server_urls (or TRL's vllm_server_base_url)")
+        if self.vllm_sync not in {"auto", "merged", "lora"}:
+            raise ConfigError(f"vllm_sync must be 'auto', 'merged' or 'lora', got {self.vllm_sync!r}")
+        if self.importance_correction not in {"tis", "none"} or self.tis_cap < 1.0:
+            raise ConfigError("importance_correction must be 'tis' or 'none', and tis_cap >= 1")
         if self.reward_signal not in {"return", "outcome"}:
             raise ConfigError(f"reward_signal must be 'return' or 'outcome', got {self.reward_signal!r}")
         self._refuse_unsupported()
@@ -129,7 +190,9 @@ class AgentTrainerConfig(GRPOConfig):
             (self.off_policy_mask_threshold is not None, "off_policy_mask_threshold"),
             (self.mask_truncated_completions, "mask_truncated_completions"),
             (self.sync_ref_model, "sync_ref_model (the reference is the base model with the adapter disabled)"),
-            (self.use_vllm, "use_vllm (generation runs through agentr1_trl.generation; pass generator=)"),
+            (self.vllm_enable_sleep_mode, "vllm_enable_sleep_mode"),
+            (self.vllm_tensor_parallel_size != 1, "vllm_tensor_parallel_size (one engine per process or server)"),
+            (self.vllm_structured_outputs_regex is not None, "vllm_structured_outputs_regex"),
             (self.use_transformers_paged or self.use_transformers_continuous_batching, "transformers paged/continuous batching"),
             (self.min_p is not None or self.repetition_penalty != 1.0 or bool(self.generation_kwargs), "min_p / repetition_penalty / generation_kwargs"),
             (bool(getattr(self, "use_liger_kernel", False)), "use_liger_kernel (its fused loss bypasses the action-masked loss)"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,8 +50,12 @@ def evaluate_model(
     value_guided: int = 0,
     value_head: Any = None,
     progress: bool = True,
+    generator: Any = None,
+    max_episode_tokens: int = 4096,
 ) -> dict[str, Any]:
-    """Evaluate a model policy on ``episodes`` seeds (``seed``, ``seed + 1``, ...). ``temperature=0`` is greedy."""
+    """Evaluate a model policy on ``episodes`` seeds (``seed``, ``seed + 1``, ...). ``temperature=0`` is greedy.
+    ``generator``: the backend that samples from ``model`` (default Hugging Face ``generate`` on it; a vLLM
+    engine synced to the model's weights works the same)."""
     if baseline not in ("tool", "naive-rag"):
         raise ConfigError(f"baseline must be 'tool' or 'naive-rag', got {baseline!r}")
     if value_guided and value_head is None:
@@ -62,7 +67,7 @@ def evaluate_model(
         temperature=temperature or 1.0,
         do_sample=temperature > 0 or value_guided > 1,
     )
-    generator: Any = HFGenerator(model, tokenizer)
+    generator = generator or HFGenerator(model, tokenizer)
     if value_guided > 1:
         from agentr1_trl.generation.value_guided import ValueGuidedGenerator
 
@@ -73,7 +78,14 @@ def evaluate_model(
         seeds = list(range(seed + start, seed + min(episodes, start + batch_size)))
         envs = [agentr1_gym.make(env_id, **(env_kwargs or {})) for _ in seeds]
         if baseline == "tool":
-            for t in collect_rollouts(envs, generator, tokenizer, sampling=sampling, seeds=seeds):
+            for t in collect_rollouts(
+                envs,
+                generator,
+                tokenizer,
+                sampling=sampling,
+                seeds=seeds,
+                max_episode_tokens=max_episode_tokens,
+            ):
                 rows.append({**t.metrics, "return": t.episode_return, "turns": float(t.num_turns)})
         else:
             rows.extend(_naive_rag(envs, seeds, generator, tokenizer, sampling))
@@ -115,9 +127,33 @@ def _naive_rag(
     return rows
 
 
+def policy_generator(model: Any, tokenizer: Any, backend: str = "auto", server_urls: Any = ()) -> Any:
+    """A generation backend that samples from ``model``: Hugging Face ``generate``, or a vLLM engine on the
+    model's base directory with the adapter merged in (``auto``: vLLM when installed and the model has a
+    directory)."""
+    from agentr1_trl.generation.vllm import VLLMGenerator, vllm_available
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    model_dir = getattr(base.config, "_name_or_path", "")
+    has_dir = bool(model_dir) and (Path(model_dir) / "config.json").is_file()
+    if backend == "auto":
+        backend = "vllm" if vllm_available() and (has_dir or server_urls) else "hf"
+    if backend == "hf":
+        return HFGenerator(model, tokenizer)
+    if not has_dir and not server_urls:
+        raise ConfigError("--backend vllm needs a model directory vLLM can load (or --vllm-server URL)")
+    generator = VLLMGenerator(
+        model_dir, tokenizer, mode="server" if server_urls else "colocate", server_urls=list(server_urls)
+    )
+    if hasattr(model, "peft_config"):
+        generator.sync_weights(model)  # the adapter's weights, merged (or as a LoRA on GPUs)
+    return generator
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Entry point used by ``agentr1 eval --model ...`` (registered as an ``agentr1.policies`` entry point)."""
     model, tokenizer, value_head = load_policy(args.model, args.adapter)
+    generator = policy_generator(model, tokenizer, args.backend, args.vllm_server)
     summary = evaluate_model(
         args.env_id,
         model,
@@ -131,6 +167,8 @@ def run_eval(args: argparse.Namespace) -> int:
         value_guided=args.value_guided,
         value_head=value_head,
         progress=not args.no_progress,
+        generator=generator,
     )
-    print(json.dumps({"model": args.model, "adapter": args.adapter, **summary}, indent=2))
+    engine = generator.describe() if hasattr(generator, "describe") else "Hugging Face generate"
+    print(json.dumps({"model": args.model, "adapter": args.adapter, "engine": engine, **summary}, indent=2))
     return 0

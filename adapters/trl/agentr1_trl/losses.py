@@ -18,6 +18,7 @@ __all__ = [
     "clipped_value_loss",
     "kl_penalty",
     "policy_loss",
+    "truncated_is_weights",
 ]
 
 
@@ -109,11 +110,15 @@ def policy_loss(
     beta: float = 0.0,
     ref_logps: torch.Tensor | None = None,
     kl_estimator: str = "k3",
+    is_weights: torch.Tensor | None = None,
 ) -> LossTerms:
     """Clipped surrogate over action tokens plus ``beta`` x KL to the reference (``old_logps`` None: on-policy,
-    the ratio is 1 with the right gradient)."""
+    the ratio is 1 with the right gradient). ``is_weights`` (no gradient) scale each token's surrogate: the
+    truncated importance-sampling correction for a sampler whose log-probs differ from the trainer's."""
     old = logps.detach() if old_logps is None else old_logps
     per_token = clipped_policy_loss(logps, old, advantages, mask, eps_low=eps_low, eps_high=eps_high)
+    if is_weights is not None:
+        per_token = per_token * is_weights.detach()
     mask_f = mask.to(per_token.dtype)
     kl_value = None
     if beta != 0.0:
@@ -127,3 +132,17 @@ def policy_loss(
         clipped = ((ratio < 1 - eps_low) | (ratio > 1 + eps_high)).to(mask_f.dtype) * mask_f
         clip_ratio = (clipped.sum() / mask_f.sum().clamp(min=1)).item()
     return LossTerms(per_token, kl_value, clip_ratio)
+
+
+def truncated_is_weights(
+    trainer_logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, float, float]:
+    """Truncated importance-sampling weights ``min(exp(trainer - sampler), cap)`` per action token (1 off the mask),
+    and the mean and max ``|trainer - sampler|`` over action tokens (the train/inference mismatch)."""
+    mask_b = mask.bool()
+    diff = (trainer_logps - sampler_logps).detach()
+    weights = torch.where(mask_b, torch.exp(diff).clamp(max=cap), torch.ones_like(diff))
+    gap = diff.abs()[mask_b]
+    mean = float(gap.mean()) if gap.numel() else 0.0
+    worst = float(gap.max()) if gap.numel() else 0.0
+    return weights, mean, worst

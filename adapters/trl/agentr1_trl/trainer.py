@@ -17,7 +17,9 @@ The pipeline is rollout -> samples -> advantages -> loss:
 from __future__ import annotations
 
 import random
+import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,7 +28,8 @@ import agentr1_gym
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.config import AgentTrainerConfig
 from agentr1_trl.generation import GenerationBackend, HFGenerator, SamplingConfig
-from agentr1_trl.losses import LossTerms, policy_loss
+from agentr1_trl.generation.vllm import VLLMGenerator, vllm_available
+from agentr1_trl.losses import LossTerms, policy_loss, truncated_is_weights
 from agentr1_trl.rollout import Trajectory, collect_rollouts
 from agentr1_trl.signals import group_signal_metrics, outcome_reward, signal_return, signal_token_rewards
 from agentr1_trl.trl_compat import TRLAgentTrainer
@@ -90,6 +93,8 @@ class AgentTrainer(TRLAgentTrainer):
         self.env_factory = env_factory or partial(agentr1_gym.make, args.env_id, **args.env_kwargs)
         self._env_pool: list[Any] = []
         self.generator = generator
+        self._vllm: Any = None
+        self._synced_step: int | None = None
         super().__init__(
             model,
             args,
@@ -105,11 +110,59 @@ class AgentTrainer(TRLAgentTrainer):
             self._env_pool.append(self.env_factory())
         return self._env_pool[:n]
 
+    def _model_dir(self) -> str | None:
+        """The policy's base model directory (what a vLLM engine loads), if it has one on disk."""
+        model = self.accelerator.unwrap_model(self.model)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        path = getattr(base.config, "_name_or_path", "") or getattr(base, "name_or_path", "")
+        return path if path and (Path(path) / "config.json").is_file() else None
+
+    def rollout_generator(self) -> GenerationBackend:
+        """The generation backend that samples from the policy's current weights: the one passed in, else the
+        configured engine (a vLLM engine is started once and synced here after every optimizer step)."""
+        if self.generator is not None:
+            return self.generator
+        args: AgentTrainerConfig = self.args
+        backend = args.generation_backend
+        if backend == "auto":
+            backend = "vllm" if vllm_available() and self._model_dir() else "hf"
+        model = self.accelerator.unwrap_model(self.model)
+        if backend == "hf":
+            return HFGenerator(model, self.processing_class)
+        if self._vllm is None:
+            model_dir = self._model_dir()
+            if model_dir is None and args.vllm_mode == "colocate":
+                raise ConfigError(
+                    "generation_backend='vllm' (colocate) needs a policy loaded from a model directory vLLM can "
+                    "load (model.config._name_or_path); save the model first or use generation_backend='hf'"
+                )
+            self._vllm = VLLMGenerator(
+                model_dir or "",
+                self.processing_class,
+                mode=args.vllm_mode,
+                server_urls=args.vllm_server_urls,
+                sync=args.vllm_sync,
+                dtype=args.vllm_dtype,
+                kv_cache_gb=args.vllm_kv_cache_gb,
+                max_model_len=args.max_episode_tokens + args.max_new_tokens_per_turn,
+                seed=args.seed,
+            )
+            print(f"generation: {self._vllm.describe()}", flush=True)
+        if self._synced_step != self.state.global_step:
+            start = time.perf_counter()
+            self._vllm.sync_weights(model)
+            self._synced_step = self.state.global_step
+            self.log_metric("generation/sync_s", time.perf_counter() - start)
+        return self._vllm
+
+    def describe_generation(self) -> str:
+        """Which engine (and weight sync) generates the rollouts."""
+        gen = self.rollout_generator()
+        return gen.describe() if hasattr(gen, "describe") else type(gen).__name__
+
     def _collect(self, seeds: list[int]) -> list[Trajectory]:
         args: AgentTrainerConfig = self.args
-        generator = self.generator or HFGenerator(
-            self.accelerator.unwrap_model(self.model), self.processing_class
-        )
+        generator = self.rollout_generator()
         sampling = SamplingConfig(
             max_new_tokens=args.max_new_tokens_per_turn,
             temperature=args.temperature,
@@ -150,8 +203,19 @@ class AgentTrainer(TRLAgentTrainer):
 
     # ---- the loss's shared part ----------------------------------------------------------------------------
     def policy_terms(self, logps: torch.Tensor, mask: torch.Tensor, batch: dict[str, Any]) -> LossTerms:
-        """The clipped surrogate (+ beta x KL) per action token for this batch under the config; logs the KL
-        and the clipped fraction."""
+        """The clipped surrogate (+ beta x KL) per action token for this batch under the config, with truncated
+        importance sampling against the sampler's log-probs; logs the KL, the clipped fraction and the
+        train/inference mismatch."""
+        weights = None
+        sampler = batch.get("sampling_per_token_logps")
+        if sampler is not None:
+            old = batch.get("old_per_token_logps")
+            trainer_logps = logps.detach() if old is None else old
+            weights, gap_mean, gap_max = truncated_is_weights(trainer_logps, sampler, mask, self.args.tis_cap)
+            self.log_metric("mismatch/logp_abs_mean", gap_mean)
+            self.log_metric("mismatch/logp_abs_max", gap_max)
+            if self.args.importance_correction == "none":
+                weights = None
         terms = policy_loss(
             logps,
             batch.get("old_per_token_logps"),
@@ -162,6 +226,7 @@ class AgentTrainer(TRLAgentTrainer):
             beta=self.beta,
             ref_logps=batch.get("ref_per_token_logps"),
             kl_estimator=self.args.kl_estimator,
+            is_weights=weights,
         )
         if terms.kl is not None:
             self.log_metric("kl", terms.kl)

@@ -51,6 +51,9 @@ class HFGenerator:
                 "the tokenizer needs a pad token (tokenizer.pad_token = tokenizer.eos_token works)"
             )
 
+    def describe(self) -> str:
+        return "Hugging Face generate"
+
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
         out: list[Generation] = []
