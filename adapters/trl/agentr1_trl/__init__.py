@@ -16,7 +16,12 @@ does not import TRL.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
+
+# TRL warns about the installed vLLM version when it is imported; our rollouts drive vLLM themselves
+# (agentr1_trl.generation.vllm) and TRL's own vLLM integration stays off, so the warning does not apply
+warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions", category=UserWarning)
 
 from agentr1_trl.generation import (
     Generation,
