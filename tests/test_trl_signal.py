@@ -215,3 +215,5 @@ def test_dynamic_sampling_trains(tmp_path):
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert logs and "signal/resample_rounds" in logs[0] and math.isfinite(logs[0]["loss"])
+    # scripted turns carry placeholder log-probs: no mismatch measured, no importance weights applied
+    assert "mismatch/logp_abs_mean" not in logs[0]

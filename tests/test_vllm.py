@@ -70,7 +70,8 @@ def tok():
 
 @pytest.fixture(scope="module")
 def engines(tiny_dir, tok):
-    """One colocated engine per sync kind (float32, for exact comparisons)."""
+    """One colocated engine per sync kind (float32, for exact comparisons). The tests that use them come first
+    in this file: deleting any other in-process engine tears down vLLM's process-wide parallel state."""
     made = {sync: VLLMGenerator(tiny_dir, tok, sync=sync, dtype="float32", kv_cache_gb=0.25, max_model_len=4096)
             for sync in ("merged", "lora")}  # fmt: skip
     yield made
@@ -154,6 +155,14 @@ def test_multi_turn_rollouts_are_token_exact(engines, tok, tiny_dir):
         )
         mask = torch.tensor(t.action_mask).bool()
         assert torch.allclose(logps[mask], torch.tensor(t.logprobs)[mask], atol=1e-3)
+
+
+def test_a_turn_never_runs_past_the_engine_context(engines, tok):
+    engine = engines["merged"]
+    full = [5] * engine.max_model_len  # fills the context: no turn (the rollout ends the episode)
+    nearly = [5] * (engine.max_model_len - 3)
+    gens = engine.generate([full, nearly, _prompt(tok)], SamplingConfig(max_new_tokens=20, temperature=1.0))
+    assert gens[0].ids == [] and 0 < len(gens[1].ids) <= 3 and len(gens[2].ids) > 0
 
 
 # ---- server mode ------------------------------------------------------------------------------------------
@@ -249,11 +258,3 @@ def test_eval_command_on_vllm(tiny_dir, capsys):
                  "--env-arg", "max_turns=2", "--env-arg", "max_hops=1", "--no-progress"]) == 0  # fmt: skip
     out = json.loads(capsys.readouterr().out)
     assert out["episodes"] == 2 and out["engine"].startswith("vLLM colocate")
-
-
-def test_a_turn_never_runs_past_the_engine_context(engines, tok):
-    engine = engines["merged"]
-    full = [5] * engine.max_model_len  # fills the context: no turn (the rollout ends the episode)
-    nearly = [5] * (engine.max_model_len - 3)
-    gens = engine.generate([full, nearly, _prompt(tok)], SamplingConfig(max_new_tokens=20, temperature=1.0))
-    assert gens[0].ids == [] and 0 < len(gens[1].ids) <= 3 and len(gens[2].ids) > 0

@@ -23,7 +23,7 @@ from typing import Any
 # (agentr1_trl.generation.vllm) and TRL's own vLLM integration stays off, so the warning does not apply
 warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions", category=UserWarning)
 
-from agentr1_trl.generation import (
+from agentr1_trl.generation import (  # noqa: E402  (after the warning filter)
     Generation,
     GenerationBackend,
     HFGenerator,
@@ -31,7 +31,7 @@ from agentr1_trl.generation import (
     ScriptedGenerator,
     ValueGuidedGenerator,
 )
-from agentr1_trl.rollout import Sample, Trajectory, collect_rollouts
+from agentr1_trl.rollout import Sample, Trajectory, collect_rollouts  # noqa: E402
 
 __all__ = [
     "AgentGRPOConfig",

@@ -95,6 +95,8 @@ class AgentTrainer(TRLAgentTrainer):
         self.generator = generator
         self._vllm: Any = None
         self._synced_step: int | None = None
+        #: whether the last rollouts' log-probs are the sampler's (a scripted generator's are placeholders)
+        self._sampler_logprobs = True
         super().__init__(
             model,
             args,
@@ -163,6 +165,7 @@ class AgentTrainer(TRLAgentTrainer):
     def _collect(self, seeds: list[int]) -> list[Trajectory]:
         args: AgentTrainerConfig = self.args
         generator = self.rollout_generator()
+        self._sampler_logprobs = bool(getattr(generator, "provides_logprobs", True))
         sampling = SamplingConfig(
             max_new_tokens=args.max_new_tokens_per_turn,
             temperature=args.temperature,
@@ -207,7 +210,7 @@ class AgentTrainer(TRLAgentTrainer):
         importance sampling against the sampler's log-probs; logs the KL, the clipped fraction and the
         train/inference mismatch."""
         weights = None
-        sampler = batch.get("sampling_per_token_logps")
+        sampler = batch.get("sampling_per_token_logps") if self._sampler_logprobs else None
         if sampler is not None:
             old = batch.get("old_per_token_logps")
             trainer_logps = logps.detach() if old is None else old

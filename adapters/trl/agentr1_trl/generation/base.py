@@ -43,7 +43,8 @@ class Generation:
 
 @runtime_checkable
 class GenerationBackend(Protocol):
-    """Generates one assistant turn for each prompt (a list of token ids)."""
+    """Generates one assistant turn for each prompt (a list of token ids). A backend whose log-probs are not the
+    sampler's (a scripted one) sets ``provides_logprobs = False``."""
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
         """One :class:`Generation` per prompt, stopping at EOS or the end of a stop string (inclusive)."""

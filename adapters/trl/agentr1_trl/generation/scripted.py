@@ -12,7 +12,10 @@ __all__ = ["ScriptedGenerator"]
 
 class ScriptedGenerator:
     """Answers the ``i``-th prompt of each call with ``script(prompt_ids, i) -> text``, tokenised without special tokens (plus EOS if
-    ``add_eos``). Log-probs are 0. It records every generation it returned in ``history``."""
+    ``add_eos``). Log-probs are 0 and not a sampler's (``provides_logprobs = False``: the trainers then skip the
+    importance-sampling correction). It records every generation it returned in ``history``."""
+
+    provides_logprobs = False
 
     def __init__(
         self, tokenizer: Any, script: Callable[[Sequence[int], int], str], *, add_eos: bool = False

@@ -42,6 +42,7 @@ class ValueGuidedGenerator:
         if n < 1:
             raise ConfigError("n must be >= 1")
         self.base, self.model, self.value_head, self.tokenizer, self.n = base, model, value_head, tokenizer, n
+        self.provides_logprobs = getattr(base, "provides_logprobs", True)
         self.last_scores: list[list[float]] = []
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
