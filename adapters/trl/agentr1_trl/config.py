@@ -112,7 +112,11 @@ class AgentTrainerConfig(GRPOConfig):
         },
     )
     vllm_kv_cache_gb: float = field(
-        default=1.0, metadata={"help": "vLLM colocate: KV-cache memory in GiB (host RAM on CPUs)."}
+        default=1.0,
+        metadata={
+            "help": "vLLM colocate on CPUs: KV-cache memory in GiB of host RAM (on GPUs TRL's "
+            "vllm_gpu_memory_utilization sets the engine's share of GPU memory)."
+        },
     )
     vllm_dtype: str = field(default="bfloat16", metadata={"help": "vLLM colocate: the engine's dtype."})
     importance_correction: str = field(

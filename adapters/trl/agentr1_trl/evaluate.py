@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,7 @@ import numpy as np
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.generation import HFGenerator, SamplingConfig
-from agentr1_trl.models import load_policy
+from agentr1_trl.models import load_policy, model_directory
 from agentr1_trl.rollout import collect_rollouts, render_chat
 
 __all__ = ["NAIVE_RAG_INSTRUCTION", "evaluate_model", "run_eval"]
@@ -133,9 +132,8 @@ def policy_generator(model: Any, tokenizer: Any, backend: str = "auto", server_u
     directory)."""
     from agentr1_trl.generation.vllm import VLLMGenerator, vllm_available
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    model_dir = getattr(base.config, "_name_or_path", "")
-    has_dir = bool(model_dir) and (Path(model_dir) / "config.json").is_file()
+    model_dir = model_directory(model)
+    has_dir = model_dir is not None
     if backend == "auto":
         backend = "vllm" if vllm_available() and (has_dir or server_urls) else "hf"
     if backend == "hf":
@@ -143,7 +141,10 @@ def policy_generator(model: Any, tokenizer: Any, backend: str = "auto", server_u
     if not has_dir and not server_urls:
         raise ConfigError("--backend vllm needs a model directory vLLM can load (or --vllm-server URL)")
     generator = VLLMGenerator(
-        model_dir, tokenizer, mode="server" if server_urls else "colocate", server_urls=list(server_urls)
+        model_dir or "",
+        tokenizer,
+        mode="server" if server_urls else "colocate",
+        server_urls=list(server_urls),
     )
     if hasattr(model, "peft_config"):
         generator.sync_weights(model)  # the adapter's weights, merged (or as a LoRA on GPUs)

@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "load_default_policy",
     "load_policy",
+    "model_directory",
     "smollm2_gguf_path",
 ]
 
@@ -179,3 +180,11 @@ def load_policy(model: str, adapter: str | None = None) -> tuple[Any, Any, Any]:
             raise ConfigError(f"cannot load the adapter from {adapter}: {first}") from None
     policy.eval()
     return policy, tokenizer, value_head
+
+
+def model_directory(model: Any) -> str | None:
+    """The directory a (peft) model's base weights were loaded from, if it still holds a model (what a vLLM engine
+    loads); None for models built in memory."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    path = getattr(base.config, "_name_or_path", "") or getattr(base, "name_or_path", "")
+    return path if path and (Path(path) / "config.json").is_file() else None

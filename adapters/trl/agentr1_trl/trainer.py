@@ -19,7 +19,6 @@ from __future__ import annotations
 import random
 import time
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,6 +29,7 @@ from agentr1_trl.config import AgentTrainerConfig
 from agentr1_trl.generation import GenerationBackend, HFGenerator, SamplingConfig
 from agentr1_trl.generation.vllm import VLLMGenerator, vllm_available
 from agentr1_trl.losses import LossTerms, policy_loss, truncated_is_weights
+from agentr1_trl.models import model_directory
 from agentr1_trl.rollout import Trajectory, collect_rollouts
 from agentr1_trl.signals import group_signal_metrics, outcome_reward, signal_return, signal_token_rewards
 from agentr1_trl.trl_compat import TRLAgentTrainer
@@ -114,10 +114,7 @@ class AgentTrainer(TRLAgentTrainer):
 
     def _model_dir(self) -> str | None:
         """The policy's base model directory (what a vLLM engine loads), if it has one on disk."""
-        model = self.accelerator.unwrap_model(self.model)
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        path = getattr(base.config, "_name_or_path", "") or getattr(base, "name_or_path", "")
-        return path if path and (Path(path) / "config.json").is_file() else None
+        return model_directory(self.accelerator.unwrap_model(self.model))
 
     def rollout_generator(self) -> GenerationBackend:
         """The generation backend that samples from the policy's current weights: the one passed in, else the
@@ -146,6 +143,7 @@ class AgentTrainer(TRLAgentTrainer):
                 sync=args.vllm_sync,
                 dtype=args.vllm_dtype,
                 kv_cache_gb=args.vllm_kv_cache_gb,
+                gpu_memory_utilization=args.vllm_gpu_memory_utilization,
                 max_model_len=args.max_episode_tokens + args.max_new_tokens_per_turn,
                 seed=args.seed,
             )

@@ -105,7 +105,8 @@ class VLLMGenerator:
         server_urls: base URLs of ``vllm serve`` servers (prompts are split across them).
         sync: ``"merged"``, ``"lora"`` or ``"auto"`` (:func:`default_sync`).
         dtype: the engine's dtype (``bfloat16``: vLLM's CPU and GPU default for speed).
-        kv_cache_gb: memory for the KV cache (colocate; on CPUs this is host RAM).
+        kv_cache_gb: memory for the KV cache (colocate on CPUs: host RAM).
+        gpu_memory_utilization: colocate on GPUs: the fraction of GPU memory the engine may take.
         max_model_len: the longest context (prompt + completion) an episode may reach.
         max_lora_rank: the largest adapter rank ``lora`` sync accepts (colocate).
         enforce_eager: skip torch.compile (default on CPUs: start-up 9 s instead of 90 s here).
@@ -123,6 +124,7 @@ class VLLMGenerator:
         sync: str = "auto",
         dtype: str = "bfloat16",
         kv_cache_gb: float = 1.0,
+        gpu_memory_utilization: float = 0.3,
         max_model_len: int = 4096,
         max_lora_rank: int = 64,
         enforce_eager: bool | None = None,
@@ -149,6 +151,7 @@ class VLLMGenerator:
         self.llm: Any = None
         self.max_model_len = max_model_len
         if mode == "colocate":
+            self._gpu_memory_utilization = gpu_memory_utilization
             self._start_colocated(dtype, kv_cache_gb, max_model_len, max_lora_rank, enforce_eager, seed)
         else:
             self.served_model = self._served_model(model)
@@ -180,7 +183,7 @@ class VLLMGenerator:
             "logprobs_mode": "processed_logprobs",
         }
         if _on_gpu():
-            kwargs["gpu_memory_utilization"] = 0.3
+            kwargs["gpu_memory_utilization"] = self._gpu_memory_utilization
         else:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))
         if self.sync == "lora":
