@@ -1,4 +1,4 @@
-"""The ToolEnv contract (README, "The env contract") on the concrete envs: info fields, termination, truncation,
+"""The ToolEnv contract (README, "Environments") on the concrete envs: info fields, termination, truncation,
 malformed actions, typed errors."""
 
 from __future__ import annotations
