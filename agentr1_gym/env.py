@@ -78,6 +78,7 @@ def _own_keywords(init: Any) -> list[inspect.Parameter]:
     ]
 
 
+@functools.cache
 def _accepted(cls: type) -> list[inspect.Parameter]:
     """Every keyword a concrete env accepts: its own, its env base classes' and :class:`EnvSettings`'."""
     params: dict[str, inspect.Parameter] = {}

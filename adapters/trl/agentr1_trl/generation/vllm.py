@@ -195,7 +195,7 @@ class VLLMGenerator:
             raise ToolInfrastructureError(f"vLLM could not start on {self.model_path}: {first}") from exc
 
     def _served_model(self, model: str) -> str:
-        listed = self._get(self.server_urls[0], "/v1/models")["data"]
+        listed = self._request(self.server_urls[0], "/v1/models")["data"]
         if not listed:
             raise ToolInfrastructureError(f"{self.server_urls[0]} serves no model")
         chosen = next((m for m in listed if m["id"] == model), listed[0])
@@ -223,9 +223,6 @@ class VLLMGenerator:
             return json.loads(raw) if raw.strip() else None
         except ValueError:  # some routes answer in plain text ("Success: LoRA adapter ... added")
             return raw.decode(errors="replace")
-
-    def _get(self, url: str, path: str) -> Any:
-        return self._request(url, path)
 
     # ---- generation ---------------------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
