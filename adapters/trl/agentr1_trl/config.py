@@ -145,13 +145,13 @@ class AgentTrainerConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         self._map_trl_vllm()
+        import torch
+
         if self.bf16 is None and not self.fp16:
             # TRL defaults to bf16, which fails on machines without a bf16 GPU; use it only where it exists
-            import torch
-
             self.bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-            if not torch.cuda.is_available():
-                self.use_cpu = True
+        if not torch.cuda.is_available():
+            self.use_cpu = True  # bf16=True then means CPU autocast (fast on CPUs with AVX512-BF16/AMX)
         super().__post_init__()
         if self.kl_estimator not in {"k1", "k3", "low_var_kl"}:
             raise ConfigError(f"kl_estimator must be 'k1', 'k3' or 'low_var_kl', got {self.kl_estimator!r}")

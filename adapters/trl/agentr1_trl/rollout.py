@@ -47,6 +47,11 @@ class Trajectory:
     generated ``completion_ids[i]``; ``logprobs`` are the sampler's log-probs (0 where the mask is 0);
     ``turn_ends[t]`` is the completion index of the last generated token of turn ``t`` and ``rewards[t]`` the env's
     step reward for it (process rewards, plus the outcome on the last step).
+
+    When the chat template is not prefix-stable (``prefix_stable`` False), there is no single sequence the policy
+    saw: ``completion_ids`` is then the episode's *action timeline* (the turns' generated ids back to back, all
+    with ``action_mask`` 1, ``turn_ends`` indexing it) and ``turns`` holds the context each turn was generated
+    from; :meth:`samples` gives one training sample per turn.
     """
 
     prompt_ids: list[int]
@@ -302,6 +307,17 @@ def _end(ep: _Episode, *, terminated: bool = False, truncated_reason: str = "") 
     ep.traj.truncated_reason = "" if terminated else truncated_reason
 
 
+def _to_action_timeline(traj: Trajectory) -> None:
+    """Drop the observation tokens appended so far: a trajectory that is not prefix-stable keeps, as its
+    ``completion_ids``, only the turns' generated ids back to back (its action timeline)."""
+    keep = [i for i, m in enumerate(traj.action_mask) if m]
+    index = {old: new for new, old in enumerate(keep)}
+    traj.turn_ends = [index[e] for e in traj.turn_ends]
+    traj.completion_ids = [traj.completion_ids[i] for i in keep]
+    traj.logprobs = [traj.logprobs[i] for i in keep]
+    traj.action_mask = [1] * len(keep)
+
+
 def _append_observation(
     ep: _Episode,
     tokenizer: Any,
@@ -331,6 +347,8 @@ def _append_observation(
         traj.logprobs += [0.0] * len(obs_ids)
         ep.context_ids = traj.prompt_ids + traj.completion_ids
     else:
+        if traj.prefix_stable:
+            _to_action_timeline(traj)
         traj.prefix_stable = False  # re-render the context each turn; train on per-turn samples
         ep.context_ids = tokenizer.encode(nxt, add_special_tokens=False)
     ep.rendered = nxt

@@ -185,13 +185,6 @@ class AgentTrainer(TRLAgentTrainer):
         trajs = self._collect(seeds)
         if self.args.dynamic_sampling and self.model.training:
             trajs = self._dynamic_sampling(trajs)
-        if not all(t.prefix_stable for t in trajs):
-            raise ConfigError(
-                "the chat template is not prefix-stable across turns (it rewrites earlier turns, e.g. drops "
-                "<think> blocks), so one sequence per episode would be mis-masked. Use a template that keeps "
-                "history verbatim (TRL ships '*_training.jinja' variants), or train on Trajectory.samples() "
-                "(one sample per turn) in your own loop."
-            )
         self._log_episode_metrics(trajs)
         return trajs
 

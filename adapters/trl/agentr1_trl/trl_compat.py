@@ -7,6 +7,8 @@ behind :class:`TRLAgentTrainer`:
 * TRL's ``rollout_func`` hook runs our multi-turn rollouts. The task seed of each row travels *in the row's
   prompt* (:func:`seed_prompt`), and each episode's :class:`~agentr1_trl.rollout.Trajectory` travels back as an
   extra rollout field, which TRL merges into the batch's rows; nothing is staged on the trainer between calls.
+* An episode whose chat template is not prefix-stable becomes one row per turn after its advantages are
+  computed (:mod:`agentr1_trl.turns`), with the old and reference log-probs recomputed in each turn's context.
 * The action mask has one name, ``action_mask``, everywhere in this package; it becomes TRL's ``env_mask`` on the
   way in and TRL's ``tool_mask`` is renamed back on the way out, here and nowhere else.
 * TRL's private methods overridden here: ``_generate_and_score_completions`` (then :meth:`score_batch`, the
@@ -27,11 +29,13 @@ import torch
 import trl
 from datasets import Dataset
 from trl import GRPOTrainer
+from trl.trainer.utils import use_adapter
 
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.checkpoints import mark_complete, resolve_resume
 from agentr1_trl.rollout import Trajectory
 from agentr1_trl.signals import env_return
+from agentr1_trl.turns import CONTEXT_DEPENDENT, expand_turn_rows
 
 __all__ = [
     "TRL_TESTED",
@@ -225,7 +229,38 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         trajectories = [row.pop("trajectory") for row in inputs]
         output["action_mask"] = output.pop("tool_mask")
-        return self.score_batch(output, trajectories)
+        output = self.score_batch(output, trajectories)
+        if not all(t.prefix_stable for t in trajectories):
+            output = self._per_turn_rows(output, trajectories)
+        return output
+
+    def _per_turn_rows(self, batch: dict[str, Any], trajectories: list[Trajectory]) -> dict[str, Any]:
+        """Episodes whose chat template is not prefix-stable train as one row per turn (see
+        :mod:`agentr1_trl.turns`); the old policy's and the reference's log-probs are recomputed for those rows in
+        their own contexts, as TRL computed them for the others."""
+        tok = self.processing_class
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        multiple = self.args.steps_per_generation if self.model.training else 1
+        out, turn_rows = expand_turn_rows(batch, trajectories, pad_id=pad_id, multiple=multiple)
+        self.log_metric("signal/per_turn_rows", len(turn_rows) / max(len(out["completion_ids"]), 1))
+        needed = [key for key in CONTEXT_DEPENDENT if out.get(key) is not None]
+        if turn_rows and needed:
+            idx = torch.tensor(turn_rows, device=out["completion_ids"].device)
+            input_ids = torch.cat([out["prompt_ids"][idx], out["completion_ids"][idx]], dim=1)
+            attention = torch.cat([out["prompt_mask"][idx], out["completion_mask"][idx]], dim=1)
+            width = out["completion_ids"].size(1)
+            with torch.no_grad():
+                if "old_per_token_logps" in needed:
+                    out["old_per_token_logps"][idx] = self.token_logps(self.model, input_ids, attention, width)
+                if "ref_per_token_logps" in needed:
+                    if self.ref_model is not None:
+                        ref = self.token_logps(self.ref_model, input_ids, attention, width)
+                    else:  # as TRL does for a LoRA policy: the adapter disabled (or the "ref" adapter)
+                        model = self.accelerator.unwrap_model(self.model)
+                        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+                            ref = self.token_logps(self.model, input_ids, attention, width)
+                    out["ref_per_token_logps"][idx] = ref
+        return out
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         return self.loss(model, inputs)

@@ -28,6 +28,7 @@ from agentr1_trl.losses import aggregate, clipped_value_loss
 from agentr1_trl.ppo.config import AgentPPOConfig
 from agentr1_trl.rollout import Trajectory
 from agentr1_trl.trainer import AgentTrainer, advantage_mask, token_reward_matrix
+from agentr1_trl.turns import turn_spans
 
 __all__ = ["VALUE_HEAD_FILE", "AgentPPOTrainer"]
 
@@ -92,6 +93,8 @@ class AgentPPOTrainer(AgentTrainer):
         with torch.no_grad():
             _, values = self._logps_and_values(self.model, input_ids, attention, n)
         rewards = token_reward_matrix(trajectories, n, args.reward_signal).to(values)
+        if not all(t.prefix_stable for t in trajectories):
+            values = self._turn_values(values, trajectories)
         values = values * mask
         adv, returns = gae_advantages(rewards, values, mask, gamma=args.gamma, lam=args.lam)
         if args.whiten_advantages:
@@ -100,6 +103,32 @@ class AgentPPOTrainer(AgentTrainer):
         self.log_metric("value/mean", masked_mean(values, mask).item())
         self.log_metric("value/return_mean", masked_mean(returns, mask).item())
         return batch
+
+    @torch.no_grad()
+    def _turn_values(self, values: torch.Tensor, trajectories: list[Trajectory]) -> torch.Tensor:
+        """Values of a non-prefix-stable episode's action timeline, each turn's computed in its own context (the
+        rows it trains as, see :mod:`agentr1_trl.turns`), so that GAE bootstraps across turns exactly."""
+        values = values.clone()
+        where, seqs, gens = [], [], []
+        for i, traj in enumerate(trajectories):
+            if traj.prefix_stable:
+                continue
+            for (context, gen, _), (start, end) in zip(traj.turns, turn_spans(traj)):
+                where.append((i, start, end))
+                seqs.append(list(context) + list(gen))
+                gens.append(len(gen))
+        width, n = max(len(q) for q in seqs), max(gens)
+        pad = self.processing_class.pad_token_id or 0
+        device = values.device
+        ids = torch.full((len(seqs), width), pad, dtype=torch.long, device=device)
+        attention = torch.zeros((len(seqs), width), dtype=torch.long, device=device)
+        for r, q in enumerate(seqs):  # left-padded: every turn's generation ends in the last column
+            ids[r, width - len(q) :] = torch.tensor(q, device=device)
+            attention[r, width - len(q) :] = 1
+        _, turn_values = self._logps_and_values(self.model, ids, attention, n)
+        for r, (i, start, end) in enumerate(where):
+            values[i, start:end] = turn_values[r, n - (end - start) :]
+        return values
 
     # ---- loss ---------------------------------------------------------------------------------------------
     def loss(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:
