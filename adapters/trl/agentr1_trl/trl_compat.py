@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import warnings
 from typing import Any
 
@@ -215,7 +216,9 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
 
     # ---- TRL hooks -------------------------------------------------------------------------------------
     def _trl_rollout(self, prompts: list, trainer: Any) -> dict[str, list]:
+        start = time.perf_counter()
         trajs = self.rollout([seed_of_prompt(p) for p in prompts])
+        self._rollout_s = time.perf_counter() - start
         return {
             "prompt_ids": [t.prompt_ids for t in trajs],
             "completion_ids": [t.completion_ids for t in trajs],
@@ -226,6 +229,28 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         }
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        start = time.perf_counter()
+        self._rollout_s = 0.0
+        output = self._score(inputs)
+        self._generation_s = time.perf_counter() - start
+        self.log_metric("time/rollout_s", self._rollout_s)  # generation + env steps (+ dynamic sampling)
+        # TRL's old/reference log-probs, the advantages, per-turn rows
+        self.log_metric("time/score_s", self._generation_s - self._rollout_s)
+        return output
+
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
+        """TRL's step, timed: ``time/update_s`` is the forward and backward passes of an optimizer step (summed
+        over its micro-batches), without the rollout and scoring that TRL runs inside the first one."""
+        self._generation_s = 0.0
+        start = time.perf_counter()
+        out = super().training_step(model, inputs, num_items_in_batch)
+        self._update_s = getattr(self, "_update_s", 0.0) + time.perf_counter() - start - self._generation_s
+        if self._step % self.current_gradient_accumulation_steps == 0:
+            self.log_metric("time/update_s", self._update_s)
+            self._update_s = 0.0
+        return out
+
+    def _score(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
         trajectories = [row.pop("trajectory") for row in inputs]
         output["action_mask"] = output.pop("tool_mask")
@@ -263,6 +288,12 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         return out
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        if self.model.training:  # what the forward pass costs: tokens in the micro-batch, and how many are padding
+            width = inputs["prompt_ids"].size(1) + inputs["completion_ids"].size(1)
+            padded = inputs["prompt_ids"].size(0) * width
+            real = float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
+            self.log_metric("update/tokens", real)
+            self.log_metric("update/padding_fraction", 1.0 - real / max(padded, 1))
         return self.loss(model, inputs)
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
