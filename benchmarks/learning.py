@@ -10,10 +10,14 @@ train split, evaluate on the dev split: disjoint questions). Every run starts fr
 1. ``prepare``: greedy evaluation of the plain instruct model on ``--eval-episodes`` held-out seeds (100000+), a
    short supervised warm start on ``--sft-episodes`` oracle transcripts (seeds 200000+, masked NLL on the
    assistant's tokens), and the same evaluation after it. The warm-started adapter is saved and shared.
-2. ``train ALGO``: ``grpo``, ``ppo`` or ``grpo-nomask`` (GRPO with the loss on tool-response tokens too) from
-   the warm-started adapter for ``--minutes`` of wall-clock time (training seeds 0+), then the same evaluation;
-   for PPO also value-guided decoding (``--vg-n`` candidates per turn) against plain sampling on the first
-   ``--vg-episodes`` held-out seeds, same checkpoint. Per-step wall time is split into generation, env, update.
+2. ``train ALGO``: ``grpo``, ``ppo``, ``grpo-nomask`` (GRPO with the loss on tool-response tokens too: the
+   paper's action-mask ablation), ``ppo-noadvmask`` (PPO with GAE over every completion token: the paper's
+   advantage-mask ablation) or ``grpo-ds`` (GRPO with dynamic sampling on the outcome) from the warm-started
+   adapter for ``--minutes`` of wall-clock time (training seeds 0+), then the same evaluation; for PPO also
+   value-guided decoding (``--vg-n`` candidates per turn) against plain sampling on the first ``--vg-episodes``
+   held-out seeds, same checkpoint. Per-step wall time is split into generation, env, scoring and update (the
+   trainer's own ``time/*`` metrics). Rollouts and evaluations run on vLLM (``--backend``), the update without
+   gradient checkpointing and with each shared prompt run once (the CLI's settings).
 3. ``report``: merges the JSON files, writes ``--json`` and the reward curves (``--plot``).
 
 Without a subcommand everything runs in sequence. Separate processes (``--threads 1`` each) let two runs share a
@@ -43,7 +47,8 @@ TASKS: dict[str, dict[str, Any]] = {
         "eval_kwargs": {"split": "dev", "max_turns": 4},
     },
 }
-ALGOS = ("grpo", "ppo", "grpo-nomask")
+#: the runs: the two algorithms, the paper's two ablations, and GRPO with dynamic sampling on the outcome
+ALGOS = ("grpo", "ppo", "grpo-nomask", "ppo-noadvmask", "grpo-ds")
 EVAL_SEED, SFT_SEED = 100_000, 200_000
 
 
@@ -106,6 +111,8 @@ def _evaluate(args: argparse.Namespace, model: Any, tok: Any, **kw: Any) -> dict
     env_id, _, eval_kwargs = task_spec(args)
     t = time.perf_counter()
     kw.setdefault("episodes", args.eval_episodes)
+    if kw.get("generator") is not None:
+        kw.setdefault("batch_size", 64)
     out = evaluate_model(
         env_id,
         model,
@@ -117,8 +124,33 @@ def _evaluate(args: argparse.Namespace, model: Any, tok: Any, **kw: Any) -> dict
         **kw,
     )
     out["seconds"] = round(time.perf_counter() - t, 1)
-    print(f"[{args.task}] eval {kw}: {out}", file=sys.stderr, flush=True)
+    shown = {k: v for k, v in kw.items() if k not in ("generator", "value_head")}
+    print(f"[{args.task}] eval {shown}: {out}", file=sys.stderr, flush=True)
     return out
+
+
+def _backend(args: argparse.Namespace) -> str:
+    if args.backend != "auto":
+        return args.backend
+    from agentr1_trl.generation.vllm import vllm_available
+
+    return "vllm" if vllm_available() and not args.smoke else "hf"
+
+
+def _engine(args: argparse.Namespace, model: Any, tok: Any) -> Any:
+    """A vLLM engine for the evaluations (None: HF generate)."""
+    if _backend(args) != "vllm":
+        return None
+    from agentr1_trl.generation.vllm import VLLMGenerator
+    from agentr1_trl.models import model_directory
+
+    return VLLMGenerator(model_directory(model), tok, sync="merged", max_model_len=2048 + args.max_new_tokens)
+
+
+def _synced(engine: Any, model: Any) -> Any:
+    if engine is not None:
+        engine.sync_weights(model)
+    return engine
 
 
 def _dir(args: argparse.Namespace) -> Path:
@@ -136,11 +168,12 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         r=args.lora_r, lora_alpha=2 * args.lora_r, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
     )
     model = get_peft_model(model, lora)
+    engine = _engine(args, model, tok)
     out: dict[str, Any] = {
         "task": args.task,
         "env": env_id,
         "settings": _settings(args),
-        "plain": _evaluate(args, model, tok, episodes=args.plain_episodes),
+        "plain": _evaluate(args, model, tok, episodes=args.plain_episodes, generator=_synced(engine, model)),
     }
     t = time.perf_counter()
     samples = oracle_samples(
@@ -160,7 +193,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         ),
         "seconds": round(time.perf_counter() - t, 1),
     }
-    out["after_sft"] = _evaluate(args, model, tok)
+    out["after_sft"] = _evaluate(args, model, tok, generator=_synced(engine, model))
     model.save_pretrained(_dir(args) / "sft")
     (_dir(args) / "start.json").write_text(json.dumps(out, indent=2))
     return out
@@ -200,17 +233,22 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         max_new_tokens_per_turn=args.max_new_tokens,
         max_episode_tokens=2048,
         use_cpu=True,
-        bf16=False,
+        bf16=args.bf16,
         seed=args.seed,
         temperature=args.temperature,
         action_mask=algo != "grpo-nomask",
+        advantage_mask=algo != "ppo-noadvmask",
+        dynamic_sampling=algo == "grpo-ds",
+        gradient_checkpointing=args.gradient_checkpointing,
+        share_prompt_prefix=not args.no_share_prompt,
+        generation_backend=_backend(args),
         disable_tqdm=not args.progress,
     )
-    generator = _TimedGenerator(HFGenerator(model, tok))
+    generator = _TimedGenerator(HFGenerator(model, tok)) if _backend(args) == "hf" else None
     _Timed.spent["env"] = 0.0
     factory = lambda: _Timed(agentr1_gym.make(env_id, **train_kwargs))  # noqa: E731
     kwargs = dict(env_factory=factory, generator=generator, callbacks=[Budget()])
-    if algo == "ppo":
+    if algo.startswith("ppo"):
         from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
 
         config = AgentPPOConfig(**common, critic_warmup_steps=args.critic_warmup)
@@ -224,27 +262,46 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     wall = time.perf_counter() - t
     trainer.save_model(str(out_dir))  # the adapter (+ value_head.pt for PPO)
     steps = max(trainer.state.global_step, 1)
+    logs = [h for h in trainer.state.log_history if "time/update_s" in h]
+
+    def per_step(key: str) -> float:
+        return sum(h.get(key, 0.0) for h in logs) / steps
+
+    env_s = _Timed.spent["env"] / steps
     out: dict[str, Any] = {"algo": algo, "task": args.task, "env": env_id, "settings": _settings(args)}
     out["train"] = {
         "steps": trainer.state.global_step,
         "episodes": trainer.state.global_step * args.generations * args.groups,
         "wall_s": round(wall, 1),
+        "steps_per_minute": round(60 * trainer.state.global_step / wall, 2),
         "per_step_s": {
             "total": round(wall / steps, 2),
-            "generation": round(generator.spent / steps, 2),
-            "env": round(_Timed.spent["env"] / steps, 3),
-            "update": round((wall - generator.spent - _Timed.spent["env"]) / steps, 2),
+            "generation": round(per_step("time/rollout_s") - env_s, 2),
+            "env": round(env_s, 3),
+            "score": round(per_step("time/score_s"), 2),
+            "update": round(per_step("time/update_s"), 2),
         },
         "curve": [
-            {k: h.get(k) for k in ("step", "reward", "env/success", "env/format_ok")}
+            {
+                k: h.get(k)
+                for k in (
+                    "step",
+                    "reward",
+                    "env/success",
+                    "env/format_ok",
+                    "signal/outcome_varied_groups",
+                    "signal/outcome_share",
+                )
+            }
             for h in trainer.state.log_history
             if "reward" in h
         ],
     }
     policy = trainer.accelerator.unwrap_model(trainer.model)
     policy.eval()
-    out["after"] = _evaluate(args, policy, tok)
-    if algo == "ppo" and args.vg_episodes:
+    engine = trainer.rollout_generator() if generator is None else None  # the run's vLLM engine, synced
+    out["after"] = _evaluate(args, policy, tok, generator=engine)
+    if algo == "ppo" and args.vg_episodes:  # HF generate: value guidance scores candidates with the policy
         n = args.vg_episodes
         # both sample like the rollouts did; value guidance keeps 1 of vg_n samples per turn
         t = args.temperature
@@ -305,26 +362,47 @@ def markdown(result: dict) -> str:
         lines += [
             f"{start['env']}:",
             "",
-            "| policy | episodes | success | EM | F1 | format-valid | mean return |",
-            "|---|---|---|---|---|---|---|",
+            "| policy | episodes | success [95% CI] | z vs start | EM | F1 | format-valid | mean return |",
+            "|---|---|---|---|---|---|---|---|",
         ]
-        lines += [
-            f"| {name} | {m['episodes']} | {m['success']:.3f} | {m['em']:.3f} | {m['f1']:.3f} | "
-            f"{m['format_ok']:.3f} | {m['return']:.3f} |"
-            for name, m in rows
-        ]
+        base = start["after_sft"]
+        for name, m in rows:
+            lo, hi = wilson(m["success"], m["episodes"])
+            z = "–" if m is base or m is start["plain"] else f"{two_proportion_z(m, base):+.1f}"
+            lines.append(
+                f"| {name} | {m['episodes']} | {m['success']:.3f} [{lo:.3f}, {hi:.3f}] | {z} | {m['em']:.3f} | "
+                f"{m['f1']:.3f} | {m['format_ok']:.3f} | {m['return']:.3f} |"
+            )
         lines += [
             "",
-            "| run | steps | episodes | s/step | generation | env | update |",
-            "|---|---|---|---|---|---|---|",
+            "| run | steps | steps/min | episodes | s/step | generation | env | score | update |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for name, r in entry["runs"].items():
             t, p = r["train"], r["train"]["per_step_s"]
             lines.append(
-                f"| {name} | {t['steps']} | {t['episodes']} | {p['total']} | {p['generation']} | {p['env']} | {p['update']} |"
+                f"| {name} | {t['steps']} | {t.get('steps_per_minute', '–')} | {t['episodes']} | {p['total']} | "
+                f"{p['generation']} | {p['env']} | {p.get('score', '–')} | {p['update']} |"
             )
         lines.append("")
     return "\n".join(lines)
+
+
+def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a success rate ``p`` over ``n`` episodes."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def two_proportion_z(a: dict, b: dict) -> float:
+    """The two-proportion z statistic of success ``a`` against ``b`` (pooled variance)."""
+    na, nb = a["episodes"], b["episodes"]
+    pool = (a["success"] * na + b["success"] * nb) / (na + nb)
+    se = (pool * (1 - pool) * (1 / na + 1 / nb)) ** 0.5
+    return (a["success"] - b["success"]) / se if se > 0 else 0.0
 
 
 def plot(result: dict, path: str) -> None:
@@ -376,6 +454,15 @@ def main() -> None:
         help="rollout sampling temperature (at 1.0 the warm-started 135M model breaks the format in most turns)",
     )
     parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "hf", "vllm"],
+        help="rollouts and evaluations (auto: vllm)",
+    )
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast in the update")
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="(off: the CLI's setting)")
+    parser.add_argument("--no-share-prompt", action="store_true", help="full forward over every row's prompt")
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--critic-warmup", type=int, default=2, help="PPO: value-head-only steps first")
     parser.add_argument("--eval-episodes", type=int, default=200)
@@ -413,7 +500,7 @@ def main() -> None:
         prepare(args)
     elif args.cmd == "train":
         if args.algo is None:
-            parser.error("train needs an algorithm: grpo, ppo or grpo-nomask")
+            parser.error(f"train needs an algorithm: one of {', '.join(ALGOS)}")
         train(args.algo, args)
     elif args.cmd == "report":
         report(args)

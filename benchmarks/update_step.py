@@ -8,9 +8,15 @@ trains on the same tokens and a step's time is the update (the scripted rollout 
 runs in its own process (its own peak memory); the first step is warm-up and not timed. Variants:
 
 * ``trl-default``: TRL's GRPOConfig default, gradient checkpointing on (every forward is recomputed in backward);
-* ``no-checkpointing``: gradient checkpointing off (same arithmetic, more activation memory);
-* ``no-checkpointing+bf16``: also bf16 autocast on the CPU (AVX512-BF16 here; not the same arithmetic);
-* ``bf16``: bf16 autocast with gradient checkpointing on.
+* ``no-checkpointing``: gradient checkpointing off (same arithmetic, more activation memory), full forward;
+* ``shared-prompt``: checkpointing off and each distinct prompt run once (``share_prompt_prefix``, the CLI's
+  default): a GRPO group's 4 episodes share their prompt;
+* ``bf16``, ``shared-prompt+bf16``: the same with bf16 autocast on the CPU (not the same arithmetic; whether it is
+  faster depends on the CPU's bf16 matmul speed, printed in the JSON as ``matmul_gflops``).
+
+Each run reports the step split: ``forward`` (the loss's forward pass), ``backward``, ``optimizer`` (the
+optimizer step and zeroing), the micro-batch's tokens and padding fraction, and ``score`` (what TRL computes
+between rollout and loss: old/reference log-probs, none with these settings).
 """
 
 from __future__ import annotations
@@ -22,12 +28,14 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
 
 VARIANTS = {
-    "trl-default": {"gradient_checkpointing": True, "bf16": False},
-    "no-checkpointing": {"gradient_checkpointing": False, "bf16": False},
-    "no-checkpointing+bf16": {"gradient_checkpointing": False, "bf16": True},
-    "bf16": {"gradient_checkpointing": True, "bf16": True},
+    "trl-default": {"gradient_checkpointing": True, "bf16": False, "share_prompt_prefix": False},
+    "no-checkpointing": {"gradient_checkpointing": False, "bf16": False, "share_prompt_prefix": False},
+    "shared-prompt": {"gradient_checkpointing": False, "bf16": False, "share_prompt_prefix": True},
+    "bf16": {"gradient_checkpointing": True, "bf16": True, "share_prompt_prefix": False},
+    "shared-prompt+bf16": {"gradient_checkpointing": False, "bf16": True, "share_prompt_prefix": True},
 }
 TURN = '<tool_call>{"name": "search", "arguments": {"query": "who founded the record label of the band"}}</tool_call>'
 
@@ -45,6 +53,7 @@ def worker(variant: str, steps: int, threads: int) -> dict:
     from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
     from agentr1_trl.models import load_default_policy
     from peft import LoraConfig
+    from transformers import TrainerCallback
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -70,6 +79,15 @@ def worker(variant: str, steps: int, threads: int) -> dict:
         max_episode_tokens=1536,
         **VARIANTS[variant],
     )
+    phases: dict[str, list[float]] = {"forward": [], "optimizer": []}
+
+    class OptimizerTimer(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, **kw):
+            self.t = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            phases["optimizer"].append(time.perf_counter() - self.t)
+
     trainer = AgentGRPOTrainer(
         model,
         args,
@@ -78,21 +96,61 @@ def worker(variant: str, steps: int, threads: int) -> dict:
             r=16, lora_alpha=32, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
         ),
         generator=ScriptedGenerator(tok, _script),
-        callbacks=[step_timer(times)],
+        callbacks=[step_timer(times), OptimizerTimer()],
     )
+    loss = trainer.loss
+
+    def timed_loss(model, batch):
+        t = time.perf_counter()
+        out = loss(model, batch)
+        phases["forward"].append(time.perf_counter() - t)
+        return out
+
+    trainer.loss = timed_loss
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
+
+    def mean(xs):
+        xs = xs[1:]  # the first step is warm-up
+        return sum(xs) / len(xs)
+
+    update = mean([h["time/update_s"] for h in logs])
+    forward = mean(phases["forward"])
     return {
         "variant": variant,
         **VARIANTS[variant],
-        "sec_per_step": sum(times[1:]) / len(times[1:]),
+        "sec_per_step": mean(times),
         "step_times": times,
-        "tokens_per_step": sum(h["num_tokens"] for h in logs[-1:])
-        if logs and "num_tokens" in logs[-1]
-        else None,
+        "split_s": {
+            "forward": forward,
+            "backward": update - forward,
+            "optimizer": mean(phases["optimizer"]),
+            "score": mean([h["time/score_s"] for h in logs]),
+            "rollout (scripted)": mean([h["time/rollout_s"] for h in logs]),
+        },
+        "micro_batch_tokens": logs[-1]["update/tokens"],
+        "padding_fraction": logs[-1]["update/padding_fraction"],
         "loss_first_step": logs[0]["loss"] if logs else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+
+
+def matmul_gflops(threads: int) -> dict[str, float]:
+    """This CPU's 2048x2048 matmul rate, fp32 and bf16 (what the update's FLOP rate compares against)."""
+    import time
+
+    import torch
+
+    torch.set_num_threads(threads)
+    out = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a, b = torch.randn(2048, 2048, dtype=dtype), torch.randn(2048, 2048, dtype=dtype)
+        a @ b
+        t = time.perf_counter()
+        for _ in range(5):
+            a @ b
+        out[str(dtype).replace("torch.", "")] = round(5 * 2 * 2048**3 / (time.perf_counter() - t) / 1e9, 1)
+    return out
 
 
 def main() -> None:
@@ -136,7 +194,16 @@ def main() -> None:
     for r in runs.values():
         if base and "sec_per_step" in r:
             r["speedup_vs_trl_default"] = round(base / r["sec_per_step"], 2)
-    emit({"benchmark": "update_step", "machine": machine_info("agentr1-gym"), "runs": runs}, args.json)
+    emit(
+        {
+            "benchmark": "update_step",
+            "machine": machine_info("agentr1-gym"),
+            "matmul_gflops": matmul_gflops(args.threads),
+            "threads": args.threads,
+            "runs": runs,
+        },
+        args.json,
+    )
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.rollout": 22,
     "agentr1_trl.advantages": 22,
     "agentr1_trl.turns": 23,
+    "agentr1_trl.forward": 22,
     "agentr1_trl.checkpoints": 22,
     "agentr1_trl.losses": 23,
     "agentr1_trl.signals": 23,

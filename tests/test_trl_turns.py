@@ -85,10 +85,14 @@ def _batch(trajs, pad_id, advantages):
 def test_expand_turn_rows_cuts_each_episode_into_its_turns(tok):
     envs = [gym.make(ENV, max_turns=3) for _ in range(2)]
     (unstable,) = collect_rollouts(envs[:1], ScriptedGenerator(tok, _script(tok)), tok, seeds=[3])
-    (stable,) = collect_rollouts(envs[1:], ScriptedGenerator(tiny_tokenizer(), _script(tok)), tiny_tokenizer(), seeds=[3])
+    (stable,) = collect_rollouts(
+        envs[1:], ScriptedGenerator(tiny_tokenizer(), _script(tok)), tiny_tokenizer(), seeds=[3]
+    )
     assert not unstable.prefix_stable and unstable.num_turns == 3 and stable.prefix_stable
     # the action timeline: only generated ids, turn ends indexing it
-    assert all(unstable.action_mask) and len(unstable.completion_ids) == sum(len(g) for _, g, _ in unstable.turns)
+    assert all(unstable.action_mask) and len(unstable.completion_ids) == sum(
+        len(g) for _, g, _ in unstable.turns
+    )
     assert [e + 1 for e in unstable.turn_ends] == [end for _, end in turn_spans(unstable)]
     pad = tok.pad_token_id
     batch = _batch([stable, unstable], pad, [0.5, -1.5])

@@ -23,6 +23,9 @@ __all__ = ["cmd_train", "plot_reward_curve", "register"]
 DEFAULTS: dict[str, Any] = {
     "per_device_train_batch_size": 8,  # two task seeds x four episodes per optimizer step
     "num_generations": 4,
+    # a 135M model's activations fit in memory without checkpointing, and without it the forward pass runs each
+    # group's shared prompt once (share_prompt_prefix; benchmarks/update_step.py)
+    "gradient_checkpointing": False,
     "learning_rate": 1e-4,
     "beta": 0.0,
     "max_new_tokens_per_turn": 48,

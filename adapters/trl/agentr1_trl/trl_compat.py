@@ -34,6 +34,7 @@ from trl.trainer.utils import use_adapter
 
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.checkpoints import mark_complete, resolve_resume
+from agentr1_trl.forward import completion_logps
 from agentr1_trl.rollout import Trajectory
 from agentr1_trl.signals import env_return
 from agentr1_trl.turns import CONTEXT_DEPENDENT, expand_turn_rows
@@ -206,10 +207,60 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         self._metrics[self.mode][key].append(float(value))
 
     def token_logps(
-        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        n: int,
+        needed: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Log-probs (at the sampling temperature) of the last ``n`` tokens of each row."""
+        """Log-probs (at the sampling temperature) of the last ``n`` tokens of each row (each shared prompt run
+        once where :meth:`shares_prompts` allows, see :mod:`agentr1_trl.forward`; then only the ``needed``
+        positions of the completion are scored, the others are 0)."""
+        shared = self.shared_prompt_forward(model, input_ids, attention_mask, n, needed=needed)
+        if shared is not None:
+            return shared[0]
         return self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, n)[0]
+
+    def shares_prompts(self, model: Any) -> bool:
+        """Whether the forward pass may run each shared prompt once: ``share_prompt_prefix`` on, no gradient
+        checkpointing (it turns the KV cache off), one process (DDP wants one forward per backward)."""
+        unwrapped = self.accelerator.unwrap_model(model)
+        return (
+            bool(getattr(self.args, "share_prompt_prefix", False))
+            and not getattr(unwrapped, "is_gradient_checkpointing", False)
+            and self.accelerator.num_processes == 1
+        )
+
+    def shared_prompt_forward(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        n: int,
+        hidden: bool = False,
+        needed: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """:func:`~agentr1_trl.forward.completion_logps` on a row batch whose last ``n`` tokens are the
+        completions; None where it does not apply (the caller runs the full forward)."""
+        if not self.shares_prompts(model) or n >= input_ids.size(1):
+            return None
+        with self.accelerator.autocast():
+            return self._completion_logps(model, input_ids, attention_mask, n, hidden, needed)
+
+    def _completion_logps(
+        self, model: Any, input_ids: Any, attention_mask: Any, n: int, hidden: bool, needed: Any
+    ) -> Any:
+        return completion_logps(
+            model,
+            input_ids[:, :-n],
+            attention_mask[:, :-n],
+            input_ids[:, -n:],
+            attention_mask[:, -n:],
+            temperature=self.temperature,
+            hidden=hidden,
+            needed=needed,
+        )
 
     def scale_for_accumulation(self, loss: torch.Tensor) -> torch.Tensor:
         return loss / self.current_gradient_accumulation_steps if self.mode == "train" else loss
@@ -276,7 +327,9 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
             width = out["completion_ids"].size(1)
             with torch.no_grad():
                 if "old_per_token_logps" in needed:
-                    out["old_per_token_logps"][idx] = self.token_logps(self.model, input_ids, attention, width)
+                    out["old_per_token_logps"][idx] = self.token_logps(
+                        self.model, input_ids, attention, width
+                    )
                 if "ref_per_token_logps" in needed:
                     if self.ref_model is not None:
                         ref = self.token_logps(self.ref_model, input_ids, attention, width)
@@ -288,7 +341,9 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         return out
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        if self.model.training:  # what the forward pass costs: tokens in the micro-batch, and how many are padding
+        if (
+            self.model.training
+        ):  # what the forward pass costs: tokens in the micro-batch, and how many are padding
             width = inputs["prompt_ids"].size(1) + inputs["completion_ids"].size(1)
             padded = inputs["prompt_ids"].size(0) * width
             real = float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())

@@ -71,6 +71,6 @@ class AgentGRPOTrainer(AgentTrainer):
         input_ids = torch.cat([batch["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         mask = advantage_mask(batch, True)  # the loss mask: action tokens
-        logps = self.token_logps(model, input_ids, attention_mask, completion_ids.size(1))
+        logps = self.token_logps(model, input_ids, attention_mask, completion_ids.size(1), needed=mask)
         terms = self.policy_terms(logps, mask, batch)
         return self.scale_for_accumulation(aggregate(terms.per_token, mask, self.loss_type, denominators))

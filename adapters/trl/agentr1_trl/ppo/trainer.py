@@ -61,9 +61,20 @@ class AgentPPOTrainer(AgentTrainer):
 
     # ---- forward with values ------------------------------------------------------------------------------
     def _logps_and_values(
-        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        n: int,
+        needed: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs of the last ``n`` tokens and the value of the state before each of them."""
+        """Log-probs of the last ``n`` tokens and the value of the state before each of them (with a shared
+        prompt forward, log-probs only where ``needed``)."""
+        shared = self.shared_prompt_forward(model, input_ids, attention_mask, n, hidden=True, needed=needed)
+        if shared is not None:
+            logps, states = shared
+            values = self.value_head(states.to(self.value_head.weight.dtype)).squeeze(-1).float()
+            return logps, values
         with self.accelerator.autocast():
             # logits only where they are used (the vocabulary projection of prompt positions is wasted work)
             out = model(
@@ -90,8 +101,8 @@ class AgentPPOTrainer(AgentTrainer):
         args: AgentPPOConfig = self.args
         mask = advantage_mask(batch, args.advantage_mask)  # GAE's timeline: action tokens, or all (ablation)
         input_ids, attention, n = self._inputs(batch)
-        with torch.no_grad():
-            _, values = self._logps_and_values(self.model, input_ids, attention, n)
+        with torch.no_grad():  # values only: no token needs a log-prob
+            _, values = self._logps_and_values(self.model, input_ids, attention, n, torch.zeros_like(mask))
         rewards = token_reward_matrix(trajectories, n, args.reward_signal).to(values)
         if not all(t.prefix_stable for t in trajectories):
             values = self._turn_values(values, trajectories)
@@ -125,7 +136,7 @@ class AgentPPOTrainer(AgentTrainer):
         for r, q in enumerate(seqs):  # left-padded: every turn's generation ends in the last column
             ids[r, width - len(q) :] = torch.tensor(q, device=device)
             attention[r, width - len(q) :] = 1
-        _, turn_values = self._logps_and_values(self.model, ids, attention, n)
+        _, turn_values = self._logps_and_values(self.model, ids, attention, n, torch.zeros_like(ids[:, -n:]))
         for r, (i, start, end) in enumerate(where):
             values[i, start:end] = turn_values[r, n - (end - start) :]
         return values
@@ -135,7 +146,7 @@ class AgentPPOTrainer(AgentTrainer):
         args: AgentPPOConfig = self.args
         mask = advantage_mask(batch, True)  # the loss mask: action tokens
         input_ids, attention, n = self._inputs(batch)
-        logps, values = self._logps_and_values(model, input_ids, attention, n)
+        logps, values = self._logps_and_values(model, input_ids, attention, n, needed=mask)
         terms = self.policy_terms(logps, mask, batch)
         returns = batch["returns"]
         value = clipped_value_loss(values, batch["old_values"], returns, args.cliprange_value) * mask

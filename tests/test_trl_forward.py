@@ -1,0 +1,121 @@
+"""The shared-prompt forward pass: each distinct prompt runs once, with the same log-probs and gradients as the
+full forward pass TRL runs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("trl")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import torch
+from agentr1_trl import ScriptedGenerator
+from agentr1_trl.forward import completion_logps, prompt_groups
+from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
+from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
+from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer
+from peft import LoraConfig
+
+
+def _batch(tok, seed=0):
+    """6 rows, 2 distinct left-padded prompts (3 rows each, interleaved), right-padded completions."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(10, 200, (n,), generator=g).tolist() for n in (9, 14)]
+    rows = [0, 1, 0, 1, 1, 0]
+    lengths = [5, 7, 3, 7, 1, 6]
+    pad = tok.pad_token_id
+    wp, wc = 14, 7
+    pid = torch.full((6, wp), pad)
+    pm = torch.zeros((6, wp), dtype=torch.long)
+    cid = torch.full((6, wc), pad)
+    cm = torch.zeros((6, wc), dtype=torch.long)
+    for r, (p, n) in enumerate(zip(rows, lengths)):
+        pid[r, wp - len(prompts[p]) :] = torch.tensor(prompts[p])
+        pm[r, wp - len(prompts[p]) :] = 1
+        cid[r, :n] = torch.randint(10, 200, (n,), generator=g)
+        cm[r, :n] = 1
+    return pid, pm, cid, cm
+
+
+def test_prompt_groups_finds_the_distinct_prompts():
+    pid, pm, _, _ = _batch(tiny_tokenizer())
+    first, inverse = prompt_groups(pid, pm)
+    assert inverse.tolist() in ([0, 1, 0, 1, 1, 0], [1, 0, 1, 0, 0, 1])
+    assert sorted(first.tolist()) == [0, 1]
+    assert torch.equal(pid[first][inverse], pid)
+
+
+def _trainer(cls, config_cls, tmp_path, **kw):
+    tok = tiny_tokenizer()
+    args = config_cls(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, max_steps=1,
+        report_to="none", save_strategy="no", use_cpu=True, bf16=False, gradient_checkpointing=False,
+        temperature=0.7, max_new_tokens_per_turn=16, max_episode_tokens=1536, **kw,
+    )  # fmt: skip
+    return cls(
+        tiny_model(tok, seed=0),
+        args,
+        tok,
+        peft_config=LoraConfig(
+            r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+        ),
+        generator=ScriptedGenerator(tok, alternating_script),
+    )
+
+
+def _grads(model):
+    return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_shared_prompt_forward_equals_the_full_forward(tmp_path, algo):
+    if algo == "grpo":
+        trainer = _trainer(AgentGRPOTrainer, AgentGRPOConfig, tmp_path)
+    else:
+        trainer = _trainer(AgentPPOTrainer, AgentPPOConfig, tmp_path)
+        torch.nn.init.normal_(trainer.value_head.weight, std=0.5)
+    model = trainer.model
+    model.train()
+    assert trainer.shares_prompts(model)
+    pid, pm, cid, cm = _batch(trainer.processing_class)
+    ids, attn, n = torch.cat([pid, cid], 1), torch.cat([pm, cm], 1), cid.size(1)
+    mask = cm.bool()
+
+    def run(shared):
+        trainer.args.share_prompt_prefix = shared
+        model.zero_grad()
+        if algo == "grpo":
+            logps = trainer.token_logps(model, ids, attn, n)
+            values = torch.zeros_like(logps)
+        else:
+            logps, values = trainer._logps_and_values(model, ids, attn, n)
+        ((logps * mask).sum() + (values * mask).sum()).backward()
+        return logps.detach(), values.detach(), _grads(model)
+
+    full_logps, full_values, full_grads = run(False)
+    shared_logps, shared_values, shared_grads = run(True)
+    assert torch.allclose(shared_logps[mask], full_logps[mask], atol=1e-5)
+    assert torch.allclose(shared_values[mask], full_values[mask], atol=1e-5)
+    assert full_grads.keys() == shared_grads.keys() and any("lora_" in k for k in full_grads)
+    for k in full_grads:
+        assert torch.allclose(shared_grads[k], full_grads[k], atol=1e-5, rtol=1e-4), k
+    # only the needed positions are scored (the loss passes its action mask): the same values there, 0 elsewhere
+    sub = mask.clone()
+    sub[:, ::2] = False
+    with torch.no_grad():
+        part = trainer.token_logps(model, ids, attn, n, needed=sub)
+    assert torch.allclose(part[sub], full_logps[sub], atol=1e-5) and bool((part[~sub] == 0).all())
+    # the log-probs are at the sampling temperature (as TRL's)
+    with torch.no_grad():
+        direct = completion_logps(model, pid, pm, cid, cm, temperature=1.0)[0]
+    assert not torch.allclose(direct[mask], shared_logps[mask], atol=1e-3)
+
+
+def test_not_used_with_gradient_checkpointing_or_when_no_prompt_repeats(tmp_path):
+    trainer = _trainer(AgentGRPOTrainer, AgentGRPOConfig, tmp_path)
+    pid, pm, cid, cm = _batch(trainer.processing_class)
+    assert completion_logps(trainer.model, pid[:2], pm[:2], cid[:2], cm[:2]) is None  # two distinct prompts
+    trainer.model.gradient_checkpointing_enable()
+    assert not trainer.shares_prompts(trainer.model)
