@@ -8,7 +8,11 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {"agentr1_gym": ROOT / "agentr1_gym", "agentr1_trl": ROOT / "adapters" / "trl" / "agentr1_trl"}
+PACKAGES = {
+    "agentr1_gym": ROOT / "agentr1_gym",
+    "agentr1_trl": ROOT / "adapters" / "trl" / "agentr1_trl",
+    "agentr1_skyrl": ROOT / "adapters" / "skyrl" / "agentr1_skyrl",
+}
 
 #: module (or package prefix) -> layer; a module may import only modules of its own layer or lower ones
 LAYERS: dict[str, int] = {
@@ -51,6 +55,9 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.ppo": 27,
     "agentr1_trl.cli": 28,
     "agentr1_trl": 29,
+    # other engines' adapters: above the env suite, never importing each other
+    "agentr1_skyrl.env": 20,
+    "agentr1_skyrl": 21,
 }
 
 
