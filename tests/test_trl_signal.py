@@ -183,6 +183,8 @@ def test_skipping_zero_advantage_rows_keeps_loss_and_gradient(tmp_path, loss_typ
     for name, grad in full_grads.items():
         assert torch.allclose(grad, skip_grads[name], atol=1e-6), name
     assert trainer._metrics["train"]["signal/skipped_rows"][-1] == 0.5
+    # rows 1 and 3 (advantage 0) hold 5+5 and 5+6 of the 12+10+12+11 tokens
+    assert trainer._metrics["train"]["signal/skipped_tokens"][-1] == pytest.approx(21 / 45)
 
 
 def test_dynamic_sampling_replaces_only_flat_groups_within_budget(tmp_path):

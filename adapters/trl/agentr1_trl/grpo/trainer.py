@@ -58,6 +58,11 @@ class AgentGRPOTrainer(AgentTrainer):
         if self.args.skip_zero_advantage and self.beta == 0.0:
             keep = (batch["advantages"].reshape(rows, -1) != 0).any(dim=1)
             self.log_metric("signal/skipped_rows", 1.0 - keep.float().mean().item())
+            tokens = batch["prompt_mask"].sum(1) + batch["completion_mask"].sum(1)
+            # the forward/backward compute saved: the skipped rows' share of the micro-batch's tokens
+            self.log_metric(
+                "signal/skipped_tokens", 1.0 - (tokens[keep].sum() / tokens.sum().clamp(min=1)).item()
+            )
             if not bool(keep.all()):
                 mask = advantage_mask(batch, True)
                 # the loss's denominators over the whole micro-batch, so that the gradient is unchanged
