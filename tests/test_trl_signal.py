@@ -146,7 +146,7 @@ def _grpo(tmp_path, **extra):
     tok = tiny_tokenizer()
     return AgentGRPOTrainer(
         tiny_model(tok, seed=0),
-        AgentGRPOConfig(output_dir=str(tmp_path), **BASE, **extra),
+        AgentGRPOConfig(output_dir=str(tmp_path), **{**BASE, **extra}),
         tok,
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
         generator=ScriptedGenerator(tok, alternating_script),
@@ -219,3 +219,55 @@ def test_dynamic_sampling_trains(tmp_path):
     assert logs and "signal/resample_rounds" in logs[0] and math.isfinite(logs[0]["loss"])
     # scripted turns carry placeholder log-probs: no mismatch measured, no importance weights applied
     assert "mismatch/logp_abs_mean" not in logs[0]
+
+
+def _stage_hops(trainer):
+    """Each training step's curriculum stage and the hops of the tasks its episodes played."""
+    seen = []
+    rollout = trainer.rollout
+
+    def recording(seeds):
+        trajs = rollout(seeds)
+        hops = {len(e.unwrapped.task.supporting_titles) for e in trainer._env_pool[: len(seeds)]}
+        seen.append((trainer._stage, hops))
+        return trajs
+
+    trainer.rollout = recording
+    return seen
+
+
+def test_curriculum_moves_on_after_its_steps(tmp_path):
+    stages = [{"options": {"hops": 1}, "steps": 2}, {"options": {"hops": 2}}]
+    trainer = _grpo(tmp_path, max_steps=3, curriculum=stages, env_kwargs={"max_turns": 3, "max_hops": 2})
+    seen = _stage_hops(trainer)
+    trainer.train()
+    assert seen == [(0, {1}), (0, {1}), (1, {2})]
+    assert [h["curriculum/stage"] for h in trainer.state.log_history if "loss" in h] == [0.0, 0.0, 1.0]
+
+
+def test_curriculum_moves_on_at_its_success_rate_and_resumes_there(tmp_path):
+    stages = [{"options": {"hops": 1}, "min_success": 0.9}, {"options": {"hops": 2}}]
+    trainer = _grpo(tmp_path, max_steps=4, curriculum=stages, env_kwargs={"max_turns": 3, "max_hops": 2})
+    trainer.generator = ScriptedGenerator.oracle(trainer.processing_class, trainer._envs(4))  # success 1.0
+    seen = _stage_hops(trainer)
+    trainer.train()
+    assert [stage for stage, _ in seen] == [0, 0, 0, 1]  # three steps at success 1.0 >= 0.9, then hops=2
+    trainer.save_extra(str(tmp_path))
+    other = _grpo(tmp_path / "b", curriculum=stages, env_kwargs={"max_turns": 3, "max_hops": 2})
+    other.load_extra(str(tmp_path))
+    assert (other._stage, other._stage_start) == (1, 3) and other.stage_options() == {"hops": 2}
+
+
+@pytest.mark.parametrize(
+    "stages, message",
+    [
+        ([{"options": {"hops": 1}}, {"options": {"hops": 2}}], "never ends"),
+        ([{"opts": {"hops": 1}}], "unknown keys"),
+        ([{"options": {"hops": 1}, "steps": 0}], "steps"),
+        ([{"options": {"hops": 1}, "min_success": 1.5}], "min_success"),
+        ([{"options": 1}], "options"),
+    ],
+)
+def test_bad_curriculum_is_a_config_error(tmp_path, stages, message):
+    with pytest.raises(ConfigError, match=message):
+        AgentGRPOConfig(output_dir=str(tmp_path), **{**BASE, "curriculum": stages})

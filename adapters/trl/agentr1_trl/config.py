@@ -76,6 +76,15 @@ class AgentTrainerConfig(GRPOConfig):
         default=2,
         metadata={"help": "Generation budget of dynamic sampling: extra rounds over the flat groups."},
     )
+    curriculum: list[dict[str, Any]] = field(
+        default_factory=list,
+        metadata={
+            "help": "Easy-to-hard stages, each {'options': reset options (e.g. {'hops': 1} on the synthetic env, "
+            "{'kind': ...} on the calculator), 'steps': N and/or 'min_success': p}: a stage lasts N optimizer "
+            "steps, or until the training episodes' success over the last 3 steps reaches p; the last stage "
+            "lasts to the end. Empty: no curriculum."
+        },
+    )
     skip_zero_advantage: bool = field(
         default=True,
         metadata={
@@ -182,6 +191,7 @@ class AgentTrainerConfig(GRPOConfig):
         if self.reward_signal not in {"return", "outcome"}:
             raise ConfigError(f"reward_signal must be 'return' or 'outcome', got {self.reward_signal!r}")
         self._refuse_unsupported()
+        self._check_curriculum()
         if self.max_resample_rounds < 0:
             raise ConfigError("max_resample_rounds must be >= 0")
         if self.loss_type not in {"grpo", "bnpo", "dapo", "dr_grpo"}:
@@ -190,6 +200,30 @@ class AgentTrainerConfig(GRPOConfig):
             )
         if not 0.0 <= self.gamma <= 1.0:
             raise ConfigError(f"need 0 <= gamma <= 1, got {self.gamma}")
+
+    def _check_curriculum(self) -> None:
+        if not isinstance(self.curriculum, list):
+            raise ConfigError(f"curriculum must be a list of stages, got {type(self.curriculum).__name__}")
+        for i, stage in enumerate(self.curriculum):
+            where = f"curriculum[{i}]"
+            if not isinstance(stage, dict):
+                raise ConfigError(f"{where} must be a mapping like {{'options': {{'hops': 1}}, 'steps': 10}}")
+            unknown = set(stage) - {"options", "steps", "min_success"}
+            if unknown:
+                raise ConfigError(
+                    f"{where} has unknown keys {sorted(unknown)}; use options, steps, min_success"
+                )
+            if not isinstance(stage.get("options", {}), dict):
+                raise ConfigError(f"{where}.options must be a mapping of reset options")
+            steps, p = stage.get("steps"), stage.get("min_success")
+            if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+                raise ConfigError(f"{where}.steps must be a whole number >= 1, got {steps!r}")
+            if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1):
+                raise ConfigError(f"{where}.min_success must be in (0, 1], got {p!r}")
+            if i < len(self.curriculum) - 1 and steps is None and p is None:
+                raise ConfigError(
+                    f"{where} never ends: give it steps and/or min_success (only the last may not)"
+                )
 
     def _refuse_unsupported(self) -> None:
         """TRL options that change TRL's own loss or generation, which our loss and rollouts do not implement:

@@ -16,6 +16,8 @@ The pipeline is rollout -> samples -> advantages -> loss:
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import time
 from functools import partial
@@ -36,6 +38,9 @@ from agentr1_trl.trl_compat import TRLAgentTrainer
 
 __all__ = ["AgentTrainer", "advantage_mask", "token_reward_matrix"]
 
+#: curriculum: a stage's min_success is checked on the mean training success of this many recent steps
+CURRICULUM_WINDOW = 3
+CURRICULUM_FILE = "curriculum.json"
 #: env metrics logged as ``env/<name>`` each step (where the env reports them)
 ENV_METRICS = ("success", "score", "format_ok", "em", "f1", "pass", "correct")
 
@@ -97,6 +102,8 @@ class AgentTrainer(TRLAgentTrainer):
         self._synced_step: int | None = None
         #: whether the last rollouts' log-probs are the sampler's (a scripted generator's are placeholders)
         self._sampler_logprobs = True
+        #: curriculum position: stage index, the step it started at, recent training success rates
+        self._stage, self._stage_start, self._recent_success = 0, 0, []
         super().__init__(
             model,
             args,
@@ -171,22 +178,76 @@ class AgentTrainer(TRLAgentTrainer):
             top_k=args.top_k or 0,
             do_sample=True,
         )
+        options = self.stage_options()
         return collect_rollouts(
             self._envs(len(seeds)),
             generator,
             self.processing_class,
             sampling=sampling,
             seeds=seeds,
+            options=[dict(options) for _ in seeds] if options else None,
             max_episode_tokens=args.max_episode_tokens,
             chat_template_kwargs=args.chat_template_kwargs,
         )
 
     def rollout(self, seeds: list[int]) -> list[Trajectory]:
+        self._advance_curriculum()
         trajs = self._collect(seeds)
         if self.args.dynamic_sampling and self.model.training:
             trajs = self._dynamic_sampling(trajs)
         self._log_episode_metrics(trajs)
+        if self.args.curriculum and self.model.training:
+            self.log_metric("curriculum/stage", float(self._stage))
+            self._recent_success.append(
+                sum(t.metrics.get("success", 0.0) for t in trajs) / max(len(trajs), 1)
+            )
+            self._recent_success = self._recent_success[-CURRICULUM_WINDOW:]
         return trajs
+
+    # ---- curriculum ---------------------------------------------------------------------------------------
+    def stage_options(self) -> dict[str, Any]:
+        """The reset options of the current curriculum stage (none without a curriculum)."""
+        stages = self.args.curriculum
+        return dict(stages[self._stage].get("options", {})) if stages else {}
+
+    def _advance_curriculum(self) -> None:
+        """Move to the next stage once this one has lasted its ``steps`` or reached its ``min_success``."""
+        stages = self.args.curriculum
+        if not stages or not self.model.training or self._stage >= len(stages) - 1:
+            return
+        stage = stages[self._stage]
+        done_steps = (
+            stage.get("steps") is not None and self.state.global_step - self._stage_start >= stage["steps"]
+        )
+        window = self._recent_success
+        done_success = (
+            stage.get("min_success") is not None
+            and len(window) >= CURRICULUM_WINDOW
+            and sum(window) / len(window) >= stage["min_success"]
+        )
+        if done_steps or done_success:
+            self._stage += 1
+            self._stage_start = self.state.global_step
+            self._recent_success = []
+
+    def save_extra(self, output_dir: str) -> None:
+        if self.args.curriculum:
+            state = {
+                "stage": self._stage,
+                "stage_start": self._stage_start,
+                "recent_success": self._recent_success,
+            }
+            with open(os.path.join(output_dir, CURRICULUM_FILE), "w", encoding="utf-8") as f:
+                json.dump(state, f)
+
+    def load_extra(self, checkpoint: str) -> None:
+        path = os.path.join(checkpoint, CURRICULUM_FILE)
+        if self.args.curriculum and os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                state = json.load(f)
+            self._stage = min(int(state["stage"]), len(self.args.curriculum) - 1)
+            self._stage_start = int(state["stage_start"])
+            self._recent_success = [float(x) for x in state["recent_success"]]
 
     def episode_return(self, traj: Trajectory) -> float:
         return signal_return(traj, self.args.reward_signal)

@@ -164,9 +164,11 @@ class AgentPPOTrainer(AgentTrainer):
 
     # ---- checkpoints --------------------------------------------------------------------------------------
     def save_extra(self, output_dir: str) -> None:
+        super().save_extra(output_dir)
         torch.save(self.value_head.state_dict(), os.path.join(output_dir, VALUE_HEAD_FILE))
 
     def load_extra(self, checkpoint: str) -> None:
+        super().load_extra(checkpoint)
         path = os.path.join(checkpoint, VALUE_HEAD_FILE)
         if os.path.exists(path):
             self.value_head.load_state_dict(torch.load(path, map_location=self.value_head.weight.device))
