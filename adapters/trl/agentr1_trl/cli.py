@@ -40,6 +40,9 @@ DEFAULTS: dict[str, Any] = {
     "temperature": 0.7,
 }
 WARM_START_EPOCHS = 3
+#: the warm start's learning rate (fixed: a stronger fit leaves RL nothing to learn on the 1-hop task, a weaker
+#: one leaves the format broken)
+WARM_START_LR = 2e-4
 #: the settings of a run, written at its start, read by ``--resume``
 RUN_FILE = "run_config.json"
 #: held-out evaluation seeds (training uses seed_offset + [0, num_tasks), the warm start 200000+)
@@ -317,7 +320,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             tokenizer,
             samples,
             epochs=WARM_START_EPOCHS,
-            lr=2 * config.learning_rate,
+            lr=WARM_START_LR,
             micro_batch_size=1,  # bounded memory on long transcripts (same step as the full batch)
         )
         print(f"warm start on {warm} oracle transcripts: loss per epoch {[round(x, 3) for x in losses]}")
