@@ -28,6 +28,9 @@ DEFAULTS: dict[str, Any] = {
     "gradient_checkpointing": False,
     "learning_rate": 1e-4,
     "beta": 0.0,
+    # regenerate groups whose outcome does not vary (up to 2 rounds): most 1-hop groups of a 135M model succeed
+    # in none or all episodes early on, and those teach nothing about answering
+    "dynamic_sampling": True,
     "max_new_tokens_per_turn": 48,
     "max_episode_tokens": 1536,
     "logging_steps": 1,
@@ -407,7 +410,7 @@ def register(subparsers: Any) -> None:
         "--model", default="smollm2", help="'smollm2' (the offline default policy) or a local model dir"
     )
     p.add_argument("--output-dir", default=None, help="default runs/agentr1-ALGO")
-    p.add_argument("--max-steps", type=int, default=5, help="optimizer steps (default 5)")
+    p.add_argument("--max-steps", type=int, default=20, help="optimizer steps (default 20)")
     p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (default 16, on q_proj and v_proj)")
     p.add_argument(
         "--warm-start",
