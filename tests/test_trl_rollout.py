@@ -9,6 +9,7 @@ pytest.importorskip("trl")
 
 from agentr1_trl import HFGenerator, SamplingConfig, ScriptedGenerator, collect_rollouts
 from agentr1_trl.rollout import render_chat
+from agentr1_trl.testing import THINK_DROPPING_TEMPLATE as THINK_DROPPING
 from agentr1_trl.testing import tiny_model, tiny_tokenizer
 
 import agentr1_gym  # noqa: F401
@@ -95,14 +96,6 @@ def test_process_rewards_sit_on_turn_ends(tok):
         [0.1, 0.1, 1.1]
     )  # gold paragraph, gold paragraph, answer+format
     assert sum(tr) == pytest.approx(envs[0].unwrapped.max_episode_reward())
-
-
-THINK_DROPPING = (
-    "{%- for m in messages %}<|im_start|>{{ m.role }}\n"
-    "{%- if m.role == 'assistant' and not loop.last %}{{ m.content.split('</think>')[-1] }}"
-    "{%- else %}{{ m.content }}{%- endif %}<|im_end|>\n{%- endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
-)
 
 
 def test_non_prefix_stable_template_falls_back_to_per_turn_samples():

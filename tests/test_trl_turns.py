@@ -17,6 +17,7 @@ import torch
 from agentr1_trl import ScriptedGenerator, collect_rollouts
 from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
+from agentr1_trl.testing import THINK_DROPPING_TEMPLATE as THINK_DROPPING
 from agentr1_trl.testing import record_rollouts, tiny_model, tiny_tokenizer
 from agentr1_trl.turns import expand_turn_rows, turn_spans
 from peft import LoraConfig
@@ -25,13 +26,6 @@ import agentr1_gym  # noqa: F401
 
 ENV = "AgentR1/SyntheticMultihop-v0"
 
-#: renders every earlier assistant turn without its <think> block (as DeepSeek-R1-style templates do)
-THINK_DROPPING = (
-    "{%- for m in messages %}<|im_start|>{{ m.role }}\n"
-    "{%- if m.role == 'assistant' and not loop.last %}{{ m.content.split('</think>')[-1] }}"
-    "{%- else %}{{ m.content }}{%- endif %}<|im_end|>\n{%- endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
-)
 SEARCH = '<think>look it up</think><tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>'
 
 

@@ -10,6 +10,7 @@ from importlib import resources
 from typing import Any
 
 __all__ = [
+    "THINK_DROPPING_TEMPLATE",
     "alternating_script",
     "corpus_for_tokenizer",
     "qwen25_chat_template",
@@ -137,3 +138,13 @@ def record_rollouts(trainer: Any) -> list[Any]:
 
     trainer.rollout = recording
     return seen
+
+
+#: a chat template that renders every earlier assistant turn without its ``<think>`` block (as DeepSeek-R1-style
+#: templates do): not prefix-stable, for tests of the per-turn path
+THINK_DROPPING_TEMPLATE = (
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{%- if m.role == 'assistant' and not loop.last %}{{ m.content.split('</think>')[-1] }}"
+    "{%- else %}{{ m.content }}{%- endif %}<|im_end|>\n{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+)
