@@ -271,3 +271,13 @@ def test_curriculum_moves_on_at_its_success_rate_and_resumes_there(tmp_path):
 def test_bad_curriculum_is_a_config_error(tmp_path, stages, message):
     with pytest.raises(ConfigError, match=message):
         AgentGRPOConfig(output_dir=str(tmp_path), **{**BASE, "curriculum": stages})
+
+
+def test_bf16_on_a_cpu_machine_means_cpu_autocast(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine keeps TRL's device handling")
+    kwargs = {k: v for k, v in BASE.items() if k not in ("use_cpu", "bf16")}
+    config = AgentGRPOConfig(
+        output_dir=str(tmp_path), bf16=True, **kwargs
+    )  # TRL alone refuses bf16 without a GPU
+    assert config.bf16 and config.use_cpu
