@@ -137,13 +137,14 @@ def _config_kwargs(tmp_path, **kw):
     return base
 
 
-def _capture_loss_batches(trainer):
-    """Wrap the trainer's loss to check each micro-batch against the model before the update."""
+def _capture_loss_batches(trainer, check):
+    """Wrap the trainer's loss to record each micro-batch with ``check(model, batch)``, computed before the
+    update."""
     seen = []
     loss = trainer.loss
 
     def wrapped(model, batch):
-        seen.append((batch, _reference_checks(trainer, model, batch)))
+        seen.append((batch, check(model, batch)))
         return loss(model, batch)
 
     trainer.loss = wrapped
@@ -173,7 +174,7 @@ def test_grpo_trains_on_per_turn_rows(tmp_path, tok, algo):
         generator=ScriptedGenerator(tok, _script(tok)),
     )
     seen = record_rollouts(trainer)
-    batches = _capture_loss_batches(trainer)
+    batches = _capture_loss_batches(trainer, lambda model, batch: _reference_checks(trainer, model, batch))
     lora = {k: v.detach().clone() for k, v in trainer.model.named_parameters() if "lora_" in k}
     trainer.train()
     assert any(not t.prefix_stable for t in seen)
@@ -204,17 +205,13 @@ def test_ppo_trains_on_per_turn_rows_with_each_turns_values(tmp_path, tok):
     )
     # a value head that is not zero, so that values depend on the context
     torch.nn.init.normal_(trainer.value_head.weight, std=0.5)
-    seen = []
-    loss = trainer.loss
 
-    def wrapped(model, batch):
+    @torch.no_grad()
+    def values(model, batch):
         ids, attention, n = trainer._inputs(batch)
-        with torch.no_grad():
-            _, values = trainer._logps_and_values(model, ids, attention, n)
-        seen.append((batch, values))
-        return loss(model, batch)
+        return trainer._logps_and_values(model, ids, attention, n)[1]
 
-    trainer.loss = wrapped
+    seen = _capture_loss_batches(trainer, values)
     trainer.train()
     assert math.isfinite(trainer.state.log_history[0]["loss"])
     batch, values = seen[0]

@@ -23,10 +23,9 @@ def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[
     index)``."""
     keyed = torch.where(prompt_mask.bool(), prompt_ids, torch.full_like(prompt_ids, -1))
     _, inverse = torch.unique(keyed, dim=0, return_inverse=True)
-    first = torch.full((int(inverse.max()) + 1,), -1, dtype=torch.long, device=inverse.device)
-    for row in range(inverse.numel() - 1, -1, -1):  # the first row of each prompt
-        first[inverse[row]] = row
-    return first, inverse
+    rows = torch.arange(inverse.numel(), device=inverse.device)
+    first = torch.full((int(inverse.max()) + 1,), inverse.numel(), dtype=torch.long, device=inverse.device)
+    return first.scatter_reduce(0, inverse, rows, reduce="amin"), inverse  # the first row of each prompt
 
 
 def completion_logps(

@@ -141,6 +141,8 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         train_dataset: Any = None,
         callbacks: Any = None,
     ) -> None:
+        # seconds of the current step: rollout, rollout + scoring, forward + backward (logged as time/*)
+        self._rollout_s = self._generation_s = self._update_s = 0.0
         dataset = (
             seed_dataset(args.num_tasks, args.seed_offset)
             if train_dataset is None
@@ -295,7 +297,7 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         self._generation_s = 0.0
         start = time.perf_counter()
         out = super().training_step(model, inputs, num_items_in_batch)
-        self._update_s = getattr(self, "_update_s", 0.0) + time.perf_counter() - start - self._generation_s
+        self._update_s += time.perf_counter() - start - self._generation_s
         if self._step % self.current_gradient_accumulation_steps == 0:
             self.log_metric("time/update_s", self._update_s)
             self._update_s = 0.0
