@@ -25,7 +25,7 @@ import gymnasium as gym
 
 from agentr1_trl.generation.base import GenerationBackend, SamplingConfig
 
-__all__ = ["Sample", "Trajectory", "collect_rollouts", "render_chat"]
+__all__ = ["EpisodeRecorder", "Sample", "Trajectory", "collect_rollouts", "render_chat"]
 
 
 @dataclass
@@ -130,14 +130,132 @@ def _clean(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [dict(m) for m in messages]
 
 
-@dataclass
-class _Episode:
-    traj: Trajectory
-    messages: list[dict[str, Any]]
-    tools: list[dict] | None
-    rendered: str  # the template's text of `messages` + generation prompt
-    context_ids: list[int]  # what the next turn is generated from
-    done: bool = False
+class EpisodeRecorder:
+    """The token bookkeeping of one episode, for any loop that generates turn by turn: the prompt ids from the
+    reset info, each generated turn's ids as generated (``action_mask`` 1), each step's reward, components and
+    errors, and the observation tokens between turns (``action_mask`` 0), checking prefix stability every turn
+    (see the module docstring). :func:`collect_rollouts` drives one per episode over a batch; engine adapters
+    (verl's agent loop) drive one from their own async loop.
+
+    Use: ``rec = EpisodeRecorder(tokenizer, reset_info)``; while not ``rec.done``: generate at most ``rec.room``
+    tokens from ``rec.context_ids``, ``action = rec.add_generation(ids, logprobs)``, and unless ``action`` is None
+    step the env with it and pass the step's result to :meth:`add_step`. ``rec.traj`` is the trajectory.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        reset_info: dict[str, Any],
+        *,
+        max_episode_tokens: int = 4096,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.max_episode_tokens = max_episode_tokens
+        self.kw = chat_template_kwargs
+        self.eos_ids = {tokenizer.eos_token_id}
+        self.eos_text = (
+            tokenizer.decode([tokenizer.eos_token_id]) if tokenizer.eos_token_id is not None else None
+        )
+        self.messages = _clean(reset_info["messages"])
+        self.tools: list[dict] | None = reset_info.get("tools")
+        #: the template's text of ``messages`` plus the generation prompt
+        self.rendered = render_chat(
+            tokenizer, self.messages, self.tools, add_generation_prompt=True, chat_template_kwargs=self.kw
+        )
+        ids = tokenizer.encode(self.rendered, add_special_tokens=False)
+        self.traj = Trajectory(prompt_ids=list(ids), task_id=str(reset_info.get("task_id", "")))
+        #: what the next turn is generated from
+        self.context_ids: list[int] = list(ids)
+        self.done = False
+        self._action: str | None = None
+        self._check_budget()
+
+    @property
+    def room(self) -> int:
+        """Tokens the next turn may still generate within ``max_episode_tokens``."""
+        return max(0, self.max_episode_tokens - len(self.context_ids))
+
+    def _check_budget(self) -> None:
+        if not self.done and len(self.context_ids) >= self.max_episode_tokens:
+            self._end(truncated_reason="token_budget")
+
+    def _end(self, *, terminated: bool = False, truncated_reason: str = "") -> None:
+        self.done = True
+        self.traj.terminated = terminated
+        self.traj.truncated = not terminated
+        self.traj.truncated_reason = "" if terminated else truncated_reason
+
+    def add_generation(self, ids: Sequence[int], logprobs: Sequence[float]) -> str | None:
+        """Record one generated turn (cut to :attr:`room`); returns the action text to step the env with, or None
+        when nothing was generated (the episode then ends, truncated with reason ``empty_generation``)."""
+        room = self.room
+        kept, logps = list(ids[:room]), list(logprobs[:room])
+        if not kept:
+            self._end(truncated_reason="empty_generation")
+            return None
+        traj = self.traj
+        traj.turns.append((list(self.context_ids), kept, logps))
+        traj.completion_ids += kept
+        traj.action_mask += [1] * len(kept)
+        traj.logprobs += logps
+        traj.turn_ends.append(len(traj.completion_ids) - 1)
+        text = self.tokenizer.decode(kept, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        traj.actions.append(text)
+        if len(ids) > room:
+            traj.truncated_reason = "token_budget"
+        self._action = text
+        return text
+
+    def add_step(self, reward: float, terminated: bool, truncated: bool, info: dict[str, Any]) -> None:
+        """Record the env's answer to the last action: reward, components, error; then either the end of the
+        episode (with the env's ``metrics``) or the observation tokens that lead to the next turn."""
+        if self._action is None:
+            raise RuntimeError(
+                "add_step() needs a recorded turn first: call add_generation() and step its action"
+            )
+        action, self._action = self._action, None
+        traj = self.traj
+        traj.rewards.append(float(reward))
+        traj.reward_components.append({k: float(v) for k, v in info.get("reward_components", {}).items()})
+        traj.action_errors.append(info.get("action_error"))
+        if terminated or truncated or traj.truncated_reason:
+            traj.metrics = {k: float(v) for k, v in info.get("metrics", {}).items()}
+            reason = "" if terminated else traj.truncated_reason or info.get("truncated_reason") or "env"
+            self._end(terminated=terminated, truncated_reason=reason)
+            return
+        self._append_observation(action, _clean(info["messages"]))
+        self._check_budget()
+
+    def _append_observation(self, action: str, messages: list[dict[str, Any]]) -> None:
+        tokenizer, kw, before = self.tokenizer, self.kw, self.messages
+        assistant = messages[len(before)]
+        after_turn = messages[: len(before) + 1]
+        closed = render_chat(
+            tokenizer, after_turn, self.tools, add_generation_prompt=False, chat_template_kwargs=kw
+        )
+        nxt = render_chat(
+            tokenizer, messages, self.tools, add_generation_prompt=True, chat_template_kwargs=kw
+        )
+        head = self.rendered + assistant["content"]
+        traj = self.traj
+        if traj.prefix_stable and closed.startswith(head) and nxt.startswith(closed):
+            close = closed[len(head) :]
+            gen_ids = traj.completion_ids[traj.turn_ends[-1] : traj.turn_ends[-1] + 1]
+            if self.eos_text and gen_ids and gen_ids[-1] in self.eos_ids and close.startswith(self.eos_text):
+                close = close[len(self.eos_text) :]  # the model already generated the end-of-turn token
+            obs_ids = tokenizer.encode(close + nxt[len(closed) :], add_special_tokens=False)
+            traj.completion_ids += obs_ids
+            traj.action_mask += [0] * len(obs_ids)
+            traj.logprobs += [0.0] * len(obs_ids)
+            self.context_ids = traj.prompt_ids + traj.completion_ids
+        else:
+            if traj.prefix_stable:
+                _to_action_timeline(traj)
+            traj.prefix_stable = False  # re-render the context each turn; train on per-turn samples
+            self.context_ids = tokenizer.encode(nxt, add_special_tokens=False)
+        self.rendered = nxt
+        self.messages = messages
 
 
 class _ListBatch:
@@ -227,84 +345,22 @@ def collect_rollouts(
         raise ValueError(
             f"need one seed/option per env ({n}), got {len(seeds)} seeds and {len(options)} options"
         )
-    eos_ids = {tokenizer.eos_token_id}
-    eos_text = tokenizer.decode([tokenizer.eos_token_id]) if tokenizer.eos_token_id is not None else None
-
-    episodes: list[_Episode] = []
-    for obs_info in batch.reset(seeds, options):
-        _, info = obs_info
-        messages = _clean(info["messages"])
-        tools = info.get("tools")
-        text = render_chat(
-            tokenizer, messages, tools, add_generation_prompt=True, chat_template_kwargs=chat_template_kwargs
+    episodes = [
+        EpisodeRecorder(
+            tokenizer, info, max_episode_tokens=max_episode_tokens, chat_template_kwargs=chat_template_kwargs
         )
-        ids = tokenizer.encode(text, add_special_tokens=False)
-        episodes.append(
-            _Episode(
-                Trajectory(prompt_ids=list(ids), task_id=str(info.get("task_id", ""))),
-                messages,
-                tools,
-                text,
-                list(ids),
-            )
-        )
-
-    while True:
-        live = [i for i, ep in enumerate(episodes) if not ep.done]
-        for i in list(live):
-            if len(episodes[i].context_ids) >= max_episode_tokens:
-                _end(episodes[i], truncated_reason="token_budget")
-                live.remove(i)
-        if not live:
-            break
+        for _, info in batch.reset(seeds, options)
+    ]
+    while live := [i for i, ep in enumerate(episodes) if not ep.done]:
         gens = backend.generate([episodes[i].context_ids for i in live], sampling)
         actions: dict[int, str] = {}
         for i, gen in zip(live, gens):
-            ep = episodes[i]
-            room = max_episode_tokens - len(ep.context_ids)
-            ids, logps = list(gen.ids[:room]), list(gen.logprobs[:room])
-            if not ids:  # nothing generated: count one EOS-free empty turn as the end
-                _end(ep, truncated_reason="empty_generation")
-                continue
-            traj = ep.traj
-            traj.turns.append((list(ep.context_ids), ids, logps))
-            traj.completion_ids += ids
-            traj.action_mask += [1] * len(ids)
-            traj.logprobs += logps
-            traj.turn_ends.append(len(traj.completion_ids) - 1)
-            text = tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-            traj.actions.append(text)
-            actions[i] = text
-            if len(gen.ids) > room:
-                traj.truncated_reason = "token_budget"
-        results = batch.step(actions)
-        for i, (_obs, reward, terminated, truncated, info) in results.items():
-            ep = episodes[i]
-            traj = ep.traj
-            traj.rewards.append(float(reward))
-            traj.reward_components.append({k: float(v) for k, v in info.get("reward_components", {}).items()})
-            traj.action_errors.append(info.get("action_error"))
-            if terminated or truncated or traj.truncated_reason:
-                traj.metrics = {k: float(v) for k, v in info.get("metrics", {}).items()}
-                _end(
-                    ep,
-                    terminated=terminated,
-                    truncated_reason=traj.truncated_reason or (info.get("truncated_reason") or "env")
-                    if not terminated
-                    else "",
-                )
-                continue
-            _append_observation(
-                ep, tokenizer, actions[i], _clean(info["messages"]), eos_ids, eos_text, chat_template_kwargs
-            )
+            action = episodes[i].add_generation(gen.ids, gen.logprobs)
+            if action is not None:
+                actions[i] = action
+        for i, (_obs, reward, terminated, truncated, info) in batch.step(actions).items():
+            episodes[i].add_step(reward, terminated, truncated, info)
     return [ep.traj for ep in episodes]
-
-
-def _end(ep: _Episode, *, terminated: bool = False, truncated_reason: str = "") -> None:
-    ep.done = True
-    ep.traj.terminated = terminated
-    ep.traj.truncated = not terminated
-    ep.traj.truncated_reason = "" if terminated else truncated_reason
 
 
 def _to_action_timeline(traj: Trajectory) -> None:
@@ -316,40 +372,3 @@ def _to_action_timeline(traj: Trajectory) -> None:
     traj.completion_ids = [traj.completion_ids[i] for i in keep]
     traj.logprobs = [traj.logprobs[i] for i in keep]
     traj.action_mask = [1] * len(keep)
-
-
-def _append_observation(
-    ep: _Episode,
-    tokenizer: Any,
-    action: str,
-    messages: list[dict[str, Any]],
-    eos_ids: set[int],
-    eos_text: str | None,
-    kw: dict[str, Any] | None,
-) -> None:
-    before = ep.messages
-    assistant = messages[len(before)]
-    after_turn = messages[: len(before) + 1]
-    closed = render_chat(
-        tokenizer, after_turn, ep.tools, add_generation_prompt=False, chat_template_kwargs=kw
-    )
-    nxt = render_chat(tokenizer, messages, ep.tools, add_generation_prompt=True, chat_template_kwargs=kw)
-    head = ep.rendered + assistant["content"]
-    traj = ep.traj
-    if traj.prefix_stable and closed.startswith(head) and nxt.startswith(closed):
-        close = closed[len(head) :]
-        gen_ids = traj.completion_ids[traj.turn_ends[-1] : traj.turn_ends[-1] + 1]
-        if eos_text and gen_ids and gen_ids[-1] in eos_ids and close.startswith(eos_text):
-            close = close[len(eos_text) :]  # the model already generated the end-of-turn token
-        obs_ids = tokenizer.encode(close + nxt[len(closed) :], add_special_tokens=False)
-        traj.completion_ids += obs_ids
-        traj.action_mask += [0] * len(obs_ids)
-        traj.logprobs += [0.0] * len(obs_ids)
-        ep.context_ids = traj.prompt_ids + traj.completion_ids
-    else:
-        if traj.prefix_stable:
-            _to_action_timeline(traj)
-        traj.prefix_stable = False  # re-render the context each turn; train on per-turn samples
-        ep.context_ids = tokenizer.encode(nxt, add_special_tokens=False)
-    ep.rendered = nxt
-    ep.messages = messages
