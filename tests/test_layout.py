@@ -12,6 +12,7 @@ PACKAGES = {
     "agentr1_gym": ROOT / "agentr1_gym",
     "agentr1_trl": ROOT / "adapters" / "trl" / "agentr1_trl",
     "agentr1_skyrl": ROOT / "adapters" / "skyrl" / "agentr1_skyrl",
+    "agentr1_verl": ROOT / "adapters" / "verl" / "agentr1_verl",
 }
 
 #: module (or package prefix) -> layer; a module may import only modules of its own layer or lower ones
@@ -55,9 +56,12 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.ppo": 27,
     "agentr1_trl.cli": 28,
     "agentr1_trl": 29,
-    # other engines' adapters: above the env suite, never importing each other
+    # other engines' adapters: above the env suite; a token-in/token-out engine (verl) reuses the TRL adapter's
+    # token bookkeeping (agentr1_trl.rollout, engine-neutral) and nothing else of it
     "agentr1_skyrl.env": 20,
     "agentr1_skyrl": 21,
+    "agentr1_verl.loop": 23,
+    "agentr1_verl": 24,
 }
 
 
@@ -165,6 +169,14 @@ def test_no_import_cycles():
 def test_the_env_suite_never_imports_the_adapter():
     bad = [f"{m} imports {t}" for m, ts in GRAPH.items() if m.startswith("agentr1_gym") for t in ts
            if t.startswith("agentr1_trl")]  # fmt: skip
+    assert not bad
+
+
+def test_engine_adapters_share_only_the_token_layer():
+    allowed = {"agentr1_trl.rollout"}
+    bad = [f"{m} imports {t}" for m, ts in GRAPH.items() if m.startswith(("agentr1_verl", "agentr1_skyrl"))
+           for t in ts if t.startswith(("agentr1_trl", "agentr1_skyrl", "agentr1_verl")) and t not in allowed
+           and not t.startswith(m.split(".")[0])]  # fmt: skip
     assert not bad
 
 

@@ -148,10 +148,10 @@ class EpisodeRecorder:
         reset_info: dict[str, Any],
         *,
         max_episode_tokens: int = 4096,
+        max_completion_tokens: int | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
-        self.max_episode_tokens = max_episode_tokens
         self.kw = chat_template_kwargs
         self.eos_ids = {tokenizer.eos_token_id}
         self.eos_text = (
@@ -165,6 +165,11 @@ class EpisodeRecorder:
         )
         ids = tokenizer.encode(self.rendered, add_special_tokens=False)
         self.traj = Trajectory(prompt_ids=list(ids), task_id=str(reset_info.get("task_id", "")))
+        #: prompt + completion budget (``max_completion_tokens`` caps what follows the prompt, as engines that pad
+        #: responses to a fixed length need)
+        self.max_episode_tokens = max_episode_tokens
+        if max_completion_tokens is not None:
+            self.max_episode_tokens = min(max_episode_tokens, len(ids) + max_completion_tokens)
         #: what the next turn is generated from
         self.context_ids: list[int] = list(ids)
         self.done = False
