@@ -13,6 +13,7 @@ PACKAGES = {
     "agentr1_trl": ROOT / "adapters" / "trl" / "agentr1_trl",
     "agentr1_skyrl": ROOT / "adapters" / "skyrl" / "agentr1_skyrl",
     "agentr1_verl": ROOT / "adapters" / "verl" / "agentr1_verl",
+    "agentr1_verifiers": ROOT / "adapters" / "verifiers" / "agentr1_verifiers",
 }
 
 #: module (or package prefix) -> layer; a module may import only modules of its own layer or lower ones
@@ -62,6 +63,8 @@ LAYERS: dict[str, int] = {
     "agentr1_skyrl": 21,
     "agentr1_verl.loop": 23,
     "agentr1_verl": 24,
+    "agentr1_verifiers.taskset": 20,
+    "agentr1_verifiers": 21,
 }
 
 
@@ -174,8 +177,8 @@ def test_the_env_suite_never_imports_the_adapter():
 
 def test_engine_adapters_share_only_the_token_layer():
     allowed = {"agentr1_trl.rollout"}
-    bad = [f"{m} imports {t}" for m, ts in GRAPH.items() if m.startswith(("agentr1_verl", "agentr1_skyrl"))
-           for t in ts if t.startswith(("agentr1_trl", "agentr1_skyrl", "agentr1_verl")) and t not in allowed
+    bad = [f"{m} imports {t}" for m, ts in GRAPH.items() if m.startswith(("agentr1_verl", "agentr1_skyrl", "agentr1_verifiers"))
+           for t in ts if t.startswith(("agentr1_trl", "agentr1_skyrl", "agentr1_verl", "agentr1_verifiers")) and t not in allowed
            and not t.startswith(m.split(".")[0])]  # fmt: skip
     assert not bad
 
