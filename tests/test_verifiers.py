@@ -7,111 +7,22 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
-import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("verifiers.v1")
 
-import uvicorn
+from _openai_server import PolicyServer, ReplayOracle, text_of
 from agentr1_verifiers import AgentR1Taskset, AgentR1TasksetConfig
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
 
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.evaluation import evaluate
 
 VF_EVAL = str(Path(sys.executable).with_name("vf-eval"))
-
-
-def _text(content) -> str:
-    return content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
-
-
-class _PolicyServer:
-    """An OpenAI-compatible ``/v1/chat/completions`` whose reply is ``policy(messages)``; records the requests."""
-
-    def __init__(self, policy):
-        self.policy = policy
-        self.requests: list[dict] = []
-        app = FastAPI()
-
-        @app.post("/v1/chat/completions")
-        async def chat(req: Request):
-            body = await req.json()
-            self.requests.append(body)
-            content = self.policy(body["messages"])
-            head = {"id": uuid.uuid4().hex, "created": int(time.time()), "model": body.get("model", "policy")}
-            if body.get("stream"):
-
-                def chunks():
-                    delta = {"role": "assistant", "content": content}
-                    for choice in (
-                        {"index": 0, "delta": delta},
-                        {"index": 0, "delta": {}, "finish_reason": "stop"},
-                    ):
-                        yield f"data: {json.dumps({**head, 'object': 'chat.completion.chunk', 'choices': [choice]})}\n\n"
-                    yield "data: [DONE]\n\n"
-
-                return StreamingResponse(chunks(), media_type="text/event-stream")
-            message = {"role": "assistant", "content": content}
-            return JSONResponse(
-                {
-                    **head,
-                    "object": "chat.completion",
-                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                }
-            )
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
-
-class _Oracle:
-    """Replays the conversation in a shadow env (the row found by its first user message; tasks with the same
-    prompt have the same oracle) and answers with the env's oracle action."""
-
-    def __init__(self, env_id, seeds, **env_kwargs):
-        self.env_id, self.kwargs = env_id, env_kwargs
-        env = agentr1_gym.make(env_id, **env_kwargs)
-        self.seeds = {}
-        for seed in seeds:
-            _, info = env.reset(seed=seed)
-            self.seeds[next(m["content"] for m in info["messages"] if m["role"] == "user")] = seed
-        env.close()
-
-    def __call__(self, messages):
-        first = _text(next(m for m in messages if m["role"] == "user")["content"])
-        env = agentr1_gym.make(self.env_id, **self.kwargs)
-        env.reset(seed=self.seeds[first])
-        for m in messages:
-            if m["role"] == "assistant":
-                env.unwrapped.oracle_action()  # advances the oracle's own plan (the calculator's keeps one)
-                env.step(_text(m["content"]))
-        return env.unwrapped.oracle_action()
 
 
 def _vf_eval(tmp_path, port, *args):
@@ -127,7 +38,7 @@ def _vf_eval(tmp_path, port, *args):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (traces,) = out.rglob("traces.jsonl")
-    episodes = [json.loads(line) for line in traces.read_text().splitlines()]
+    episodes = [json.loads(line) for line in traces.readtext_of().splitlines()]
     return {e["task"]["data"]["info"]["seed"]: e for e in episodes}
 
 
@@ -141,7 +52,7 @@ def _player(episode):
 )
 def test_oracle_through_vf_eval_matches_our_evaluator(tmp_path, env_id):
     n = 4
-    with _PolicyServer(_Oracle(env_id, range(n))) as server:
+    with PolicyServer(ReplayOracle(env_id, range(n))) as server:
         episodes = _vf_eval(
             tmp_path, server.port, "--env.taskset.env-id", env_id, "--env.taskset.num-tasks", str(n)
         )
@@ -170,10 +81,10 @@ def test_malformed_turns_are_explained_and_the_turn_limit_is_scored(tmp_path):
     seen = []
 
     def junk(messages):
-        seen.append([_text(m["content"]) for m in messages if m["role"] == "user"])
+        seen.append([text_of(m["content"]) for m in messages if m["role"] == "user"])
         return "I refuse to use the format"
 
-    with _PolicyServer(junk) as server:
+    with PolicyServer(junk) as server:
         (episode,) = _vf_eval(
             tmp_path, server.port, "--env.taskset.num-tasks", "1", "--env.taskset.max-turns", "2",
             "--env.taskset.env-kwargs", json.dumps({"max_hops": 1}),
@@ -196,7 +107,7 @@ def test_malformed_turns_are_explained_and_the_turn_limit_is_scored(tmp_path):
 
 def test_an_exchange_verifiers_cuts_short_is_still_scored(tmp_path):
     env_id = "AgentR1/SyntheticMultihop-v0"
-    with _PolicyServer(_Oracle(env_id, range(1), min_hops=2, max_hops=2)) as server:
+    with PolicyServer(ReplayOracle(env_id, range(1), min_hops=2, max_hops=2)) as server:
         (episode,) = _vf_eval(
             tmp_path, server.port, "--env.taskset.num-tasks", "1", "--env.player.max-turns", "1",
             "--env.taskset.env-kwargs", json.dumps({"min_hops": 2, "max_hops": 2}),
