@@ -1,4 +1,4 @@
-"""OpenRLHF agent file for the AgentR1 envs (OpenRLHF 0.11): ``--agent_func_path examples/engines/openrlhf_agent.py``.
+"""OpenRLHF agent file for the AgentR1 envs (OpenRLHF 0.11): ``--train.agent_func_path THIS_FILE``.
 
 OpenRLHF's multi-turn executor generates token ids on its vLLM engines but hands the env only text: the prompt and
 each piece of environment feedback are tokenized by OpenRLHF as given. So this file renders them with the
@@ -9,7 +9,8 @@ assistant header), the same delta our own token-exact rollouts use. OpenRLHF mas
 (its ``action_ranges``). Rewards are per step (``rewards``; OpenRLHF sums them), the episode metrics go to
 ``extra_logs``.
 
-Dataset rows (JSONL; ``--data.input_key input --data.label_key label``, no ``--data.apply_chat_template``)::
+Dataset rows (JSONL, ``--data.prompt_dataset rows.jsonl --data.input_key input --data.label_key label``, without
+``--data.apply_chat_template``)::
 
     {"input": "AgentR1/HotpotQA-v0#7", "label": "{\\"env_id\\": \\"AgentR1/HotpotQA-v0\\", \\"seed\\": 7}"}
 
