@@ -14,15 +14,6 @@ from pydantic import Field
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
 
-__all__ = [
-    "AgentR1Data",
-    "AgentR1Env",
-    "AgentR1EnvConfig",
-    "AgentR1Task",
-    "AgentR1Taskset",
-    "AgentR1TasksetConfig",
-]
-
 
 class AgentR1TasksetConfig(vf.TasksetConfig):
     """Which env and which task seeds (``--env.taskset.env-id``, ``--env.taskset.env-kwargs``, ...)."""

@@ -21,15 +21,6 @@ from verl.experimental.agent_loop.agent_loop import (
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
 
-__all__ = [
-    "AGENT_LOOP_CONFIG",
-    "AGENT_NAME",
-    "COMMON_METRICS",
-    "AgentR1AgentLoop",
-    "process_reward_tensor",
-    "verl_dataset",
-]
-
 #: the ``agent_name`` of our loop (dataset rows name it; verl looks it up in its agent-loop registry)
 AGENT_NAME = "agentr1"
 #: the agent-loop config file for ``actor_rollout_ref.rollout.agent.agent_loop_config_path``: registers the loop
