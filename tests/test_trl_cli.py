@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("trl")
 
 
+import agentr1_gym
 from agentr1_gym.cli import main
 from agentr1_gym.registration import DESCRIPTIONS
 
@@ -179,3 +180,24 @@ def test_train_and_eval_a_model_on_every_env(env_id, tmp_path, tiny_dir, capsys)
     summary = _eval(capsys, env_id, "--model", tiny_dir, "--adapter", str(out / "adapter"), "--episodes", "2",
                     "--max-new-tokens", "8")  # fmt: skip
     assert summary["episodes"] == 2 and {"return", "success", "format_ok"} <= set(summary)
+
+
+@pytest.mark.parametrize("baseline", ["tool", "naive-rag"])
+def test_evaluate_model_on_listed_tasks_keeps_rows(baseline):
+    """``task_indices`` plays exactly those tasks of a fixed list, each once; ``keep_rows`` returns each episode's
+    metrics (the Table 3 benchmark's confidence intervals need them)."""
+    from agentr1_trl.evaluate import evaluate_model
+    from agentr1_trl.generation import ScriptedGenerator
+    from agentr1_trl.testing import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    env = agentr1_gym.make("AgentR1/HotpotQA-v0", split="dev")
+    gold = env.unwrapped.tasks[4].answers[0]
+    answer_task_4 = ScriptedGenerator(tok, lambda ids, i: f"<answer>{gold}</answer>", add_eos=True)
+    out = evaluate_model(
+        "AgentR1/HotpotQA-v0", None, tok, env_kwargs={"split": "dev"}, baseline=baseline, task_indices=[4, 7, 4],
+        generator=answer_task_4, keep_rows=True, progress=False, max_new_tokens=64,
+    )  # fmt: skip
+    assert out["episodes"] == 3 and len(out["rows"]) == 3
+    assert [r["em"] for r in out["rows"]] == [1.0, 0.0, 1.0]
+    assert out["em"] == pytest.approx(2 / 3)

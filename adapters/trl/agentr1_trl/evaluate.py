@@ -51,10 +51,15 @@ def evaluate_model(
     progress: bool = True,
     generator: Any = None,
     max_episode_tokens: int = 4096,
+    task_indices: Any = None,
+    keep_rows: bool = False,
 ) -> dict[str, Any]:
     """Evaluate a model policy on ``episodes`` seeds (``seed``, ``seed + 1``, ...). ``temperature=0`` is greedy.
     ``generator``: the backend that samples from ``model`` (default Hugging Face ``generate`` on it; a vLLM
-    engine synced to the model's weights works the same)."""
+    engine synced to the model's weights works the same). ``task_indices``: evaluate exactly these tasks of a
+    fixed task list, each once (reset option ``task_index``; ``episodes`` is then their number), e.g.
+    ``range(n_dev)`` for a whole dev set. ``keep_rows``: also return each episode's metrics under ``rows``
+    (for confidence intervals)."""
     if baseline not in ("tool", "naive-rag"):
         raise ConfigError(f"baseline must be 'tool' or 'naive-rag', got {baseline!r}")
     if value_guided and value_head is None:
@@ -71,10 +76,18 @@ def evaluate_model(
         from agentr1_trl.generation.value_guided import ValueGuidedGenerator
 
         generator = ValueGuidedGenerator(generator, model, value_head, tokenizer, n=value_guided)
+    if task_indices is not None:
+        task_indices = [int(i) for i in task_indices]
+        episodes = len(task_indices)
     rows: list[dict[str, float]] = []
     bar = tqdm(total=episodes, desc=f"eval {baseline}", disable=not progress, unit="ep")
     for start in range(0, episodes, batch_size):
         seeds = list(range(seed + start, seed + min(episodes, start + batch_size)))
+        options = (
+            [{"task_index": i} for i in task_indices[start : start + len(seeds)]]
+            if task_indices is not None
+            else [None] * len(seeds)
+        )
         envs = [agentr1_gym.make(env_id, **(env_kwargs or {})) for _ in seeds]
         if baseline == "tool":
             for t in collect_rollouts(
@@ -83,28 +96,37 @@ def evaluate_model(
                 tokenizer,
                 sampling=sampling,
                 seeds=seeds,
+                options=options,
                 max_episode_tokens=max_episode_tokens,
             ):
                 rows.append({**t.metrics, "return": t.episode_return, "turns": float(t.num_turns)})
         else:
-            rows.extend(_naive_rag(envs, seeds, generator, tokenizer, sampling))
+            rows.extend(_naive_rag(envs, seeds, options, generator, tokenizer, sampling))
         bar.update(len(seeds))
     bar.close()
-    return {
+    out = {
         "env": env_id,
         "baseline": baseline,
         "value_guided": value_guided,
         "episodes": episodes,
         **_summary(rows),
     }
+    if keep_rows:
+        out["rows"] = rows
+    return out
 
 
 def _naive_rag(
-    envs: list[Any], seeds: list[int], generator: Any, tokenizer: Any, sampling: SamplingConfig
+    envs: list[Any],
+    seeds: list[int],
+    options: list[dict | None],
+    generator: Any,
+    tokenizer: Any,
+    sampling: SamplingConfig,
 ) -> list[dict[str, float]]:
     prompts, totals = [], []
-    for env, s in zip(envs, seeds):
-        _, info = env.reset(seed=s)
+    for env, s, opt in zip(envs, seeds, options):
+        _, info = env.reset(seed=s, options=opt)
         env_u = env.unwrapped
         if "search" not in env_u.tools:
             raise ConfigError("naive-rag needs an env with a search tool")
