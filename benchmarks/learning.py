@@ -435,7 +435,7 @@ def plot(result: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("cmd", nargs="?", default="all", choices=["all", "prepare", "train", "report"])
     parser.add_argument("algo", nargs="?", default=None, choices=ALGOS, help="for `train`")
@@ -484,13 +484,23 @@ def main() -> None:
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--json", default=None)
     parser.add_argument("--plot", default=None)
-    args = parser.parse_args()
+    return parser
+
+
+def finish_args(args: argparse.Namespace) -> argparse.Namespace:
+    """The ``--smoke`` budgets and derived defaults (shared with benchmarks/table3.py)."""
     if args.smoke:
         args.minutes, args.max_steps, args.eval_episodes, args.max_new_tokens = 0.5, 2, 4, 8
         args.sft_episodes, args.generations, args.groups, args.vg_episodes, args.vg_n = 4, 2, 1, 2, 2
         args.plain_episodes = 4
     if args.plain_episodes is None:
         args.plain_episodes = args.eval_episodes
+    return args
+
+
+def main() -> None:
+    parser = build_parser()
+    args = finish_args(parser.parse_args())
     if args.threads:
         import torch
 

@@ -40,3 +40,25 @@ def test_learning_benchmark_smoke(tmp_path):
         assert run["train"]["steps"] >= 1 and "success" in run["after"]
     assert task["runs"]["ppo"]["value_guided"]["value_guided"] == 2
     assert (tmp_path / "runs" / "synthetic" / "ppo" / "value_head.pt").exists()
+
+
+@pytest.mark.slow
+def test_table3_benchmark_smoke(tmp_path):
+    """Table 3 in miniature on the tiny model: warm start and both RL runs on HotpotQA train, then every row on the
+    first dev questions of the three datasets, with n and intervals."""
+    pytest.importorskip("trl")
+    out = tmp_path / "table3.json"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "table3.py"
+    subprocess.run(
+        [sys.executable, str(script), "--smoke", "--json", str(out), "--workdir", str(tmp_path / "runs")],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+    result = json.loads(out.read_text())
+    assert list(result["rows"]) == ["Base Tool Call", "Naive RAG", "GRPO", "PPO"]
+    for per in result["rows"].values():
+        assert set(per) == {"hotpotqa", "2wiki", "musique"}
+        for r in per.values():
+            assert r["n"] == 4 and r["em_ci"][0] <= r["em"] <= r["em_ci"][1] and 0.0 <= r["f1"] <= 1.0
+    assert set(result["train"]) == {"grpo", "ppo"}
