@@ -143,6 +143,13 @@ def main() -> None:
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
     parser.add_argument("--limit", type=int, default=None, help="questions per dev set (default: all)")
     parser.add_argument(
+        "--sft-episodes",
+        type=int,
+        default=64,
+        help="oracle transcripts for the warm start (32 x 2 epochs left the model copying the prompt's placeholder)",
+    )
+    parser.add_argument("--sft-epochs", type=int, default=3)
+    parser.add_argument(
         "--train-eval-episodes",
         type=int,
         default=50,
@@ -158,6 +165,7 @@ def main() -> None:
         ["--task", "hotpotqa", "--workdir", args.workdir, "--minutes", str(args.minutes)]
         + ["--threads", str(args.threads), "--backend", args.backend, "--vg-episodes", "0"]
         + ["--eval-episodes", str(args.train_eval_episodes)]
+        + ["--sft-episodes", str(args.sft_episodes), "--sft-epochs", str(args.sft_epochs)]
         + (["--smoke"] if args.smoke else [])
         + (["--progress"] if args.progress else [])
     )
