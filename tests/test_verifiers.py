@@ -38,7 +38,7 @@ def _vf_eval(tmp_path, port, *args):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (traces,) = out.rglob("traces.jsonl")
-    episodes = [json.loads(line) for line in traces.readtext_of().splitlines()]
+    episodes = [json.loads(line) for line in traces.read_text().splitlines()]
     return {e["task"]["data"]["info"]["seed"]: e for e in episodes}
 
 
