@@ -257,10 +257,10 @@ def test_bad_rows_raise_typed_errors(model_dir, tmp_path):
     worker = AgentLoopWorker(short, llm_client=_Server(short, lambda *a: ([1], None)))
     rows = verl_dataset("AgentR1/SyntheticMultihop-v0", [0])
     with pytest.raises(ConfigError, match="max_prompt_length"):
-        _run(worker, DataProto_from(rows, worker))
+        _run(worker, _unfiltered_batch(rows, worker))
 
 
-def DataProto_from(rows, worker):
+def _unfiltered_batch(rows, worker):
     """The non-tensor fields verl's dataset would give, without its prompt-length filter (which drops long rows)."""
     from verl import DataProto
 

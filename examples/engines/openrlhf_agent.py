@@ -5,7 +5,7 @@ each piece of environment feedback are tokenized by OpenRLHF as given. So this f
 policy's own chat template (set ``AGENTR1_TOKENIZER`` to the model path you train): the prompt is the env's reset
 messages and tool schemas through the template with the generation prompt; the feedback after a turn is the
 template's text between the end of that turn and the start of the next one (turn close, tool responses, next
-assistant header), the same delta our own token-exact rollouts use. OpenRLHF masks the feedback out of the loss
+assistant header), the same delta our own token-exact rollouts use (``agentr1_trl.rollout.observation_delta``). OpenRLHF masks the feedback out of the loss
 (its ``action_ranges``). Rewards are per step (``rewards``; OpenRLHF sums them), the episode metrics go to
 ``extra_logs``.
 
@@ -28,6 +28,7 @@ from functools import cache
 from typing import Any
 
 import torch
+from agentr1_trl.rollout import observation_delta, render_chat
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 import agentr1_gym
@@ -39,15 +40,6 @@ def _tokenizer(path: str) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(path)
-
-
-def _render(tok: Any, messages: list[dict], tools: list | None, generation_prompt: bool) -> str:
-    return tok.apply_chat_template(
-        [dict(m) for m in messages],
-        tools=tools or None,
-        add_generation_prompt=generation_prompt,
-        tokenize=False,
-    )
 
 
 class AgentInstance(AgentInstanceBase):
@@ -67,7 +59,7 @@ class AgentInstance(AgentInstanceBase):
         _, info = self.env.reset(seed=spec.get("seed"))
         self.messages, self.tools = [dict(m) for m in info["messages"]], info.get("tools")
         self.stops = tuple(self.env.unwrapped.tool_format.stop_strings)
-        self.rendered = _render(self.tok, self.messages, self.tools, True)
+        self.rendered = render_chat(self.tok, self.messages, self.tools, add_generation_prompt=True)
         self.total = 0.0
         return {"observation": self.rendered}
 
@@ -91,21 +83,16 @@ class AgentInstance(AgentInstanceBase):
         }
 
     def _feedback(self, action: str, messages: list[dict]) -> str:
-        closed = _render(self.tok, messages[: len(self.messages) + 1], self.tools, False)
-        nxt = _render(self.tok, messages, self.tools, True)
-        head = self.rendered + messages[len(self.messages)]["content"]
-        if not (closed.startswith(head) and nxt.startswith(closed)):
+        # a turn that does not end in one of the env's stop strings ended with EOS, which is among its ids
+        delta, nxt = observation_delta(
+            self.tok, self.rendered, self.messages, messages, self.tools, not action.endswith(self.stops)
+        )
+        if delta is None:
             raise ConfigError(
                 "the chat template is not prefix-stable; OpenRLHF's text interface cannot follow it"
             )
-        close = closed[len(head) :]
-        eos = self.tok.eos_token or ""
-        if eos and close.startswith(eos) and not action.endswith(self.stops):
-            close = close[
-                len(eos) :
-            ]  # the model ended the turn with EOS itself: it is among its generated ids
         self.rendered, self.messages = nxt, messages
-        return close + nxt[len(closed) :]
+        return delta
 
 
 class AgentExecutor(MultiTurnAgentExecutor):

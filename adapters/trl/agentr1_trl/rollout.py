@@ -25,7 +25,7 @@ import gymnasium as gym
 
 from agentr1_trl.generation.base import GenerationBackend, SamplingConfig
 
-__all__ = ["EpisodeRecorder", "Sample", "Trajectory", "collect_rollouts", "render_chat"]
+__all__ = ["EpisodeRecorder", "Sample", "Trajectory", "collect_rollouts", "observation_delta", "render_chat"]
 
 
 @dataclass
@@ -126,6 +126,39 @@ def render_chat(
     )
 
 
+def observation_delta(
+    tokenizer: Any,
+    rendered: str,
+    before: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    tools: list[dict] | None,
+    ended_with_eos: bool,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> tuple[str | None, str]:
+    """The template's text between the end of a generated assistant turn and the start of the next one.
+
+    ``rendered`` is the text the turn was generated after (``before`` with the generation prompt); ``messages`` is
+    ``before`` + that assistant turn + what the env answered. Returns ``(delta, next_rendering)``: ``delta`` is the
+    turn-closing text the template adds (without the end-of-turn token when the model generated it itself,
+    ``ended_with_eos``), the rendered new messages and the next assistant header; it is None when the template
+    is not prefix-stable here (the renderings do not extend each other)."""
+    closed = render_chat(
+        tokenizer, messages[: len(before) + 1], tools, add_generation_prompt=False,
+        chat_template_kwargs=chat_template_kwargs,
+    )  # fmt: skip
+    nxt = render_chat(
+        tokenizer, messages, tools, add_generation_prompt=True, chat_template_kwargs=chat_template_kwargs
+    )
+    head = rendered + messages[len(before)]["content"]
+    if not (closed.startswith(head) and nxt.startswith(closed)):
+        return None, nxt
+    close = closed[len(head) :]
+    eos = tokenizer.decode([tokenizer.eos_token_id]) if tokenizer.eos_token_id is not None else ""
+    if ended_with_eos and eos and close.startswith(eos):
+        close = close[len(eos) :]  # the model already generated the end-of-turn token
+    return close + nxt[len(closed) :], nxt
+
+
 def _clean(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [dict(m) for m in messages]
 
@@ -154,9 +187,6 @@ class EpisodeRecorder:
         self.tokenizer = tokenizer
         self.kw = chat_template_kwargs
         self.eos_ids = {tokenizer.eos_token_id}
-        self.eos_text = (
-            tokenizer.decode([tokenizer.eos_token_id]) if tokenizer.eos_token_id is not None else None
-        )
         self.messages = _clean(reset_info["messages"])
         self.tools: list[dict] | None = reset_info.get("tools")
         #: the template's text of ``messages`` plus the generation prompt
@@ -219,7 +249,7 @@ class EpisodeRecorder:
             raise RuntimeError(
                 "add_step() needs a recorded turn first: call add_generation() and step its action"
             )
-        action, self._action = self._action, None
+        self._action = None
         traj = self.traj
         traj.rewards.append(float(reward))
         traj.reward_components.append({k: float(v) for k, v in info.get("reward_components", {}).items()})
@@ -229,27 +259,17 @@ class EpisodeRecorder:
             reason = "" if terminated else traj.truncated_reason or info.get("truncated_reason") or "env"
             self._end(terminated=terminated, truncated_reason=reason)
             return
-        self._append_observation(action, _clean(info["messages"]))
+        self._append_observation(_clean(info["messages"]))
         self._check_budget()
 
-    def _append_observation(self, action: str, messages: list[dict[str, Any]]) -> None:
-        tokenizer, kw, before = self.tokenizer, self.kw, self.messages
-        assistant = messages[len(before)]
-        after_turn = messages[: len(before) + 1]
-        closed = render_chat(
-            tokenizer, after_turn, self.tools, add_generation_prompt=False, chat_template_kwargs=kw
-        )
-        nxt = render_chat(
-            tokenizer, messages, self.tools, add_generation_prompt=True, chat_template_kwargs=kw
-        )
-        head = self.rendered + assistant["content"]
+    def _append_observation(self, messages: list[dict[str, Any]]) -> None:
         traj = self.traj
-        if traj.prefix_stable and closed.startswith(head) and nxt.startswith(closed):
-            close = closed[len(head) :]
-            gen_ids = traj.completion_ids[traj.turn_ends[-1] : traj.turn_ends[-1] + 1]
-            if self.eos_text and gen_ids and gen_ids[-1] in self.eos_ids and close.startswith(self.eos_text):
-                close = close[len(self.eos_text) :]  # the model already generated the end-of-turn token
-            obs_ids = tokenizer.encode(close + nxt[len(closed) :], add_special_tokens=False)
+        ended_with_eos = traj.completion_ids[traj.turn_ends[-1]] in self.eos_ids
+        delta, nxt = observation_delta(
+            self.tokenizer, self.rendered, self.messages, messages, self.tools, ended_with_eos, self.kw
+        )
+        if traj.prefix_stable and delta is not None:
+            obs_ids = self.tokenizer.encode(delta, add_special_tokens=False)
             traj.completion_ids += obs_ids
             traj.action_mask += [0] * len(obs_ids)
             traj.logprobs += [0.0] * len(obs_ids)
@@ -258,7 +278,7 @@ class EpisodeRecorder:
             if traj.prefix_stable:
                 _to_action_timeline(traj)
             traj.prefix_stable = False  # re-render the context each turn; train on per-turn samples
-            self.context_ids = tokenizer.encode(nxt, add_special_tokens=False)
+            self.context_ids = self.tokenizer.encode(nxt, add_special_tokens=False)
         self.rendered = nxt
         self.messages = messages
 
