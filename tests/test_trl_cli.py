@@ -37,6 +37,8 @@ def test_train_writes_adapter_metrics_and_png(tmp_path, tiny_dir, algo, capsys):
             "max_new_tokens_per_turn=8",
             "--set",
             "max_episode_tokens=1536",
+            "--eval-episodes",
+            "6",
             "--output-dir",
             str(out),
         ]
@@ -44,11 +46,11 @@ def test_train_writes_adapter_metrics_and_png(tmp_path, tiny_dir, algo, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert ("warm start on 4 oracle transcripts" in printed) == (algo == "grpo")
-    assert "held-out before RL (32 episodes" in printed and "held-out after RL (32 episodes" in printed
+    assert "held-out before RL (6 episodes" in printed and "held-out after RL (6 episodes" in printed
     assert "x the RL start" in printed or "held-out success" in printed
     for name in ("eval_before_rl.json", "eval_after_rl.json"):
         result = json.loads((out / name).read_text())
-        assert result["episodes"] == 32 and 0.0 <= result["success"] <= 1.0
+        assert result["episodes"] == 6 and 0.0 <= result["success"] <= 1.0
     assert (out / "adapter" / "adapter_config.json").exists()
     assert (out / "reward_curve.png").stat().st_size > 1000
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
