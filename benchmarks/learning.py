@@ -20,6 +20,9 @@ train split, evaluate on the dev split: disjoint questions). Every run starts fr
    gradient checkpointing and with each shared prompt run once (the CLI's settings).
 3. ``report``: merges the JSON files, writes ``--json`` and the reward curves (``--plot``).
 
+``--eval-seed 300000`` evaluates on validation seeds instead of the held-out ones: settings are chosen there
+(``benchmarks/results/lr_selection.json``), never on the seeds the reported numbers use.
+
 Without a subcommand everything runs in sequence. Separate processes (``--threads 1`` each) let two runs share a
 2-core machine, each with its own core: that is how ``benchmarks/results/learning.json`` was made.
 """
