@@ -453,6 +453,6 @@ def register(subparsers: Any) -> None:
         metavar="DIR",
         help="continue a killed or finished run from its newest complete checkpoint, with the settings it was "
         "started with (DIR: its output dir, default runs/agentr1-grpo; --set/--config still override, e.g. "
-        "--set max_steps=20 to extend it)",
+        "--set max_steps=60 to extend it)",
     )
     p.set_defaults(func=cmd_train)
