@@ -109,8 +109,10 @@ class ProcessReward:
 class RewardConfig(BaseModel):
     """Reward weights. The generic fields apply to every env; each env declares its own process components
     (:class:`ProcessReward`, listed in ``env.process_rewards``) whose weights ``process`` overrides and
-    ``process_scale`` scales. The defaults give an answer-score reward in [0, 1], a small format bonus and dense,
-    bounded process rewards; :meth:`agent_r1` reproduces Agent-R1's outcome formula.
+    ``process_scale`` scales. The defaults give an answer-score reward in [0, 1], a small format bonus paid with
+    answers that score (never for a well-formed wrong answer, which a policy could otherwise collect by answering
+    at once without using a tool) and dense, bounded process rewards; :meth:`agent_r1` reproduces Agent-R1's
+    outcome formula.
 
     Process rewards are bounded per episode (e.g. the retrieval bonus pays only for gold evidence not seen
     before), so an agent cannot farm them by calling tools more often. ``<name>_reward=w`` is accepted as
@@ -127,6 +129,11 @@ class RewardConfig(BaseModel):
     answer_weight: float = Field(1.0, description="Weight of the answer score (in [0, 1]) at episode end.")
     format_weight: float = Field(
         0.1, description="Paid at episode end if every turn was well formed and a final answer was given."
+    )
+    format_needs_score: bool = Field(
+        True,
+        description="If true, the format bonus is paid only with an answer that scores above 0, so it cannot be "
+        "collected without solving: a well-formed guess that skips the tools earns nothing.",
     )
     format_gate: bool = Field(
         False, description="If true, the answer reward is 0 unless the format was valid."
@@ -173,6 +180,7 @@ class RewardConfig(BaseModel):
             answer_weight=1.0,
             format_weight=1.0,
             format_gate=True,
+            format_needs_score=False,
             outcome_offset=-1.0,
             process_scale=0.0,
         )
@@ -190,8 +198,9 @@ class RewardConfig(BaseModel):
         if not math.isfinite(score):
             score = 0.0
         answer = 0.0 if (self.format_gate and not format_ok) else self.answer_weight * score
+        paid = format_ok and (score > 0 or not self.format_needs_score)
         return {
             "answer": answer,
-            "format": self.format_weight if format_ok else 0.0,
+            "format": self.format_weight if paid else 0.0,
             "offset": self.outcome_offset,
         }

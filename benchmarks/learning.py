@@ -57,12 +57,18 @@ EVAL_SEED, SFT_SEED = 100_000, 200_000
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """The run's arguments and env keyword arguments, so a result file says how it was made."""
-    _, train_kwargs, eval_kwargs = task_spec(args)
+    import agentr1_gym
+
+    env_id, train_kwargs, eval_kwargs = task_spec(args)
     skip = {"cmd", "json", "plot", "progress", "workdir"}
+    env = agentr1_gym.make(env_id, **train_kwargs)
+    reward = env.unwrapped.reward_config.model_dump()
+    env.close()
     return {
         **{k: v for k, v in vars(args).items() if k not in skip},
         "train_env_kwargs": train_kwargs,
         "eval_env_kwargs": eval_kwargs,
+        "reward": reward,
     }
 
 
@@ -239,6 +245,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         bf16=args.bf16,
         seed=args.seed,
         temperature=args.temperature,
+        reward_signal=args.reward_signal,
         action_mask=algo != "grpo-nomask",
         advantage_mask=algo != "ppo-noadvmask",
         dynamic_sampling=algo == "grpo-ds",
@@ -457,6 +464,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="rollout sampling temperature (at 1.0 the warm-started 135M model breaks the format in most turns)",
     )
     parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument(
+        "--reward-signal",
+        default="return",
+        choices=["return", "outcome"],
+        help="what advantages are computed from: the env's whole return, or the answer reward alone",
+    )
     parser.add_argument(
         "--backend",
         default="auto",

@@ -56,6 +56,9 @@ def test_qa_metrics_none():
 def test_reward_config_outcome_and_agent_r1_preset():
     cfg = RewardConfig()
     assert cfg.outcome(0.5, True) == {"answer": 0.5, "format": 0.1, "offset": 0.0}
+    # a well-formed wrong answer earns no format bonus (it could be had without solving); opt out to pay it anyway
+    assert cfg.outcome(0.0, True) == {"answer": 0.0, "format": 0.0, "offset": 0.0}
+    assert RewardConfig(format_needs_score=False).outcome(0.0, True)["format"] == 0.1
     r1 = RewardConfig.agent_r1()
     assert sum(r1.outcome(1.0, True).values()) == 1.0
     assert sum(r1.outcome(1.0, False).values()) == -1.0  # gated: a right answer in a bad format earns nothing
