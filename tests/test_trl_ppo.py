@@ -83,6 +83,29 @@ def test_critic_warmup_keeps_the_policy_fixed(tmp_path):
     assert trainer.value_head.weight.abs().sum() > 0
 
 
+@pytest.mark.parametrize("needs_signal", [True, False])
+def test_equal_returns_train_the_critic_not_the_policy(tmp_path, needs_signal):
+    # every episode returns 0; a biased critic makes GAE advantages that are only its own errors
+    flat = {"answer_weight": 0, "format_weight": 0, "invalid_format_penalty": 0, "invalid_call_penalty": 0}
+    trainer, _ = _trainer(
+        tmp_path,
+        beta=0.0,
+        max_steps=1,
+        policy_needs_signal=needs_signal,
+        env_kwargs={"max_turns": 3, "reward": {**flat, "process_scale": 0}},
+    )
+    with torch.no_grad():
+        trainer.value_head.bias.fill_(0.5)
+    lora0, head0 = _params(trainer.model, "lora_"), _params(trainer.model, "value_head")
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert logs[0]["rewards/env_return/std"] == 0.0
+    assert logs[0].get("signal/policy_skipped", 0.0) == float(needs_signal)
+    lora_moved = any(not torch.equal(v, _params(trainer.model, "lora_")[k]) for k, v in lora0.items())
+    assert lora_moved is not needs_signal
+    assert any(not torch.equal(v, _params(trainer.model, "value_head")[k]) for k, v in head0.items())
+
+
 def test_ppo_resume_reproduces_the_next_step(tmp_path):
     a, _ = _trainer(tmp_path / "a", save_strategy="steps", save_steps=1)
     a.train()

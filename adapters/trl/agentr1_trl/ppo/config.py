@@ -23,6 +23,15 @@ class AgentPPOConfig(AgentTrainerConfig):
     whiten_advantages: bool = field(
         default=True, metadata={"help": "Whiten GAE advantages over action tokens."}
     )
+    policy_needs_signal: bool = field(
+        default=True,
+        metadata={
+            "help": "When every episode of a batch has the same return (under `reward_signal`), e.g. no episode "
+            "succeeded with reward_signal='outcome', its GAE advantages are only the critic's errors, and whitening "
+            "would scale them up to a full-size update: train the value head on that batch, not the policy "
+            "(advantages 0; logged as `signal/policy_skipped`)."
+        },
+    )
     critic_warmup_steps: int = field(
         default=0, metadata={"help": "Optimizer steps that train only the value head (policy loss weight 0)."}
     )

@@ -8,7 +8,9 @@ reference log-probs with the LoRA adapter disabled, logging and checkpoints), ad
   what a GRPO step costs plus one linear layer (``benchmarks/trainer_step.py`` measures it). The head is saved in
   every checkpoint (``value_head.pt``) and its optimizer state rides with the model's;
 * **GAE** on the action-token timeline with process rewards at the turn-end tokens (tool-response tokens are
-  skipped, not bootstrapped through), advantages whitened over action tokens;
+  skipped, not bootstrapped through), advantages whitened over action tokens; a batch whose episodes all have the
+  same return trains the value head only (``policy_needs_signal``): its advantages would be the critic's errors,
+  which whitening scales up to a full-size policy update;
 * the loss: clipped policy surrogate + ``vf_coef`` x clipped value loss, both over action tokens only, + KL to the
   reference; ``critic_warmup_steps`` train the value head alone first.
 """
@@ -110,6 +112,12 @@ class AgentPPOTrainer(AgentTrainer):
         adv, returns = gae_advantages(rewards, values, mask, gamma=args.gamma, lam=args.lam)
         if args.whiten_advantages:
             adv = masked_whiten(adv, mask)
+        if args.policy_needs_signal:
+            episode_returns = rewards.sum(dim=1)
+            no_signal = bool((episode_returns.max() - episode_returns.min()).abs() <= 1e-6)
+            if no_signal:  # nothing to learn for the policy: only critic noise, whitened to full size
+                adv = torch.zeros_like(adv)
+            self.log_metric("signal/policy_skipped", float(no_signal))
         batch["advantages"], batch["returns"], batch["old_values"] = adv, returns, values
         self.log_metric("value/mean", masked_mean(values, mask).item())
         self.log_metric("value/return_mean", masked_mean(returns, mask).item())
