@@ -53,9 +53,10 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_invocation_is_one_line(case, tmp_path, tiny_dir, capsys):
+def test_bad_invocation_is_one_line(case, tmp_path, tiny_dir, capsys, monkeypatch):
     argv, fragment = BAD[case]
     t = _files(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the default output dir, runs/agentr1-grpo, is relative
     argv = [a.replace("{t}", str(t)).replace("{tiny}", tiny_dir) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -67,3 +68,13 @@ def test_bad_invocation_is_one_line(case, tmp_path, tiny_dir, capsys):
 def test_debug_shows_the_traceback(tmp_path):
     with pytest.raises(Exception, match="config file not found"):
         main(["--debug", "train", "--config", str(tmp_path / "missing.yaml")])
+
+
+def test_a_failed_train_leaves_an_earlier_runs_config_alone(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run_config.json").write_text('{"algo": "grpo", "model": "smollm2"}')
+    argv = ["train", "--model", str(tmp_path / "nope"), "--output-dir", str(run)]
+    assert main(argv) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert (run / "run_config.json").read_text() == '{"algo": "grpo", "model": "smollm2"}'

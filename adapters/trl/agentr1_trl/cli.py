@@ -298,13 +298,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         from agentr1_trl.grpo import AgentGRPOConfig as Config  # type: ignore[assignment]
         from agentr1_trl.grpo import AgentGRPOTrainer as Trainer  # type: ignore[assignment]
     config = build_config(Config, settings)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    run = {"algo": algo, "model": model_name, "lora_r": lora_r, "warm_start": warm, "settings": settings}
-    (output_dir / RUN_FILE).write_text(json.dumps(run, indent=1, default=str), encoding="utf-8")
     from agentr1_trl.models import load_policy
 
     model, tokenizer, _ = load_policy(model_name)  # after every check above: a bad flag fails in a second
     model.train()
+    # written only now that the model loaded: a failed invocation never overwrites an earlier run's config,
+    # which `--resume` reads
+    output_dir.mkdir(parents=True, exist_ok=True)
+    run = {"algo": algo, "model": model_name, "lora_r": lora_r, "warm_start": warm, "settings": settings}
+    (output_dir / RUN_FILE).write_text(json.dumps(run, indent=1, default=str), encoding="utf-8")
     if resume_from:
         print(f"resuming from {resume_from} (the warm start is in its adapter)")
     if warm > 0 and not resume_from:
