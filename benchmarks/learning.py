@@ -352,6 +352,17 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _run_label(settings: dict) -> str:
+    """What sets a run apart in the tables: learning rate, reward signal, and whether it ran with the format
+    bonus paid on every well-formed answer (result files made before ``format_needs_score`` have no
+    ``reward`` entry)."""
+    mantissa, exponent = f"{settings['lr']:.0e}".split("e")
+    parts = [f"lr {mantissa}e{int(exponent)}", f"{settings.get('reward_signal', 'return')} signal"]
+    if not settings.get("reward", {}).get("format_needs_score", False):
+        parts.append("format bonus on any answer")
+    return ", ".join(parts)
+
+
 def markdown(result: dict) -> str:
     """The README's tables: held-out metrics at each point, and the per-step time split."""
     lines = []
@@ -361,7 +372,9 @@ def markdown(result: dict) -> str:
             ("plain instruct model", start["plain"]),
             ("after the warm start (RL start)", start["after_sft"]),
         ]
-        rows += [(f"after {name}", r["after"]) for name, r in entry["runs"].items()]
+        rows += [
+            (f"after {name} ({_run_label(r['settings'])})", r["after"]) for name, r in entry["runs"].items()
+        ]
         if "ppo" in entry["runs"] and "value_guided" in entry["runs"]["ppo"]:
             ppo = entry["runs"]["ppo"]
             n = ppo["value_guided"]["value_guided"]
@@ -372,8 +385,8 @@ def markdown(result: dict) -> str:
         lines += [
             f"{start['env']}:",
             "",
-            "| policy | episodes | success [95% CI] | z vs start | EM | F1 | format-valid | mean return |",
-            "|---|---|---|---|---|---|---|---|",
+            "| policy | episodes | success [95% CI] | z vs start | EM | F1 | format-valid | mean return | turns |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         base = start["after_sft"]
         for name, m in rows:
@@ -381,7 +394,7 @@ def markdown(result: dict) -> str:
             z = "–" if m is base or m is start["plain"] else f"{two_proportion_z(m, base):+.1f}"
             lines.append(
                 f"| {name} | {m['episodes']} | {m['success']:.3f} [{lo:.3f}, {hi:.3f}] | {z} | {m['em']:.3f} | "
-                f"{m['f1']:.3f} | {m['format_ok']:.3f} | {m['return']:.3f} |"
+                f"{m['f1']:.3f} | {m['format_ok']:.3f} | {m['return']:.3f} | {m.get('turns', float('nan')):.2f} |"
             )
         lines += [
             "",
@@ -434,9 +447,9 @@ def plot(result: dict, path: str) -> None:
                 for i in range(len(ys))
             ]
             after = r["after"].get("success", float("nan"))
-            ax.plot([c["step"] for c in curve], smooth, label=f"{name} (held-out success after: {after:.2f})")
+            ax.plot([c["step"] for c in curve], smooth, label=f"{name} (held-out success after: {after:.3f})")
         start = entry["start"]["after_sft"].get("success", float("nan"))
-        ax.set_title(f"{entry['start']['env']}  (held-out success at start: {start:.2f})", fontsize=9)
+        ax.set_title(f"{entry['start']['env']}  (held-out success at start: {start:.3f})", fontsize=9)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("training-batch mean return (5-step moving average)")
         ax.grid(alpha=0.3)
