@@ -110,14 +110,15 @@ class AgentPPOTrainer(AgentTrainer):
             values = self._turn_values(values, trajectories)
         values = values * mask
         adv, returns = gae_advantages(rewards, values, mask, gamma=args.gamma, lam=args.lam)
-        if args.whiten_advantages:
-            adv = masked_whiten(adv, mask)
+        no_signal = False
         if args.policy_needs_signal:
             episode_returns = rewards.sum(dim=1)
-            no_signal = bool((episode_returns.max() - episode_returns.min()).abs() <= 1e-6)
-            if no_signal:  # nothing to learn for the policy: only critic noise, whitened to full size
-                adv = torch.zeros_like(adv)
+            no_signal = bool(episode_returns.max() - episode_returns.min() <= 1e-6)
             self.log_metric("signal/policy_skipped", float(no_signal))
+        if no_signal:  # nothing to learn for the policy: only critic noise, whitened to full size
+            adv = torch.zeros_like(adv)
+        elif args.whiten_advantages:
+            adv = masked_whiten(adv, mask)
         batch["advantages"], batch["returns"], batch["old_values"] = adv, returns, values
         self.log_metric("value/mean", masked_mean(values, mask).item())
         self.log_metric("value/return_mean", masked_mean(returns, mask).item())
