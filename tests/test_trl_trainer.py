@@ -122,6 +122,31 @@ def test_other_estimators_run(tmp_path, estimator):
     assert math.isfinite(trainer.state.log_history[0]["loss"])
 
 
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo", "bnpo"])
+def test_micro_batches_add_up_to_the_whole_batch(tmp_path, loss_type):
+    """One step on 4 episodes as one micro-batch and as 4 accumulated micro-batches of 1 (long episodes need
+    that to fit in memory): the same update (plain SGD, so its size is the gradient's) for the loss types whose
+    normaliser does not depend on how the batch is split; bnpo's per-micro-batch token mean does (as in TRL)."""
+    deltas = {}
+    for micro in (4, 1):
+        trainer, _ = _trainer(
+            tmp_path / str(micro),
+            per_device_train_batch_size=micro,
+            gradient_accumulation_steps=4 // micro,
+            max_steps=1,
+            beta=0.0,
+            optim="sgd",
+            learning_rate=1.0,
+            loss_type=loss_type,
+        )
+        before = _lora(trainer.model)
+        trainer.train()
+        deltas[micro] = {k: v - before[k] for k, v in _lora(trainer.model).items()}
+    assert any(d.abs().max() > 1e-6 for d in deltas[4].values()), "the step must move the LoRA weights"
+    same = all(torch.allclose(deltas[4][k], deltas[1][k], rtol=1e-3, atol=1e-7) for k in deltas[4])
+    assert same == (loss_type != "bnpo"), f"{loss_type}: micro-batched update differs: {same}"
+
+
 def test_config_checks():
     with pytest.raises(ValueError, match="advantage_estimator"):
         AgentGRPOConfig(output_dir="/tmp/x", advantage_estimator="ppo", report_to="none")

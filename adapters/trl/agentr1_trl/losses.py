@@ -71,9 +71,11 @@ def aggregate(
     """Reduce a per-token loss over the action tokens of a micro-batch.
 
     ``grpo``: mean over sequences of each sequence's mean over its action tokens; ``dr_grpo``: sum over
-    ``rows x width``; ``bnpo``/``dapo``: mean over all action tokens. ``denominators`` = ``(rows, action tokens,
-    width)`` of the whole micro-batch when only some of its rows are passed (rows with zero advantage skipped),
-    so that the gradient is that of the whole micro-batch.
+    ``rows x width``; ``bnpo``/``dapo``: sum over ``action tokens``. ``denominators`` = ``(rows, action tokens,
+    width)``, by default this micro-batch's own (its rows, its action tokens, its padded width). Trainers pass the
+    whole micro-batch's when only some of its rows are passed (rows with zero advantage skipped), and the
+    constants that make micro-batches add up to the whole batch's loss (``dapo``'s tokens are the generation
+    batch's, ``dr_grpo``'s width a constant): see ``TRLAgentTrainer.loss_denominators``.
     """
     mask_f = mask.to(per_token.dtype)
     n_rows, n_tokens, width = denominators or (

@@ -264,6 +264,19 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
             needed=needed,
         )
 
+    def loss_denominators(self, batch: dict[str, Any], mask: torch.Tensor) -> tuple[int, float, int]:
+        """``(rows, action tokens, width)`` for :func:`~agentr1_trl.losses.aggregate` on this micro-batch, chosen
+        so that a step's micro-batches add up to the loss of the whole batch, as TRL's do: ``dapo`` divides by
+        this micro-batch's share of the whole generation batch's action tokens (a token mean over the batch, not
+        over each micro-batch), ``dr_grpo`` by the constant ``max_episode_tokens`` (not the micro-batch's
+        padded width), ``bnpo`` by this micro-batch's tokens."""
+        tokens = float(mask.sum().clamp(min=1))
+        total = batch.get("num_items_in_batch")
+        if self.loss_type == "dapo" and total is not None:
+            per_step = self.args.steps_per_generation if self.mode == "train" else 1
+            tokens = max(float(total) / (self.accelerator.num_processes * per_step), 1.0)
+        return mask.size(0), tokens, int(self.args.max_episode_tokens)
+
     def scale_for_accumulation(self, loss: torch.Tensor) -> torch.Tensor:
         return loss / self.current_gradient_accumulation_steps if self.mode == "train" else loss
 

@@ -54,7 +54,8 @@ class AgentGRPOTrainer(AgentTrainer):
     # ---- loss ---------------------------------------------------------------------------------------------
     def loss(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:
         rows = batch["completion_ids"].size(0)
-        denominators = None
+        # over the whole micro-batch, so that skipping rows below leaves the gradient unchanged
+        denominators = self.loss_denominators(batch, advantage_mask(batch, True))
         if self.args.skip_zero_advantage and self.beta == 0.0:
             keep = (batch["advantages"].reshape(rows, -1) != 0).any(dim=1)
             self.log_metric("signal/skipped_rows", 1.0 - keep.float().mean().item())
@@ -64,9 +65,6 @@ class AgentGRPOTrainer(AgentTrainer):
                 "signal/skipped_tokens", 1.0 - (tokens[keep].sum() / tokens.sum().clamp(min=1)).item()
             )
             if not bool(keep.all()):
-                mask = advantage_mask(batch, True)
-                # the loss's denominators over the whole micro-batch, so that the gradient is unchanged
-                denominators = (rows, float(mask.sum().clamp(min=1)), batch["completion_ids"].size(1))
                 if not bool(keep.any()):
                     # nothing to learn here: a zero loss that still touches the graph (DDP needs every parameter)
                     return sum(p.sum() * 0.0 for p in model.parameters() if p.requires_grad)

@@ -159,7 +159,7 @@ class AgentPPOTrainer(AgentTrainer):
         terms = self.policy_terms(logps, mask, batch)
         returns = batch["returns"]
         value = clipped_value_loss(values, batch["old_values"], returns, args.cliprange_value) * mask
-        policy = aggregate(terms.per_token, mask, self.loss_type)
+        policy = aggregate(terms.per_token, mask, self.loss_type, self.loss_denominators(batch, mask))
         vf_loss = aggregate(value, mask, "bnpo")
         warming = self.state.global_step < args.critic_warmup_steps
         loss = (0.0 if warming else 1.0) * policy + args.vf_coef * vf_loss
