@@ -227,9 +227,13 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
                 control.should_training_stop = True
 
     out_dir = _dir(args) / algo
+    step_rows = args.generations * args.groups
+    micro = args.micro_batch or step_rows
     common = dict(
         output_dir=str(out_dir),
-        per_device_train_batch_size=args.generations * args.groups,
+        # episodes per forward/backward pass; an optimizer step still takes all of the step's episodes
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=step_rows // micro,
         num_generations=args.generations,
         max_steps=args.max_steps,
         learning_rate=args.lr,
@@ -492,6 +496,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast in the update")
     parser.add_argument("--gradient-checkpointing", action="store_true", help="(off: the CLI's setting)")
     parser.add_argument("--no-share-prompt", action="store_true", help="full forward over every row's prompt")
+    parser.add_argument(
+        "--micro-batch",
+        type=int,
+        default=0,
+        help="episodes per forward/backward pass, the rest accumulated (0: all of a step's at once; HotpotQA's "
+        "~2,000-token episodes need 2 on a 24 GB machine)",
+    )
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--critic-warmup", type=int, default=2, help="PPO: value-head-only steps first")
     parser.add_argument("--eval-episodes", type=int, default=200)
@@ -531,6 +542,11 @@ def finish_args(args: argparse.Namespace) -> argparse.Namespace:
         args.plain_episodes = 4
     if args.plain_episodes is None:
         args.plain_episodes = args.eval_episodes
+    if args.micro_batch and (args.generations * args.groups) % args.micro_batch:
+        raise SystemExit(
+            f"--micro-batch {args.micro_batch} must divide a step's {args.generations * args.groups} episodes "
+            "(--generations x --groups)"
+        )
     return args
 
 

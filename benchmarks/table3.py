@@ -155,6 +155,13 @@ def main() -> None:
         default=50,
         help="the learning steps' own held-out evaluations (HotpotQA dev seeds; the table's are separate)",
     )
+    parser.add_argument(
+        "--micro-batch",
+        type=int,
+        default=1,
+        help="RL episodes per forward/backward pass (HotpotQA episodes run to ~2,000 tokens: a step's 8 in one pass "
+        "took over 16 GB of activations)",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--backend", default="auto", choices=["auto", "hf", "vllm"])
     parser.add_argument("--smoke", action="store_true", help="tiny random model, tiny budgets")
@@ -164,7 +171,7 @@ def main() -> None:
     largs = learning.build_parser().parse_args(
         ["--task", "hotpotqa", "--workdir", args.workdir, "--minutes", str(args.minutes)]
         + ["--threads", str(args.threads), "--backend", args.backend, "--vg-episodes", "0"]
-        + ["--eval-episodes", str(args.train_eval_episodes)]
+        + ["--eval-episodes", str(args.train_eval_episodes), "--micro-batch", str(args.micro_batch)]
         + ["--sft-episodes", str(args.sft_episodes), "--sft-epochs", str(args.sft_epochs)]
         + (["--smoke"] if args.smoke else [])
         + (["--progress"] if args.progress else [])
