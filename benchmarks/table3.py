@@ -1,6 +1,6 @@
 """Table 3 of the Agent-R1 paper in miniature: Base Tool Call, Naive RAG, GRPO and PPO on the bundled QA dev sets.
 
-    python benchmarks/table3.py --minutes 30 --json benchmarks/results/table3.json
+    python benchmarks/table3.py --minutes 30 --json benchmarks/results/table3.json --plot benchmarks/results/table3.png
     python benchmarks/table3.py --smoke          # the whole pipeline in a few minutes on a tiny random model
 
 Policy: SmolLM2-135M-Instruct + LoRA (q/v), as in ``benchmarks/learning.py``, whose steps this script reuses (in
@@ -11,7 +11,9 @@ Policy: SmolLM2-135M-Instruct + LoRA (q/v), as in ``benchmarks/learning.py``, wh
 3. every row evaluated greedily on every question of the dev samples, once each: HotpotQA (300), 2Wiki (177) and
    MuSiQue (50; the paper's out-of-domain check), ``max_turns`` 4. Rows: **Base Tool Call** (the plain instruct
    model playing the env with its search tool), **Naive RAG** (the plain model, one retrieval with the question,
-   one answer), **GRPO** and **PPO** (the trained adapters, with tools).
+   one answer), **Warm start** (the supervised adapter that both RL runs start from; not a row of the paper's
+   table, here so that what RL added can be told from what the warm start did), **GRPO** and **PPO** (the trained
+   adapters, with tools).
 
 Reports EM and F1 per dataset with n and a 95% interval (Wilson for EM, normal approximation for F1's mean).
 """
@@ -39,6 +41,7 @@ DATASETS = {
 ROWS = {
     "Base Tool Call": (None, "tool"),
     "Naive RAG": (None, "naive-rag"),
+    "Warm start": ("sft", "tool"),  # not in the paper's table: what RL started from, so its gain can be seen
     "GRPO": ("grpo", "tool"),
     "PPO": ("ppo", "tool"),
 }
@@ -135,6 +138,34 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot(result: dict[str, Any], path: str) -> None:
+    """EM and F1 per dataset, one bar per row, with the 95% intervals as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets, rows = result["datasets"], list(result["rows"])
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), squeeze=False)
+    width = 0.8 / max(len(rows), 1)
+    for ax, metric in zip(axes[0], ("em", "f1")):
+        for i, name in enumerate(rows):
+            per = result["rows"][name]
+            ys = [per[d][metric] for d in datasets]
+            lo = [per[d][metric] - per[d][f"{metric}_ci"][0] for d in datasets]
+            hi = [per[d][f"{metric}_ci"][1] - per[d][metric] for d in datasets]
+            xs = [j + (i - (len(rows) - 1) / 2) * width for j in range(len(datasets))]
+            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=name)
+        ns = ", ".join(f"{d} n={result['rows'][rows[0]][d]['n']}" for d in datasets) if rows else ""
+        ax.set_xticks(range(len(datasets)), datasets)
+        ax.set_ylabel(f"{metric.upper()} (95% interval)")
+        ax.set_title(f"{metric.upper()} on the dev samples ({ns})", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0, help="RL wall-clock budget per algorithm")
@@ -167,6 +198,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny random model, tiny budgets")
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--plot", default=None, help="a PNG of EM and F1 per dataset and row")
     args = parser.parse_args()
     largs = learning.build_parser().parse_args(
         ["--task", "hotpotqa", "--workdir", args.workdir, "--minutes", str(args.minutes)]
@@ -189,7 +221,7 @@ def main() -> None:
         learning.prepare(largs)
     for name in args.rows:
         adapter = ROWS[name][0]
-        if adapter is not None and not (workdir / f"{adapter}.json").exists():
+        if adapter in ("grpo", "ppo") and not (workdir / f"{adapter}.json").exists():  # "sft": from prepare
             learning.train(adapter, largs)
     rows: dict[str, Any] = {}
     for name in args.rows:
@@ -216,6 +248,8 @@ def main() -> None:
     }
     emit(result, args.json)
     print(markdown(result), file=sys.stderr)
+    if args.plot:
+        plot(result, args.plot)
 
 
 if __name__ == "__main__":

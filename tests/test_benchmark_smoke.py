@@ -11,6 +11,7 @@ import pytest
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_learning_benchmark_smoke(tmp_path):
     pytest.importorskip("trl")
     out = tmp_path / "learning.json"
@@ -43,22 +44,34 @@ def test_learning_benchmark_smoke(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_table3_benchmark_smoke(tmp_path):
     """Table 3 in miniature on the tiny model: warm start and both RL runs on HotpotQA train, then every row on the
     first dev questions of the three datasets, with n and intervals."""
     pytest.importorskip("trl")
-    out = tmp_path / "table3.json"
+    out, png = tmp_path / "table3.json", tmp_path / "table3.png"
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "table3.py"
     subprocess.run(
-        [sys.executable, str(script), "--smoke", "--json", str(out), "--workdir", str(tmp_path / "runs")],
+        [
+            sys.executable,
+            str(script),
+            "--smoke",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+            "--workdir",
+            str(tmp_path),
+        ],
         check=True,
         capture_output=True,
         timeout=900,
     )
     result = json.loads(out.read_text())
-    assert list(result["rows"]) == ["Base Tool Call", "Naive RAG", "GRPO", "PPO"]
+    assert list(result["rows"]) == ["Base Tool Call", "Naive RAG", "Warm start", "GRPO", "PPO"]
     for per in result["rows"].values():
         assert set(per) == {"hotpotqa", "2wiki", "musique"}
         for r in per.values():
             assert r["n"] == 4 and r["em_ci"][0] <= r["em"] <= r["em_ci"][1] and 0.0 <= r["f1"] <= 1.0
     assert set(result["train"]) == {"grpo", "ppo"}
+    assert png.stat().st_size > 10_000

@@ -203,3 +203,28 @@ def test_evaluate_model_on_listed_tasks_keeps_rows(baseline):
     assert out["episodes"] == 3 and len(out["rows"]) == 3
     assert [r["em"] for r in out["rows"]] == [1.0, 0.0, 1.0]
     assert out["em"] == pytest.approx(2 / 3)
+
+
+def test_naive_rag_scores_an_untagged_reply_as_the_answer():
+    """Naive RAG measures answering from the retrieved text: a reply without ``<answer>`` tags is scored as a whole
+    (format_ok 0), a tagged one by its tags (format_ok 1); a wrong untagged reply scores 0."""
+    from agentr1_trl.evaluate import evaluate_model
+    from agentr1_trl.generation import ScriptedGenerator
+    from agentr1_trl.testing import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    env = agentr1_gym.make("AgentR1/HotpotQA-v0", split="dev")
+    gold = env.unwrapped.tasks[4].answers[0]
+
+    def run(reply):
+        out = evaluate_model(
+            "AgentR1/HotpotQA-v0", None, tok, env_kwargs={"split": "dev"}, baseline="naive-rag", task_indices=[4],
+            generator=ScriptedGenerator(tok, lambda ids, i: reply, add_eos=True), keep_rows=True, progress=False,
+            max_new_tokens=64,
+        )  # fmt: skip
+        return out["rows"][0]
+
+    untagged, tagged, wrong = run(f" {gold} "), run(f"<answer>{gold}</answer>"), run("no idea at all")
+    assert (untagged["em"], untagged["format_ok"]) == (1.0, 0.0)
+    assert (tagged["em"], tagged["format_ok"]) == (1.0, 1.0)
+    assert (wrong["em"], wrong["f1"]) == (0.0, 0.0)

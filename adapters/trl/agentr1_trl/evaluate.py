@@ -3,7 +3,10 @@
 Policies (the paper's baselines and ours):
 
 * ``tool`` (Base Tool Call): the model plays the env with its tools, turn by turn, as in training;
-* ``naive-rag`` (Naive RAG): one retrieval with the question itself, then the model answers in one turn;
+* ``naive-rag`` (Naive RAG): one retrieval with the question itself, then the model answers in one turn; a reply
+  without ``<answer>`` tags is scored as a whole (flexible extraction, with ``format_ok`` 0), so that the baseline
+  measures answering from the retrieved text rather than following the tag format (a small plain model rarely
+  writes the tags: a strict parse scored SmolLM2-135M 0 on every question);
 * ``value_guided=N`` (with a PPO adapter's ``value_head.pt``): each turn samples N candidates and keeps the one the
   value head scores highest.
 
@@ -141,8 +144,8 @@ def _naive_rag(
         _, reward, _, _, info = env.step(text)
         total += float(reward)
         metrics = info.get("metrics")
-        if metrics is None:  # no parsable answer: one attempt only, scored as an episode without an answer
-            outcome, metrics = env.unwrapped.close_episode(None)
+        if metrics is None:  # no <answer> tags: the reply itself is the answer (format_ok stays 0)
+            outcome, metrics = env.unwrapped.close_episode(text.strip(), terminated=True)
             total += sum(outcome.values())
         rows.append({**metrics, "return": total, "turns": 2.0})
     return rows
