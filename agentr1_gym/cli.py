@@ -257,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline",
         default="tool",
         choices=["tool", "naive-rag"],
-        help="with --model: 'tool' (Base Tool Call, default) or 'naive-rag' (one search, then answer)",
+        help="with --model: 'tool' (Base Tool Call, default) or 'naive-rag' (one search with the question, then "
+        "an answer; an untagged reply is scored whole)",
     )
     p.add_argument(
         "--value-guided",
