@@ -236,6 +236,9 @@ def main() -> None:
         "machine": machine_info("agentr1-gym", "torch", "trl", "peft"),
         "args": vars(args),
         "eval_env_kwargs": EVAL_KWARGS,
+        "warm_start": {
+            k: v for k, v in json.loads((workdir / "start.json").read_text()).items() if k != "settings"
+        },
         "train": {
             algo: {
                 k: v for k, v in json.loads((workdir / f"{algo}.json").read_text()).items() if k != "settings"
