@@ -71,7 +71,7 @@ def aggregate(
     """Reduce a per-token loss over the action tokens of a micro-batch.
 
     ``grpo``: mean over sequences of each sequence's mean over its action tokens; ``dr_grpo``: sum over
-    ``rows x width``; ``bnpo``/``dapo``: sum over ``action tokens``. ``denominators`` = ``(rows, action tokens,
+    ``rows x width``; ``bnpo``/``dapo``: sum divided by ``action tokens``. ``denominators`` = ``(rows, action tokens,
     width)``, by default this micro-batch's own (its rows, its action tokens, its padded width). Trainers pass the
     whole micro-batch's when only some of its rows are passed (rows with zero advantage skipped), and the
     constants that make micro-batches add up to the whole batch's loss (``dapo``'s tokens are the generation
