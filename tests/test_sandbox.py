@@ -7,7 +7,6 @@ unprivileged hosts take (each run forks once more inside its namespace).
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import socket
@@ -25,17 +24,27 @@ ROOT = os.geteuid() == 0
 CONFIG = SandboxConfig(timeout_s=3, cpu_s=2, memory_mb=512, file_mb=4, pool_size=2)
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["pid-from-worker", "pid-per-fork"])
+#: the kernel paths a run can take: as root (the zygote gives each run its PID namespace), as an unprivileged
+#: host does (one more fork per run), and as root where user namespaces are refused (plain namespaces and a
+#: real drop to nobody)
+KERNEL_PATHS = {
+    "pid-from-worker": {},
+    "pid-per-fork": {"pid_per_fork": True},
+    "no-user-namespace": {"user_namespace": False},
+}
+
+
+@pytest.fixture(scope="module", params=list(KERNEL_PATHS))
 def sandbox(request):
-    sb = PythonSandbox(CONFIG, pid_per_fork=request.param)
+    sb = PythonSandbox(CONFIG, **KERNEL_PATHS[request.param])
     yield sb
     sb.close()
 
 
 @pytest.fixture(scope="module")
 def guarded():
-    """No kernel layers at all (what a host that refuses every namespace gets): rlimits and Python guards."""
-    sb = PythonSandbox(CONFIG.model_copy(update={"namespaces": False}))
+    """No kernel namespaces at all (isolation='off'): rlimits, seccomp, a drop to nobody and Python guards."""
+    sb = PythonSandbox(CONFIG.model_copy(update={"isolation": "off"}))
     yield sb
     sb.close()
 
@@ -81,7 +90,7 @@ def _state(pid: int) -> str:
 
 
 def _worker_pids(sb):
-    return [w.proc.pid for w in list(sb._idle.queue)]
+    return [w.proc.pid for w in list(sb._idle)]
 
 
 @pytest.mark.skipif(
@@ -89,7 +98,7 @@ def _worker_pids(sb):
 )
 def test_every_kernel_layer_holds_as_root(sandbox):
     assert sandbox.isolation == {
-        "user_namespace": True,
+        "user_namespace": "--no-user-namespace" not in sandbox._flags,
         "unprivileged": True,
         "mount_namespace": True,
         "pid_namespace": True,
@@ -199,8 +208,8 @@ def test_no_background_process_survives_a_run(sandbox, tmp_path):
     assert "parent -1" in r.stdout
     time.sleep(0.3)
     # every process of this sandbox descends from one of its workers (each worker is its runs' subreaper, so
-    # an orphan would be re-parented there): only the prepared next run may be alive, waiting
-    per_run = 2 if sandbox._flags else 1
+    # an orphan would be re-parented there): only the zygote and the prepared next run may be alive, waiting
+    per_run = 1 + (2 if "--pid-per-fork" in sandbox._flags else 1)
     for worker in _worker_pids(sandbox):
         live = [p for p in _descendants(worker) if _state(p) not in ("Z", "X", "")]
         assert len(live) <= per_run, (worker, live)
@@ -214,33 +223,6 @@ def test_writes_outside_the_run_directory_fail(sandbox, tmp_path):
         assert not r.ok and r.exception in {"FileNotFoundError", "OSError", "PermissionError"}, (path, r)
     assert not target.exists() and not os.path.exists("/dev/shm/agentr1-evil")
     assert not os.path.exists("/etc/agentr1-evil") and not os.path.exists("/usr/agentr1-evil")
-
-
-def test_the_run_directory_is_owned_by_an_unprivileged_user_and_removed(sandbox):
-    r = sandbox.run("import time\nopen('/tmp/agentr1-marker', 'w').write('x')\ntime.sleep(0.6)", timeout_s=3)
-    assert r.ok
-    # seen from the host while it ran: the file's owner is not root
-    thread_result = []
-
-    def run():
-        thread_result.append(sandbox.run("import time\nopen('/tmp/agentr1-marker2', 'w')\ntime.sleep(1)"))
-
-    t = threading.Thread(target=run)
-    t.start()
-    owners = set()
-    for _ in range(50):
-        for path in glob.glob("/tmp/agentr1-sbx-*/runs/*/agentr1-marker2"):
-            with contextlib.suppress(FileNotFoundError):
-                owners.add(os.stat(path).st_uid)
-        if owners:
-            break
-        time.sleep(0.02)
-    t.join()
-    assert thread_result[0].ok
-    if ROOT:
-        assert owners == {65534}
-    time.sleep(0.1)
-    assert not glob.glob("/tmp/agentr1-sbx-*/runs/*/agentr1-marker*")
 
 
 def test_symlinked_output_does_not_leak_host_files(sandbox):
@@ -337,13 +319,13 @@ def test_parallel_runs(sandbox):
 def test_a_worker_killed_from_outside_is_replaced_and_the_run_retried():
     sb = PythonSandbox(SandboxConfig(pool_size=1))
     _healthy(sb)
-    worker = sb._idle.get()
+    (worker,) = sb._idle
     worker.proc.kill()
     worker.proc.wait()
-    sb._idle.put(worker)
     r = sb.run("print(1)")  # retried on a fresh worker: no exception reaches env.step
     assert r.ok and r.stdout == "1\n"
     _healthy(sb)
+    assert sb._started == 1 and sb._idle[0] is not worker
     sb.close()
 
 
@@ -357,17 +339,23 @@ def test_a_worker_that_cannot_start_is_an_infrastructure_error(monkeypatch):
 
 
 def test_guards_without_kernel_layers(guarded, tmp_path):
-    """Where the kernel grants nothing, the Python-level guards still refuse the common accidents."""
-    assert not any(guarded.isolation.values()) or not ROOT
-    r = guarded.run("import os\nwhile True:\n    os.fork()")
+    """Without namespaces (isolation='off') the code still runs as nobody under seccomp and rlimits, and the
+    Python-level guards refuse the common accidents."""
+    layers = guarded.isolation
+    assert not layers["mount_namespace"] and not layers["pid_namespace"] and layers["unprivileged"]
+    r = guarded.run("import os\nprint(os.getuid())\nwhile True:\n    os.fork()")
     assert not r.ok and r.exception == "PermissionError"
+    if ROOT:
+        assert r.stdout.strip() == "65534"
     target = tmp_path / "evil.txt"
     r = guarded.run(f"open({str(target)!r}, 'w').write('x')")
     assert r.exception == "PermissionError" and not target.exists()
     _healthy(guarded)
 
 
-def test_a_missing_layer_warns_or_raises(monkeypatch):
+def test_a_missing_layer_refuses_or_warns(monkeypatch):
+    """isolation='kernel' (the default) refuses to run code without every required layer; 'best_effort' warns
+    once and runs."""
     import agentr1_gym.tools.python as py
 
     real_init = py._Worker.__init__
@@ -377,13 +365,24 @@ def test_a_missing_layer_warns_or_raises(monkeypatch):
         self.layers["seccomp"] = False  # as a kernel without seccomp would report
 
     monkeypatch.setattr(py._Worker, "__init__", without_seccomp)
-    sb = PythonSandbox(SandboxConfig(pool_size=1))
-    with pytest.warns(RuntimeWarning, match="seccomp"):
-        assert sb.isolation["seccomp"] is False
-    sb.close()
-    strict = PythonSandbox(SandboxConfig(pool_size=1, require_isolation=True))
-    with pytest.raises(ToolInfrastructureError, match="seccomp"):
+    strict = PythonSandbox(SandboxConfig(pool_size=1))
+    with pytest.raises(ToolInfrastructureError, match=r"seccomp.*isolation=.best_effort."):
         strict.run("print(1)")
+    assert strict._started == 0  # the refused worker was stopped, not counted
+    lax = PythonSandbox(SandboxConfig(pool_size=1, isolation="best_effort"))
+    with pytest.warns(RuntimeWarning, match="seccomp"):
+        assert lax.isolation["seccomp"] is False
+    assert lax.run("print(2)").stdout == "2\n"
+    lax.close()
+
+
+def test_old_isolation_settings_still_work():
+    with pytest.warns(DeprecationWarning, match="isolation="):
+        assert SandboxConfig(namespaces=False).isolation == "off"
+    with pytest.warns(DeprecationWarning):
+        assert SandboxConfig(require_isolation=True).isolation == "kernel"
+    with pytest.warns(DeprecationWarning):
+        assert SandboxConfig(require_isolation=False).isolation == "best_effort"
 
 
 def test_python_tool_result():

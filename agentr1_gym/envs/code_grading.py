@@ -17,6 +17,8 @@ always says ``True``. Here the verdict is computed in the env's own process, whe
 The sandbox's output is untrusted: a candidate may print a forged result line, but that only restates its own
 answers, so it passes only if those answers are right. The doctest process reward works the same way: examples
 are parsed on the host, their outputs produced in the sandbox and compared on the host with doctest's checker.
+Whether the reference solution itself passes a prompt's examples is checked on the host
+(:func:`host_example_outputs`): reference solutions and hidden tests never enter the sandbox.
 Since the examples (and their expected outputs) are in the prompt, a function hard-coding them earns that small,
 once-per-episode reward; the hidden tests are what the outcome pays for.
 """
@@ -25,12 +27,15 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextlib
 import doctest
 import functools
 import inspect
+import io
 import json
 import random
 import textwrap
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +46,7 @@ __all__ = [
     "encode_value",
     "grade_program",
     "grade_replay",
+    "host_example_outputs",
     "parse_doctest_reply",
     "record_calls",
 ]
@@ -322,6 +328,11 @@ def parse_doctest_reply(stdout: str, examples: list[doctest.Example]) -> bool:
         outs = json.loads(stdout[at + len(RESULT_MARK) :])
     except ValueError:
         return False
+    return examples_match(outs, examples)
+
+
+def examples_match(outs: Any, examples: list[doctest.Example]) -> bool:
+    """Whether ``outs`` (one output string per example) is what the examples want (doctest's checker)."""
     if not isinstance(outs, list) or len(outs) != len(examples) or not all(isinstance(o, str) for o in outs):
         return False
     checker = doctest.OutputChecker()
@@ -334,3 +345,22 @@ def parse_doctest_reply(stdout: str, examples: list[doctest.Example]) -> bool:
         elif not checker.check_output(example.want, got, flags):
             return False
     return True
+
+
+def host_example_outputs(program: str, examples: list[doctest.Example]) -> list[str]:
+    """The examples' outputs for a *trusted* program (a task's reference solution), produced in this process the
+    way the sandbox harness produces them for answers. Never call it on model output."""
+    ns: dict[str, Any] = {"__name__": "__agentr1_examples__"}
+    exec(compile(program, "<reference>", "exec"), ns)
+    outs = []
+    for example in examples:
+        buf = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(buf):
+                exec(compile(example.source, "<example>", "single"), ns)
+        except Exception as e:
+            buf.write(
+                "Traceback (most recent call last):\n" + "".join(traceback.format_exception_only(type(e), e))
+            )
+        outs.append(buf.getvalue())
+    return outs
