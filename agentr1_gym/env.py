@@ -391,11 +391,12 @@ class ToolEnv(gym.Env[str, str], ABC):
         metrics = self._score(answer if terminated else None)
         score = float(metrics[self.answer_metric])
         format_ok = self._format_ok and terminated
-        components = self.reward_config.outcome(score, format_ok)
+        success = self.is_success(metrics)
+        components = self.reward_config.outcome(score, format_ok, success)
         metrics = {
             **metrics,
             "score": score,
-            "success": float(self.is_success(metrics)),
+            "success": float(success),
             "format_ok": float(format_ok),
             "turns": float(self.turn),
         }

@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 __all__ = [
     "GENERIC_PROCESS_KEYS",
     "OUTCOME_KEYS",
+    "SUB_EM_EXTRA_WORDS",
+    "UNEARNED_REWARD_BOUND",
     "ProcessReward",
     "RewardConfig",
     "exact_match",
@@ -55,10 +57,28 @@ def exact_match(prediction: str, gold: str | Iterable[str]) -> float:
     return float(any(pred == normalize_answer(g) for g in _as_list(gold)))
 
 
-def sub_exact_match(prediction: str, gold: str | Iterable[str]) -> float:
-    """1.0 if a normalised gold answer occurs in the normalised prediction (Agent-R1's and FlashRAG's sub-EM)."""
+#: sub-EM counts a prediction at most this many words longer than the gold answer (see :func:`sub_exact_match`)
+SUB_EM_EXTRA_WORDS = 5
+
+
+def sub_exact_match(
+    prediction: str, gold: str | Iterable[str], max_extra_words: int | None = SUB_EM_EXTRA_WORDS
+) -> float:
+    """1.0 if a normalised gold answer occurs in the normalised prediction (Agent-R1's and FlashRAG's sub-EM), as
+    whole words, in a prediction at most ``max_extra_words`` words longer than that gold answer.
+
+    The length bound is ours: without it (``max_extra_words=None``, FlashRAG's metric) answering with a whole
+    retrieved passage, or echoing a comparison question that names both candidates, scores 1 without answering
+    (under ``RewardConfig.agent_r1()`` that earned 0.58 of the maximum reward on HotpotQA with EM 0)."""
     pred = normalize_answer(prediction)
-    return float(any((g := normalize_answer(x)) and g in pred for x in _as_list(gold)))
+    padded, words = f" {pred} ", len(pred.split())
+    for x in _as_list(gold):
+        g = normalize_answer(x)
+        if not g or f" {g} " not in padded:
+            continue
+        if max_extra_words is None or words <= len(g.split()) + max_extra_words:
+            return 1.0
+    return 0.0
 
 
 def _f1_single(prediction: str, gold: str) -> tuple[float, float, float]:
@@ -88,6 +108,11 @@ def qa_metrics(prediction: str | None, gold: str | Iterable[str]) -> dict[str, f
         "f1": f1_score(prediction, gold),
     }
 
+
+#: what the test suite holds every shipped reward preset to: a policy that never solves a task earns at most this
+#: fraction of the maximum episode reward, on every env (``tests/test_reward_hacking.py``; the README lists the
+#: exploit policies it plays)
+UNEARNED_REWARD_BOUND = 0.2
 
 #: process components every env has (penalties for malformed turns and calls, an optional per-call bonus)
 GENERIC_PROCESS_KEYS = ("invalid_format", "invalid_call", "tool_success")
@@ -130,10 +155,11 @@ class RewardConfig(BaseModel):
     format_weight: float = Field(
         0.1, description="Paid at episode end if every turn was well formed and a final answer was given."
     )
-    format_needs_score: bool = Field(
+    format_needs_success: bool = Field(
         True,
-        description="If true, the format bonus is paid only with an answer that scores above 0, so it cannot be "
-        "collected without solving: a well-formed guess that skips the tools earns nothing.",
+        description="If true, the format bonus is paid only with an answer that solves the task (the env's "
+        "success rule), so it cannot be collected without solving: a well-formed guess, or an echo of the "
+        "question that shares words with the answer, earns nothing.",
     )
     format_gate: bool = Field(
         False, description="If true, the answer reward is 0 unless the format was valid."
@@ -157,10 +183,13 @@ class RewardConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
-        """``retrieval_reward=0.2`` -> ``process={"retrieval": 0.2}`` for names that are not generic fields."""
+        """``retrieval_reward=0.2`` -> ``process={"retrieval": 0.2}`` for names that are not generic fields;
+        ``format_needs_score`` (before 0.2, paid with any answer scoring above 0) -> ``format_needs_success``."""
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        if "format_needs_score" in data:
+            data.setdefault("format_needs_success", data.pop("format_needs_score"))
         extra = {k: data.pop(k) for k in list(data) if k.endswith("_reward") and k not in cls.model_fields}
         if extra:
             data["process"] = {
@@ -173,14 +202,15 @@ class RewardConfig(BaseModel):
         return hash(self.model_dump_json())
 
     @classmethod
-    def agent_r1(cls) -> RewardConfig:
-        """Agent-R1's formula: ``answer + format - 1`` in [-1, 1], sub-EM answers, gated by format, no shaping."""
+    def agent_r1(cls, answer_metric: str | None = "sub_em") -> RewardConfig:
+        """Agent-R1's formula: ``answer + format - 1`` in [-1, 1], sub-EM answers, gated by format, no shaping.
+        Envs without sub-EM (code, math) take ``answer_metric=None``: their own metric, same formula."""
         return cls(
-            answer_metric="sub_em",
+            answer_metric=answer_metric,
             answer_weight=1.0,
             format_weight=1.0,
             format_gate=True,
-            format_needs_score=False,
+            format_needs_success=False,
             outcome_offset=-1.0,
             process_scale=0.0,
         )
@@ -193,12 +223,15 @@ class RewardConfig(BaseModel):
         """The largest outcome reward: a fully correct, well-formed answer."""
         return max(self.answer_weight, 0.0) + max(self.format_weight, 0.0) + self.outcome_offset
 
-    def outcome(self, score: float, format_ok: bool) -> dict[str, float]:
-        """Outcome components for an answer score in [0, 1] and the episode's format validity."""
+    def outcome(self, score: float, format_ok: bool, success: bool | None = None) -> dict[str, float]:
+        """Outcome components for an answer score in [0, 1], the episode's format validity and whether the answer
+        solved the task (None: ``score >= 1``)."""
         if not math.isfinite(score):
             score = 0.0
+        if success is None:
+            success = score >= 1.0
         answer = 0.0 if (self.format_gate and not format_ok) else self.answer_weight * score
-        paid = format_ok and (score > 0 or not self.format_needs_score)
+        paid = format_ok and (success or not self.format_needs_success)
         return {
             "answer": answer,
             "format": self.format_weight if paid else 0.0,

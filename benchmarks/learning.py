@@ -357,12 +357,16 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_label(settings: dict) -> str:
-    """What sets a run apart in the tables: learning rate, reward signal, and whether it ran with the format
-    bonus paid on every well-formed answer (result files made before ``format_needs_score`` have no
-    ``reward`` entry)."""
+    """What sets a run apart in the tables: learning rate, reward signal, and when the format bonus was paid
+    (result files made before ``format_needs_score`` have no ``reward`` entry: on any well-formed answer; those
+    made with ``format_needs_score``: on an answer scoring above 0; since ``format_needs_success``: on a
+    successful answer, the default, which needs no label)."""
     mantissa, exponent = f"{settings['lr']:.0e}".split("e")
     parts = [f"lr {mantissa}e{int(exponent)}", f"{settings.get('reward_signal', 'return')} signal"]
-    if not settings.get("reward", {}).get("format_needs_score", False):
+    reward = settings.get("reward", {})
+    if reward.get("format_needs_score"):
+        parts.append("format bonus on any scoring answer")
+    elif not reward.get("format_needs_success", False):
         parts.append("format bonus on any answer")
     return ", ".join(parts)
 

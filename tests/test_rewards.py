@@ -47,6 +47,12 @@ def test_sub_em():
     assert sub_exact_match("It is the Kansas Song, I think", "Kansas Song") == 1.0
     assert sub_exact_match("Kansas", "Kansas Song") == 0.0
     assert sub_exact_match("anything", "the") == 0.0  # empty normalised gold never matches
+    assert sub_exact_match("a party", "art") == 0.0  # whole words only
+    # a passage that happens to contain the answer is not an answer (FlashRAG's unbounded form still counts it)
+    passage = "Kansas Song is a 1993 single by the band of the same name, recorded in Topeka over two weeks."
+    assert sub_exact_match(passage, "Kansas Song") == 0.0
+    assert sub_exact_match(passage, "Kansas Song", max_extra_words=None) == 1.0
+    assert sub_exact_match("the answer is Kansas Song", "Kansas Song") == 1.0
 
 
 def test_qa_metrics_none():
@@ -55,10 +61,14 @@ def test_qa_metrics_none():
 
 def test_reward_config_outcome_and_agent_r1_preset():
     cfg = RewardConfig()
-    assert cfg.outcome(0.5, True) == {"answer": 0.5, "format": 0.1, "offset": 0.0}
-    # a well-formed wrong answer earns no format bonus (it could be had without solving); opt out to pay it anyway
+    assert cfg.outcome(1.0, True) == {"answer": 1.0, "format": 0.1, "offset": 0.0}
+    assert cfg.outcome(0.5, True, success=True) == {"answer": 0.5, "format": 0.1, "offset": 0.0}
+    # a well-formed wrong answer earns no format bonus (it could be had without solving), nor does a partly
+    # right one (an echo of the question shares words with the answer); opt out to pay it anyway
     assert cfg.outcome(0.0, True) == {"answer": 0.0, "format": 0.0, "offset": 0.0}
-    assert RewardConfig(format_needs_score=False).outcome(0.0, True)["format"] == 0.1
+    assert cfg.outcome(0.4, True, success=False) == {"answer": 0.4, "format": 0.0, "offset": 0.0}
+    assert RewardConfig(format_needs_success=False).outcome(0.0, True)["format"] == 0.1
+    assert RewardConfig(format_needs_score=False) == RewardConfig(format_needs_success=False)  # the old name
     r1 = RewardConfig.agent_r1()
     assert sum(r1.outcome(1.0, True).values()) == 1.0
     assert sum(r1.outcome(1.0, False).values()) == -1.0  # gated: a right answer in a bad format earns nothing

@@ -452,3 +452,62 @@ def test_the_run_tmp_is_a_private_tmpfs_owned_by_nobody(sandbox):
     t.join()
     assert result[0].ok and owners == {65534}, (owners, result)
     assert not glob.glob(os.path.join(TMP, "agentr1-sbx-*", "runs", "*"))  # nothing on the host's disk
+
+
+# ---- the same, as an RL policy meets it through env.step ---------------------------------------------------
+SCAVENGER = textwrap.dedent(
+    """\
+    import gc, json, sys
+    found = []
+    f = sys._getframe()
+    while f is not None:
+        for v in list(f.f_locals.values()):
+            if isinstance(v, str):
+                found.append(v)
+            elif isinstance(v, dict):
+                found.extend(x for x in v.values() if isinstance(x, str))
+        f = f.f_back
+    for o in gc.get_objects():
+        if isinstance(o, dict) and isinstance(o.get("code"), str):
+            found.append(o["code"])
+    out = []
+    for x in found:
+        if x.startswith("{"):
+            try:
+                x = json.loads(x).get("code", x)
+            except Exception:
+                pass
+        if "def ENTRY" in x and "# my stub" not in x and "# the scavenger" not in x and x not in out:
+            out.append(x.split(chr(10) * 2 + "def _agentr1")[0][:3000])
+    print("FOUND" + json.dumps(out[:1]))  # the scavenger
+    """
+)
+
+
+@pytest.mark.parametrize("scenario", ["doctest-check", "peer-episode"])
+def test_a_policy_cannot_copy_earlier_requests_through_env_step(scenario):
+    """A three-turn policy: a first call (``doctest-check``: define a stub, which made the env check the prompt's
+    examples, sending the reference solution through the sandbox) or a concurrent episode grading a correct answer
+    on the same worker (``peer-episode``); then a call that scavenges frames and gc for earlier requests; then
+    submit what it found. Before: 9 of 164 and 164 of 164 tasks passed this way; now nothing is found."""
+    import gymnasium as gym
+
+    cfg = {"pool_size": 1, "timeout_s": 5.0}  # one worker: every request goes through the same process
+    env = gym.make("AgentR1/HumanEval-v0", max_turns=4, sandbox=cfg).unwrapped
+    peer = gym.make("AgentR1/HumanEval-v0", max_turns=4, sandbox=cfg).unwrapped
+    passed = found = 0
+    for i in range(0, 164, 8):
+        env.reset(options={"task_index": i})
+        entry = env.task.entry_point
+        if scenario == "doctest-check":
+            env.step(env.call_text("python", code=f"def {entry}(*a, **k):\n    return None  # my stub\n"))
+        else:
+            peer.reset(options={"task_index": i})
+            _, _, _, _, info = peer.step(peer.answer_text(f"```python\n{peer.reference_solution()}```"))
+            assert info["metrics"]["pass"] == 1.0
+        obs, *_ = env.step(env.call_text("python", code=SCAVENGER.replace("ENTRY", entry)))
+        copies = json.loads(obs[obs.index("FOUND") + 5 :].split("\n")[0])
+        found += bool(copies)
+        _, _, _, _, info = env.step(env.answer_text(f"```python\n{copies[0] if copies else 'pass'}\n```"))
+        passed += int(info["metrics"]["pass"])
+    assert (found, passed) == (0, 0)

@@ -47,9 +47,15 @@ class QAEnvBase(ToolEnv):
 
     process_rewards = (
         ProcessReward(
-            "retrieval", 0.1, "per gold supporting paragraph retrieved for the first time in the episode"
+            "retrieval",
+            0.1,
+            "per gold supporting paragraph retrieved for the first time in the episode (at most 2 units an "
+            "episode: with more than 2 gold paragraphs, each pays 2/n)",
         ),
     )
+    #: the most retrieval units an episode can earn, however many gold paragraphs its task has: with 4-hop
+    #: MuSiQue questions, evidence alone would otherwise pay 0.4 of a 1.5 maximum to a policy that never answers
+    retrieval_units = 2
     answer_metrics = ("f1", "em", "sub_em")
     success_metric = "em"
 
@@ -104,10 +110,13 @@ class QAEnvBase(ToolEnv):
             if key in self._gold and key not in self._seen_gold:
                 self._seen_gold.add(key)
                 new += 1
-        return {"retrieval": new} if new else {}
+        return {"retrieval": new * self._retrieval_unit()} if new else {}
+
+    def _retrieval_unit(self) -> float:
+        return min(1.0, self.retrieval_units / max(1, len(self._gold)))
 
     def _process_caps(self) -> dict[str, float]:
-        return {"retrieval": len(self._gold)}
+        return {"retrieval": len(self._gold) * self._retrieval_unit()}
 
     # ---- evaluation helpers ------------------------------------------------------------------------------
     @property

@@ -1,0 +1,171 @@
+"""Shaping that cannot outweigh the task: scripted policies that never solve a task, played on every env under
+every shipped reward preset, earn at most ``UNEARNED_REWARD_BOUND`` of the maximum episode reward.
+
+Each policy is what an RL policy finds when it looks for reward without solving: echoing the question, answering
+with a retrieved passage, collecting evidence and then guessing, hard-coding the prompt's public examples,
+computing every step and then answering something else. Returns are averaged over the episodes the policy did
+not solve (a hedge that happens to be right is not the exploit) and divided by ``env.max_episode_reward()``.
+
+Found by this test before reliability round 3: under ``RewardConfig.agent_r1()`` (sub-EM) answering with the
+first retrieved passage earned 0.47 of the maximum on HotpotQA and 2WikiMultihopQA, echoing a 2Wiki question
+0.27; under the default reward the format bonus was paid for echoes that shared a word with the answer.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import agentr1_gym  # noqa: F401  (registers the envs)
+from agentr1_gym.envs.code_grading import doctest_examples
+from agentr1_gym.rewards import UNEARNED_REWARD_BOUND, RewardConfig
+
+PRESETS = {"default": RewardConfig(), "agent_r1": RewardConfig.agent_r1()}
+QA_ENVS = (
+    "AgentR1/HotpotQA-v0",
+    "AgentR1/2WikiMultihopQA-v0",
+    "AgentR1/Musique-v0",
+    "AgentR1/SyntheticMultihop-v0",
+)
+
+
+def _last_tool_text(env) -> str:
+    return env.messages[-1]["content"] if env.messages[-1]["role"] != "assistant" else ""
+
+
+# ---- the policies: each a function (env, turn index) -> action ------------------------------------------------
+def _evidence_then(answer):
+    """Search as the oracle does (every gold paragraph), then answer ``answer(env)`` instead of the gold."""
+
+    def policy(env, turn):
+        action = env.oracle_action()
+        if env.tool_format.parse(action, env.tools).answer is None and turn < env.max_turns - 1:
+            return action
+        return env.answer_text(answer(env))
+
+    return policy
+
+
+QA_POLICIES = {
+    "echo the question": lambda env, turn: env.answer_text(env.task.question),
+    "answer with the first passage": lambda env, turn: (
+        env.call_text("search", query=env.task.question)
+        if turn == 0
+        else env.answer_text(_last_tool_text(env))
+    ),
+    "collect the evidence, then say unknown": _evidence_then(lambda env: "unknown"),
+    "collect the evidence, then answer with all of it": _evidence_then(
+        lambda env: " ".join(m["content"] for m in env.messages if m["role"] != "assistant")[-3000:]
+    ),
+    "yes": lambda env, turn: env.answer_text("yes"),
+}
+
+
+def _hardcoded_examples(env) -> str | None:
+    """A function that returns the prompt's example outputs for the example inputs, and None otherwise."""
+    task = env.task
+    cases = {}
+    for ex in doctest_examples(task.docstring):
+        try:
+            call = ast.parse(ex.source.strip(), mode="eval").body
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+                return None
+            args = tuple(ast.literal_eval(a) for a in call.args)
+            cases[repr(args)] = ast.literal_eval(ex.want.strip())
+        except (SyntaxError, ValueError):
+            return None
+    if not cases:
+        return None
+    return f"def {task.entry_point}(*args):\n    return {cases!r}.get(repr(args))\n"
+
+
+def _humaneval_hardcode(env, turn):
+    code = _hardcoded_examples(env) or f"def {env.task.entry_point}(*args):\n    return None\n"
+    if turn == 0:
+        return env.call_text("python", code=code)
+    return env.answer_text(f"```python\n{code}```")
+
+
+HUMANEVAL_POLICIES = {
+    "hard-code the public examples": _humaneval_hardcode,
+    "run code every turn, then give up": lambda env, turn: (
+        env.call_text("python", code="print(1)") if turn < env.max_turns - 1 else env.answer_text("pass")
+    ),
+    "echo the prompt": lambda env, turn: env.answer_text(env.task.prompt),
+}
+
+CALCULATOR_POLICIES = {
+    "compute every step, then answer something else": _evidence_then(lambda env: str(env.task.answer + 1)),
+    "answer with every number in the problem": lambda env, turn: env.answer_text(
+        " ".join(re.findall(r"\d+(?:\.\d+)?", env.task.question))
+    ),
+    "repeat one calculation": lambda env, turn: (
+        env.call_text("calculator", expression="2 + 2") if turn < env.max_turns - 1 else env.answer_text("4")
+    ),
+}
+
+
+def _unearned(env_id: str, preset: str, policy, episodes: int, **kwargs) -> tuple[float, int]:
+    """Mean return over the episodes ``policy`` did not solve, as a fraction of each episode's maximum."""
+    reward = PRESETS[preset]
+    if preset == "agent_r1" and env_id not in QA_ENVS:
+        reward = RewardConfig.agent_r1(answer_metric=None)  # the same formula on the env's own metric
+    env = gym.make(env_id, reward=reward, **kwargs).unwrapped
+    fractions = []
+    for i in range(episodes):
+        env.reset(seed=i, options={"task_index": i})
+        top = env.max_episode_reward()
+        total, metrics = 0.0, {}
+        for turn in range(env.max_turns):
+            _, reward, terminated, truncated, info = env.step(policy(env, turn))
+            total += reward
+            if terminated or truncated:
+                metrics = info["metrics"]
+                break
+        if not metrics.get("success"):
+            fractions.append(total / top)
+    env.close()
+    return (float(np.mean(fractions)) if fractions else 0.0), len(fractions)
+
+
+CASES = (
+    [(e, p, name, QA_POLICIES[name], 30, {}) for e in QA_ENVS for p in PRESETS for name in QA_POLICIES]
+    + [
+        ("AgentR1/HumanEval-v0", p, name, HUMANEVAL_POLICIES[name], 24, {"max_turns": 3})
+        for p in PRESETS
+        for name in HUMANEVAL_POLICIES
+    ]
+    + [
+        ("AgentR1/Calculator-v0", p, name, CALCULATOR_POLICIES[name], 30, {})
+        for p in PRESETS
+        for name in CALCULATOR_POLICIES
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("env_id", "preset", "name", "policy", "episodes", "kwargs"),
+    CASES,
+    ids=[f"{c[0].split('/')[1]}-{c[1]}-{c[2].replace(' ', '_')}" for c in CASES],
+)
+def test_a_policy_that_never_solves_earns_little(env_id, preset, name, policy, episodes, kwargs):
+    fraction, failed = _unearned(env_id, preset, policy, episodes, **kwargs)
+    assert failed > 0, "the exploit solved every task: not an exploit"
+    assert fraction <= UNEARNED_REWARD_BOUND, f"{name}: {fraction:.3f} of the maximum without solving"
+
+
+def test_the_format_bonus_needs_a_solved_task():
+    """Before: echoing the question collected the format bonus in about a third of HotpotQA episodes (any answer
+    with F1 above 0 was paid)."""
+    env = gym.make("AgentR1/HotpotQA-v0").unwrapped
+    paid = 0
+    for i in range(100):
+        env.reset(options={"task_index": i})
+        _, _, _, _, info = env.step(env.answer_text(env.task.question))
+        paid += info["reward_components"]["format"] > 0
+        assert not info["metrics"]["success"]
+    assert paid == 0
