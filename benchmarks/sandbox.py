@@ -4,10 +4,10 @@
 
 Each call runs a trivial snippet (``print(sum(range(100)))``) and is timed end to end from the caller. Reported
 per variant: calls/s (one at a time), p50 and p99 latency in ms; for the pool also calls/s with ``run_many`` over
-2 workers. Variants: the default sandbox (every kernel layer this host grants: user, mount, PID and network
-namespaces, seccomp; the layers are listed in the result); the same pool with ``namespaces=False`` (rlimits and
-Python-level guards only: what the isolation costs); a fresh subprocess (``python -c``, no isolation at all, the
-peer the target is stated against).
+2 workers. Variants: the default sandbox (every kernel layer: user, mount, PID and network namespaces, seccomp,
+runs forked from a zygote that never held a request; the layers are listed in the result); the same pool with
+``isolation="off"`` (no namespaces: rlimits, seccomp, a drop to nobody and Python-level guards: what the
+namespaces cost); a fresh subprocess (``python -c``, no isolation at all, the peer the target is stated against).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the JSON result here")
     args = parser.parse_args()
     pool = bench_pool(args.calls)
-    guards_only = bench_pool(args.calls, namespaces=False)
+    guards_only = bench_pool(args.calls, isolation="off")
     fresh = bench_fresh(max(args.calls // 3, 20))
     result = {
         "benchmark": "sandbox",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import time
 
@@ -21,7 +22,7 @@ from agentr1_gym.registration import DESCRIPTIONS
 
 ENV_IDS = sorted(DESCRIPTIONS)
 
-STEPS = 10_000
+STEPS = int(os.environ.get("AGENTR1_FUZZ_STEPS", 10_000))  # per env; more for a long offline run
 SLOW_STEP_S = 10.0  # catches hangs, not slow machines (round(1.5, 10**9) blocked for over a minute)
 
 FRAGMENTS = [
@@ -41,7 +42,9 @@ HOSTILE_ARGS = {
     "code": [
         "print(1)", "1/0", "while True: pass", "import os; os._exit(3)", "print('x' * 10**7)",
         "raise SystemExit('bye')", "import sys; sys.setrecursionlimit(10**6)\ndef f(): f()\nf()", "", 7,
-        "import ctypes; ctypes.string_at(0)", "x = bytearray(10**10)",
+        "import ctypes; ctypes.string_at(0)", "x = bytearray(10**10)", "import os; os.kill(os.getpid(), 40)",
+        "import os\nfor _ in range(1500):\n    os.mkdir('d'); os.chdir('d')", "import os; os.memfd_create('m')",
+        "import sys; print(sys._getframe().f_back)", "open('/tmp/f', 'wb').write(b'x' * 10**8)",
     ],
 }  # fmt: skip
 

@@ -51,6 +51,7 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
+import functools
 import io
 import json
 import os
@@ -872,9 +873,10 @@ class Run:
                     os.close(fd)
 
 
-def handle(req: dict, run: Run) -> dict:
-    """Send ``req`` to the prepared run, wait for its report or exit (killing its group at the deadline),
-    collect the result. Whatever the code did, this returns a result; only a broken set-up raises."""
+def handle(req: dict, run: Run, meanwhile=None) -> dict:
+    """Send ``req`` to the prepared run, call ``meanwhile()`` (the next run is prepared while this one runs), wait
+    for its report or exit (killing its group at the deadline), collect the result. Whatever the code did, this
+    returns a result; only a broken set-up raises."""
     if run.failed:
         raise OSError(run.failed)
     start = time.monotonic()
@@ -887,6 +889,8 @@ def handle(req: dict, run: Run) -> dict:
         pass  # the run died before reading; its parent's report tells
     os.close(run.req_w)
     run.req_w = -1
+    if meanwhile is not None:
+        meanwhile()
     deadline = start + float(req["timeout_s"])
     timed_out = False
     done = raw = b""
@@ -1238,8 +1242,9 @@ def main() -> None:
         for line in sys.stdin:
             if not line.strip():
                 continue
-            try:
-                result = handle(json.loads(line), run)
+            upcoming: list[Run] = []
+            try:  # the zygote forks the next run while this one runs (two cores: off the critical path)
+                result = handle(json.loads(line), run, functools.partial(_prepare_into, zygote, upcoming))
             except Exception as e:
                 result = {"worker_error": f"{type(e).__name__}: {e}"}
             finally:
@@ -1247,7 +1252,7 @@ def main() -> None:
             out.write(json.dumps(result) + "\n")
             out.flush()
             _reap()
-            run = zygote.prepare()  # the zygote forks the next run while the caller reads this result
+            run = upcoming[0] if upcoming else zygote.prepare()
             while _PENDING_CLEANUP:
                 _remove_tree(_PENDING_CLEANUP.pop())
         zygote.release(run)
@@ -1262,6 +1267,10 @@ def main() -> None:
         while _PENDING_CLEANUP:
             _remove_tree(_PENDING_CLEANUP.pop())
         _remove_tree(BASE)
+
+
+def _prepare_into(zygote: Zygote, box: list[Run]) -> None:
+    box.append(zygote.prepare())
 
 
 def _load_seccomp() -> None:
