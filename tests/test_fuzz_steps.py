@@ -79,7 +79,7 @@ def _adversarial(rng: random.Random, tools: list[str]) -> str:
 
 
 def _make(env_id: str, protocol: str):
-    kwargs = {"protocol": protocol}
+    kwargs = {"tool_format": protocol}
     if env_id == "AgentR1/HumanEval-v0":
         kwargs["sandbox"] = {"timeout_s": 0.05, "cpu_s": 1, "memory_mb": 256, "pool_size": 2}
     return agentr1_gym.make(env_id, **kwargs)

@@ -7,7 +7,6 @@ unprivileged hosts take (each run forks once more inside its namespace).
 
 from __future__ import annotations
 
-import glob
 import os
 import socket
 import subprocess
@@ -16,6 +15,7 @@ import threading
 import time
 
 import pytest
+from _procs import descendants, worker_pids
 
 from agentr1_gym.errors import ToolInfrastructureError
 from agentr1_gym.tools.python import PythonSandbox, PythonTool, SandboxConfig, format_exec_result
@@ -66,31 +66,12 @@ def _healthy(sb):
     assert r.ok and r.stdout.strip() == "45"
 
 
-def _descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        for task in glob.glob(f"/proc/{p}/task/*/children"):
-            try:
-                with open(task) as f:
-                    kids = [int(k) for k in f.read().split()]
-            except OSError:
-                continue
-            out += kids
-            todo += kids
-    return out
-
-
 def _state(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return ""
-
-
-def _worker_pids(sb):
-    return [w.proc.pid for w in list(sb._idle)]
 
 
 @pytest.mark.skipif(
@@ -181,7 +162,7 @@ def test_host_secrets_cannot_be_read(sandbox, host_process):
 
 def test_host_processes_and_the_worker_cannot_be_killed(sandbox, host_process):
     me = os.getpid()
-    workers = _worker_pids(sandbox)
+    workers = worker_pids(sandbox)
     r = sandbox.run(
         "import ctypes, os, signal\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         f"for pid in ({me}, {host_process.pid}, *{workers!r}, os.getppid(), -1, 1):\n"
@@ -210,8 +191,8 @@ def test_no_background_process_survives_a_run(sandbox, tmp_path):
     # every process of this sandbox descends from one of its workers (each worker is its runs' subreaper, so
     # an orphan would be re-parented there): only the zygote and the prepared next run may be alive, waiting
     per_run = 1 + (2 if "--pid-per-fork" in sandbox._flags else 1)
-    for worker in _worker_pids(sandbox):
-        live = [p for p in _descendants(worker) if _state(p) not in ("Z", "X", "")]
+    for worker in worker_pids(sandbox):
+        live = [p for p in descendants(worker) if _state(p) not in ("Z", "X", "")]
         assert len(live) <= per_run, (worker, live)
     _healthy(sandbox)
 

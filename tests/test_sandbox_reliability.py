@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _procs import descendants, worker_pids
 
 from agentr1_gym.tools.python import PythonSandbox, SandboxConfig, hidden_paths
 
@@ -50,25 +51,6 @@ def sandbox(request):
     sb = _sandbox(request.param)
     yield sb
     sb.close()
-
-
-def _descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        for task in glob.glob(f"/proc/{p}/task/*/children"):
-            try:
-                with open(task) as f:
-                    kids = [int(k) for k in f.read().split()]
-            except OSError:
-                continue
-            out += kids
-            todo += kids
-    return out
-
-
-def _worker_pids(sb: PythonSandbox) -> list[int]:
-    return [w.proc.pid for w in list(sb._idle)]
 
 
 def _memory_holds(pid: int, needle: bytes) -> bool:
@@ -107,9 +89,9 @@ def test_no_process_a_run_can_reach_holds_a_previous_request(sandbox):
     r = sandbox.run(f"s = {secret!r}\nprint(s[:7])", stdin=secret)
     assert r.ok and r.stdout == "AGENTR1\n"
     time.sleep(0.3)  # the next run is prepared by now
-    workers = _worker_pids(sandbox)
+    workers = worker_pids(sandbox)
     assert workers
-    reachable = [p for w in workers for p in _descendants(w)]  # the zygote and the prepared runs
+    reachable = [p for w in workers for p in descendants(w)]  # the zygote and the prepared runs
     assert len(reachable) >= len(workers) * 2
     for pid in reachable:
         assert not _memory_holds(pid, secret.encode()), f"process {pid} holds the previous request"
@@ -389,7 +371,7 @@ def test_deep_trees_and_odd_permissions_on_the_host_disk_are_removed():
     worker's rmtree hit RecursionError and kill the worker after answering (100 such runs leaked 99 dirs)."""
     sb = _sandbox("off", pool_size=1)
     sb.run("print(1)")
-    worker = _worker_pids(sb)[0]
+    worker = worker_pids(sb)[0]
     code = (
         "import os\nos.symlink('/', 'root-link')\nos.mkdir('locked')\nopen('locked/f', 'w').write('x')\n"
         "os.chmod('locked', 0)\nfor _ in range(1500):\n    os.mkdir('d')\n    os.chdir('d')\n"
@@ -399,7 +381,7 @@ def test_deep_trees_and_odd_permissions_on_the_host_disk_are_removed():
         r = sb.run(code)
         assert r.ok and r.stdout.strip() == "1500", r
     time.sleep(0.3)
-    assert _worker_pids(sb) == [worker], "the worker died"
+    assert worker_pids(sb) == [worker], "the worker died"
     # only the prepared next runs' directories exist, empty
     run_dirs = glob.glob(os.path.join(TMP, "agentr1-sbx-*", "runs", "*"))
     assert all(not os.listdir(d) for d in run_dirs), "run directories left behind"
@@ -445,7 +427,7 @@ def test_the_run_tmp_is_a_private_tmpfs_owned_by_nobody(sandbox):
     t.start()
     owners = set()
     for _ in range(80):  # every sandbox process descends from this one
-        for pid in _descendants(os.getpid()):
+        for pid in descendants(os.getpid()):
             with contextlib.suppress(OSError):
                 owners.add(os.stat(f"/proc/{pid}/root/tmp/marker").st_uid)
         if owners:

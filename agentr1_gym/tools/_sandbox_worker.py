@@ -998,10 +998,8 @@ def _zygote_main(sock: socket.socket) -> None:
     runs. Receives no request or result data, ever."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if LOCK_FD >= 0:
-        os.close(
-            LOCK_FD
-        )  # only the worker holds its directory's lock: a dead worker's directory is sweepable
+    if LOCK_FD >= 0:  # only the worker holds its directory's lock: a dead worker's directory is sweepable
+        os.close(LOCK_FD)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):
         os.dup2(null, fd)
