@@ -148,8 +148,10 @@ class ToolEnv(gym.Env[str, str], ABC):
       ``outcome_reward``, ``action_error`` (None, or what was wrong with the turn), ``num_tool_calls``,
       ``truncated_reason`` and, at episode end, ``metrics`` (``score``, ``success``, ``format_ok``, ``turns`` and
       the env's answer metrics).
-    * termination: a final answer; truncation: ``max_turns`` turns or the ``max_context_chars`` budget, scored
-      like an episode without an answer (whatever wrapper cuts it, see :meth:`close_episode`).
+    * termination: a final answer (answer-shaped tasks), or a tool call after which the world says the episode is
+      over (world-shaped tasks: a game won or lost, an item bought; :attr:`ToolResult.terminal`); truncation:
+      ``max_turns`` turns or the ``max_context_chars`` budget, scored like an episode that ran out (whatever
+      wrapper cuts it, see :meth:`close_episode`).
     * ``reset(options={"task_index": i})`` picks task ``i`` in every env (a fixed task list's ``i``-th task, or a
       procedural env's ``i``-th generated task); other options are listed in ``reset_options``.
 
@@ -161,6 +163,14 @@ class ToolEnv(gym.Env[str, str], ABC):
     list) or implement :meth:`_generate_task` (procedural tasks). Process rewards: declare the components in
     ``process_rewards`` and return the units earned from :meth:`_process_rewards`; bound them per episode with
     :meth:`_process_caps`.
+
+    Two kinds of task share this contract. **Answer-shaped** (QA, code, math): tools only observe, an
+    ``<answer>`` ends the episode and :meth:`_score` scores it. **World-shaped** (text games, a shop, a user's
+    database): tools change the world, a tool result with ``terminal=True`` ends the episode, and :meth:`_score`
+    (called with ``None``) reads the outcome off the world's final state; such envs set ``final_answer = False``
+    (an ``<answer>`` is then a format error) unless the world also takes a final answer, and expose the world's
+    state as a hashable :meth:`state_key` (for step-level credit). Metrics, process rewards, the oracle,
+    ``task_index`` and everything downstream are the same for both.
     """
 
     # render_fps: Gymnasium's checkers and recorders expect it; a text env renders one frame per turn
@@ -173,6 +183,9 @@ class ToolEnv(gym.Env[str, str], ABC):
     success_metric: ClassVar[str] = "score"
     #: reset options besides ``task_index``
     reset_options: ClassVar[tuple[str, ...]] = ()
+    #: whether ``<answer>`` ends an episode (answer-shaped tasks); world-shaped envs whose world decides when the
+    #: episode ends set False, and the prompt then does not ask for an answer
+    final_answer: ClassVar[bool] = True
     #: a fixed task list, or None for procedural envs (which implement ``_generate_task``)
     tasks: Sequence[Any] | None = None
     _spec: Any = None
@@ -232,6 +245,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         self.turn = 0
         self._done = True
         self._format_ok = True
+        self._world_ended = False
         self._context_chars = 0
 
     def _check_rewards(self, reward: RewardConfig) -> str:
@@ -279,6 +293,12 @@ class ToolEnv(gym.Env[str, str], ABC):
 
     def _on_reset(self) -> None:
         """Reset per-episode state of subclasses."""
+
+    def state_key(self) -> Any:
+        """A hashable key of the world's current state, equal for equal states (world envs: the room, the
+        inventory, the page; step-level credit groups turns by it). ``None`` for answer-shaped envs, whose state
+        is the whole history."""
+        return None
 
     # ---- the declared optional API -----------------------------------------------------------------------
     @property
@@ -365,10 +385,10 @@ class ToolEnv(gym.Env[str, str], ABC):
         self.turn = 0
         self._done = False
         self._format_ok = True
+        self._world_ended = False
         self._on_reset()
-        prompt = (
-            f"{self.tool_format.instructions(list(self.tools.values()))}\n\n{self._task_prompt(self.task)}"
-        )
+        instructions = self.tool_format.instructions(list(self.tools.values()), answer=self.final_answer)
+        prompt = f"{instructions}\n\n{self._task_prompt(self.task)}"
         self.messages = [{"role": "user", "content": prompt}]
         self._context_chars = len(prompt)
         info = {
@@ -437,10 +457,19 @@ class ToolEnv(gym.Env[str, str], ABC):
             components["invalid_format"] += self.reward_config.invalid_format_penalty
             new_messages.append({"role": "user", "content": parsed.error})
             obs_parts.append(parsed.error)
+        elif parsed.answer is not None and not self.final_answer:
+            action_error = (
+                "This task has no final answer: it ends when the world says so. Act with the tools instead."
+            )
+            self._format_ok = False
+            components["invalid_format"] += self.reward_config.invalid_format_penalty
+            new_messages.append({"role": "user", "content": action_error})
+            obs_parts.append(action_error)
         elif parsed.answer is not None:
             terminated = True
         else:
             action_error = self._run_calls(parsed.calls, components, new_messages, obs_parts)
+            terminated = self._world_ended
 
         self.messages.extend(new_messages)
         self._context_chars += sum(len(m["content"]) for m in new_messages)
@@ -515,6 +544,8 @@ class ToolEnv(gym.Env[str, str], ABC):
                 components["tool_success"] += self.reward_config.tool_success_reward
                 for key, units in self._process_rewards(call, result).items():
                     components[key] += units * self._weights[key]
+            if result.terminal:
+                self._world_ended = True
             content = truncate_text(result.content, self.tool_output_chars)
             new_messages.append(
                 {"role": role, "name": call.name, "content": content}

@@ -146,8 +146,9 @@ class ToolCallFormat(ABC):
         """Write a call the way a model should (used by oracle policies and demonstrations)."""
 
     @abstractmethod
-    def instructions(self, tools: Sequence[Tool]) -> str:
-        """The part of the task prompt that explains how to call the given tools and how to answer."""
+    def instructions(self, tools: Sequence[Tool], answer: bool = True) -> str:
+        """The part of the task prompt that explains how to call the given tools and (``answer``: for tasks that
+        end with a final answer, not for worlds that end themselves) how to answer."""
 
     def format_answer(self, answer: str) -> str:
         return f"<answer>{answer}</answer>"
@@ -238,14 +239,16 @@ class HermesFormat(ToolCallFormat):
         payload = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
         return f"<tool_call>\n{payload}\n</tool_call>"
 
-    def instructions(self, tools: Sequence[Tool]) -> str:
+    def instructions(self, tools: Sequence[Tool], answer: bool = True) -> str:
         listing = "\n".join(f"- {_tool_signature(t)}" for t in tools)
-        return (
+        text = (
             "You can call tools. Think step by step inside <think>...</think>. To call a tool, write\n"
             '<tool_call>\n{"name": "<tool name>", "arguments": {<arguments as JSON>}}\n</tool_call>\n'
             "and stop; its result comes back inside <tool_response>...</tool_response>.\n"
-            f"Available tools:\n{listing}\n"
-            "When you know the answer, write it inside <answer>...</answer> and stop."
+            f"Available tools:\n{listing}"
+        )
+        return text + (
+            "\nWhen you know the answer, write it inside <answer>...</answer> and stop." if answer else ""
         )
 
 
@@ -291,15 +294,17 @@ class SearchR1Format(ToolCallFormat):
         (value,) = call.arguments.values()
         return f"<{call.name}>{value}</{call.name}>"
 
-    def instructions(self, tools: Sequence[Tool]) -> str:
+    def instructions(self, tools: Sequence[Tool], answer: bool = True) -> str:
         tags = [t for t in tools if self._tag_argument(t) is not None]
         listing = "\n".join(f"- <{t.name}>...</{t.name}>: {t.description}" for t in tags)
-        return (
+        text = (
             "Reason inside <think> and </think> first. If you lack knowledge, call a tool with a tag; "
             "its result comes back between <information> and </information>. You may call tools as often "
-            f"as you want.\nTools:\n{listing}\n"
-            "When you know the answer, write it inside <answer> and </answer>, without detailed explanation."
+            f"as you want.\nTools:\n{listing}"
         )
+        if answer:
+            text += "\nWhen you know the answer, write it inside <answer> and </answer>, without detailed explanation."
+        return text
 
 
 FORMATS: dict[str, type[ToolCallFormat]] = {"hermes": HermesFormat, "search_r1": SearchR1Format}

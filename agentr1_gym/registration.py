@@ -68,6 +68,24 @@ def register_envs() -> None:
         "agentr1_gym.envs.calculator:CalculatorEnv",
         "Procedural arithmetic and multi-step word problems with exact answers and a safe calculator tool.",
     )
+    register_worlds()
+
+
+def register_worlds() -> None:
+    """World-shaped envs: the world decides when an episode ends and what it scored."""
+    games = "agentr1_gym.envs.textgames:TextGameEnv"
+    for name, family, what in (
+        ("Simple", "simple", "fetch an item and put it somewhere in a house (levels 1-4)"),
+        ("Cooking", "cooking", "find the kitchen, read the recipe, prepare and eat the meal (levels 1-5)"),
+        ("TreasureHunter", "treasure_hunter", "find a named object among distractors (levels 1-30)"),
+        ("CoinCollector", "coin_collector", "find the coin along a chain of rooms (levels 1-300)"),
+    ):
+        _register(f"AgentR1/TextWorld-{name}-v0", games, f"TextWorld text game: {what}.", family=family)
+    _register(
+        "AgentR1/WebShop-v0",
+        "agentr1_gym.envs.webshop:WebShopEnv",
+        "Find and buy the product an instruction describes in a WebShop-style shop (2,000 procedural products).",
+    )
 
 
 def env_ids() -> list[str]:

@@ -12,6 +12,22 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def _small_game_pools() -> None:
+    """Registry-wide tests make every env with its registered defaults; a text-game env generates each game the
+    first time an episode needs it (about 1 s), so in tests each family's pool is 2 games (tests that need more
+    pass num_games)."""
+    import gymnasium as gym
+
+    import agentr1_gym  # noqa: F401  (registers the envs)
+
+    for env_id, spec in gym.registry.items():
+        if env_id.startswith("AgentR1/TextWorld-"):
+            spec.kwargs = {**spec.kwargs, "num_games": 2}
+
+
+_small_game_pools()
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     """A tiny random Qwen2 and its locally trained tokenizer, saved as a model directory (hidden size 64: head

@@ -39,6 +39,14 @@ HOSTILE_ARGS = {
         "round(1.5, 10**9)", "9**9**9", "2**4096", "(1/3)**-1000", "10**4000/7", "(" * 300 + "1" + ")" * 300,
         "1/0", "sqrt(-1)", "__import__('os')", "max(" + ",".join(["2**999"] * 60) + ")", "1" * 500, "", 5,
     ],
+    "command": [
+        "quit", "restart", "yes", "restore", "save", "undo", "again", "g", "score", "take all", "eat all",
+        "go north", "x" * 200, "", "\x00", "🙂" * 60, "put everything on everything", 5, None, ["look"],
+    ],
+    "button": [
+        "Buy Now", "[Buy Now]", "Next >", "< Prev", "Back to Search", "Description", "Reviews", "", "B0" + "X" * 8,
+        "x" * 300, "\n", "🙂", 3, None,
+    ],
     "code": [
         "print(1)", "1/0", "while True: pass", "import os; os._exit(3)", "print('x' * 10**7)",
         "raise SystemExit('bye')", "import sys; sys.setrecursionlimit(10**6)\ndef f(): f()\nf()", "", 7,
@@ -55,7 +63,13 @@ def _adversarial(rng: random.Random, tools: list[str]) -> str:
         return "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(0, 12)))
     if kind < 0.75:  # a well-formed call to a real tool with hostile arguments
         tool = rng.choice(tools)
-        key = {"search": "query", "calculator": "expression", "python": "code"}.get(tool, "query")
+        key = {
+            "search": "query",
+            "calculator": "expression",
+            "python": "code",
+            "act": "command",
+            "click": "button",
+        }.get(tool, "query")
         args = {key: rng.choice(HOSTILE_ARGS[key])}
         if rng.random() < 0.2:
             args["extra"] = rng.choice(FRAGMENTS)

@@ -19,12 +19,15 @@ __all__ = ["Tool", "ToolResult", "describe_validation_error"]
 
 @dataclass
 class ToolResult:
-    """What a tool reports: the text the agent sees, whether the call did its job, and raw metadata
-    (e.g. the ids of retrieved passages) that the env may turn into process rewards."""
+    """What a tool reports: the text the agent sees, whether the call did its job, raw metadata (e.g. the ids of
+    retrieved passages, the points a game move scored) that the env may turn into process rewards, and whether
+    the call ended the episode (``terminal``: the world's end, such as a game won or lost or an item bought; the
+    env then scores the world's final state)."""
 
     content: str
     success: bool = True
     metadata: dict[str, Any] = field(default_factory=dict)
+    terminal: bool = False
 
 
 def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,346 @@
+"""``AgentR1/TextWorld-<Family>-v0``: text games (the kind ALFWorld is), played with an ``act`` tool.
+
+The agent types game commands (``go north``, ``take old key from antique trunk``) through one tool, ``act``;
+the game's reply is the observation, followed by the score and, as ALFWorld agents see them, the admissible
+commands of the new state. An inadmissible or malformed command is an observation too (the game says what it did
+not understand). The game decides when the episode ends: it is won (the quest is done) or lost.
+
+Rewards: each score gain the game awards is a ``points`` process reward, as a share of the game's maximum score
+(0.2 for all of it; a point lost and regained is paid once); winning is the outcome (``won``, the answer score).
+The oracle is the game's walkthrough from the current state (TextWorld plans it). Games come from seeded pools
+(:mod:`agentr1_gym.data.textgames`): ``split="train"`` or ``"test"`` (disjoint seeds, and TextWorld's own held-out
+distribution where the family has one), ``level`` (one or several; ``reset(options={"level": 2})`` draws from
+one, for curricula), ``num_games`` per level; a game is generated the first time an episode needs it
+(:func:`~agentr1_gym.data.textgames.ensure_games` makes a whole pool in parallel).
+``game_files=`` plays a user's own compiled games (``.z8``/``.ulx``) instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentr1_gym.data.textgames import FAMILIES, GameSpec, game_path, game_specs, require_textworld
+from agentr1_gym.env import ToolEnv
+from agentr1_gym.errors import ConfigError
+from agentr1_gym.formats import ToolCall
+from agentr1_gym.rewards import ProcessReward
+from agentr1_gym.tools.base import Tool, ToolResult
+
+__all__ = ["GameFile", "TextGame", "TextGameEnv"]
+
+
+class GameFile(BaseModel):
+    """A user's own compiled game."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+
+    @property
+    def id(self) -> str:
+        return Path(self.path).stem
+
+
+_BANNER = re.compile(r"^.*?(?=-= )", re.DOTALL)
+#: Inform's meta-commands: they act on the interpreter (restart, restore a saved state, undo a move, quit), not on
+#: the game, and desynchronise TextWorld's tracking of the game state from the game, so they are refused
+META_COMMANDS = frozenset(
+    ("quit", "q", "restart", "restore", "save", "undo", "script", "unscript", "transcript", "noscript", "verbose",
+     "brief", "superbrief", "notify", "version", "pronouns", "nouns", "oops", "o", "again", "g")
+)  # fmt: skip
+
+
+#: longer input is cut (Inform reads about 120 characters a line)
+MAX_COMMAND_CHARS = 120
+
+
+def game_command(text: str) -> str:
+    """What reaches the game: printable ASCII only (accents folded, everything else dropped), no backslash,
+    whitespace collapsed, at most ``MAX_COMMAND_CHARS``. The interpreter is C code in this process: a NUL byte hung
+    it, ``"look\\x00x"`` crashed it with a segfault, a long non-ASCII command raised inside it, and a command
+    starting with a backslash (an interpreter command to dumb-frotz) put it in an endless loop."""
+    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    # a backslash starts a command of the interpreter itself (dumb-frotz), and an unknown one loops forever
+    printable = "".join(c if 32 <= ord(c) < 127 and c != "\\" else " " for c in folded)
+    return " ".join(printable.split())[:MAX_COMMAND_CHARS].strip()
+
+
+def _room(feedback: str) -> str:
+    """The room description of the game's first reply (after its title banner and introduction)."""
+    text = _clean(feedback)
+    at = text.find("-= ")
+    return text[at:] if at >= 0 else text
+
+
+def _clean(feedback: str) -> str:
+    """The game's reply without the title banner and the Inform prompt."""
+    text = feedback.replace("\r", "")
+    if "$$" in text and "-= " in text:
+        text = _BANNER.sub("", text, count=1)
+    return re.sub(r"\n{3,}", "\n\n", text).strip().removesuffix(">").strip()
+
+
+class TextGame:
+    """One running game and its progress: the TextWorld env, the last state, the best score, the commands."""
+
+    def __init__(self, show_admissible: bool = True) -> None:
+        self.show_admissible = show_admissible
+        self.path = ""
+        self._env: Any = None
+        self.state: Any = None
+        self.commands: list[str] = []
+        self.best = 0
+        self.max_score = 1
+
+    def start(self, path: str) -> str:
+        textworld = require_textworld()
+        if path != self.path or self._env is None:
+            self.close()
+            infos = textworld.EnvInfos(  # no human-readable facts or descriptions: 2.2 ms a step saved
+                admissible_commands=True, policy_commands=True, max_score=True, score=True, won=True,
+                lost=True, objective=True,
+            )  # fmt: skip
+            with warnings.catch_warnings():  # jericho: TextWorld's own games are "not fully supported" (its
+                warnings.simplefilter("ignore")  # score detection, which TextWorld does itself)
+                self._env = textworld.start(path, request_infos=infos)
+            self.path = path
+        self.state = self._env.reset()
+        self.commands, self.best = [], int(self.state.score or 0)
+        self.max_score = max(1, int(self.state.max_score or 1))
+        return self.intro()
+
+    def intro(self) -> str:
+        s = self.state
+        parts = [f"Goal: {s.objective.strip()}" if s.objective else "", _room(s.feedback)]
+        return "\n\n".join(p for p in parts if p) + self._footer()
+
+    def _footer(self) -> str:
+        out = f"\n\nScore: {int(self.state.score or 0)}/{self.max_score}"
+        if self.show_admissible:
+            out += "\nAdmissible commands: " + ", ".join(self.state.admissible_commands or [])
+        return out
+
+    @property
+    def done(self) -> bool:
+        return bool(self.state is not None and (self.state.won or self.state.lost))
+
+    def act(self, command: str) -> ToolResult:
+        if self.state is None:
+            return ToolResult("No game is running.", success=False)
+        if self.done:
+            return ToolResult("The game is over.", success=False, terminal=True)
+        command = game_command(command)
+        if not command:
+            return ToolResult(
+                f"The command is empty once reduced to plain text (letters, digits, punctuation).{self._footer()}",
+                success=False,
+            )
+        verb = command.lower().split(" ", 1)[0]
+        if verb in META_COMMANDS:
+            return ToolResult(
+                f"'{verb}' is a command of the game engine, not of the game; it is disabled here.{self._footer()}",
+                success=False,
+            )
+        admissible = {c.lower() for c in self.state.admissible_commands or ()}
+        self.state, _, _ = self._env.step(command)
+        self.commands.append(command)
+        score = int(self.state.score or 0)
+        gain = max(0, score - self.best)
+        self.best = max(self.best, score)
+        text = _clean(self.state.feedback)
+        if self.state.won:
+            text += "\n\nYou won the game."
+        elif self.state.lost:
+            text += "\n\nYou lost the game."
+        return ToolResult(
+            text + ("" if self.done else self._footer()),
+            success=command.lower() in admissible,
+            metadata={"points": gain / self.max_score},
+            terminal=self.done,
+        )
+
+    def state_key(self) -> str:
+        """A digest of the world's facts (where the player and every object are, what is open, the inventory) and
+        the score: equal for equal game states, whatever path led there."""
+        if self.state is None:
+            return ""
+        facts = sorted(str(f) for f in (self.state.get("_facts") or ()))
+        return hashlib.sha1("\n".join([str(self.state.score), *facts]).encode()).hexdigest()[:16]
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+        self._env, self.path = None, ""
+
+    def __getstate__(self) -> dict[str, Any]:  # a pickled game restarts and replays its commands
+        return {"show_admissible": self.show_admissible, "path": self.path, "commands": list(self.commands)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["show_admissible"])
+        if state["path"]:
+            self.start(state["path"])
+            for command in state["commands"]:
+                self.act(command)
+
+
+class ActArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    command: str = Field(
+        ..., min_length=1, max_length=200, description="A game command, e.g. 'go north' or 'take key'."
+    )
+
+
+class ActTool(Tool):
+    """Types a command into the running game."""
+
+    name: ClassVar[str] = "act"
+    description: ClassVar[str] = (
+        "Type a command into the game (e.g. 'look', 'go east', 'open door', 'take key')."
+    )
+    Args = ActArgs
+
+    def __init__(self, game: TextGame) -> None:
+        self.game = game
+
+    def execute(self, args: BaseModel) -> ToolResult:
+        return self.game.act(args.command)  # type: ignore[attr-defined]
+
+
+GAME_PROMPT = (
+    "You are playing a text adventure. Reach the goal by typing game commands with the act tool, one command "
+    "per turn; the game answers each one. The game ends when you win or lose.\n\n{intro}"
+)
+
+
+class TextGameEnv(ToolEnv):
+    """A pool of TextWorld games of one family.
+
+    Args:
+        family: ``"simple"``, ``"cooking"``, ``"treasure_hunter"`` or ``"coin_collector"``.
+        level: the difficulty level, or several (a pool per level; ``reset(options={"level": n})`` picks one).
+        split: ``"train"`` or ``"test"`` (held-out games).
+        num_games: games per level in the pool.
+        pool_seed: which pool (pools with different seeds share no game).
+        game_files: compiled games of your own (a list of paths or a directory of ``.z8``/``.ulx``) instead of a
+            generated pool.
+        show_admissible: list the admissible commands after every move (as ALFWorld agents get them).
+        Other arguments: :class:`~agentr1_gym.env.EnvSettings` (default ``max_turns=20``).
+
+    Metrics: ``won`` (the answer score and the success rule), ``points`` (the best score reached, as a share of
+    the maximum), ``lost``.
+    """
+
+    process_rewards = (
+        ProcessReward(
+            "points", 0.2, "the game's score gains, as a share of its maximum score (each point once)"
+        ),
+    )
+    answer_metrics = ("won",)
+    success_metric = "won"
+    final_answer = False
+    reset_options = ("level",)
+
+    def __init__(
+        self,
+        *,
+        family: str = "simple",
+        level: int | Sequence[int] = 1,
+        split: str = "train",
+        num_games: int = 100,
+        pool_seed: int = 0,
+        game_files: Sequence[str | Path] | str | Path | None = None,
+        show_admissible: bool = True,
+        **settings: Any,
+    ) -> None:
+        require_textworld()
+        self.family = family
+        levels = (level,) if isinstance(level, int) else tuple(level)
+        if game_files is not None:
+            self.tasks = _user_games(game_files)
+            self.levels: tuple[int, ...] = ()
+        else:
+            if self.family not in FAMILIES:
+                raise ConfigError(
+                    f"unknown text-game family {self.family!r}; choose one of {sorted(FAMILIES)}"
+                )
+            self.tasks = game_specs(self.family, levels, split, num_games, pool_seed)
+            self.levels = levels
+        self.split = split
+        self.game = TextGame(show_admissible)
+        settings.setdefault("max_turns", 20)
+        super().__init__([ActTool(self.game)], **settings)
+        self._intro = ""
+
+    def _pick(self, options: dict[str, Any]) -> Any:
+        level = options.get("level")
+        if level is None or "task_index" in options:
+            return super()._pick({k: v for k, v in options.items() if k != "level"})
+        pool = [t for t in self.tasks if isinstance(t, GameSpec) and t.level == level]
+        if not pool:
+            raise ConfigError(
+                f"options['level'] must be one of this env's levels {list(self.levels)}, got {level!r}"
+            )
+        return pool[int(self.np_random.integers(len(pool)))]
+
+    def _on_reset(self) -> None:
+        path = self.task.path if isinstance(self.task, GameFile) else str(game_path(self.task))
+        self._intro = self.game.start(path)
+
+    def _task_prompt(self, task: Any) -> str:
+        return GAME_PROMPT.format(intro=self._intro)
+
+    def _gold_answers(self, task: Any) -> tuple[str, ...]:
+        return ()
+
+    def _score(self, answer: str | None) -> dict[str, float]:
+        s = self.game.state
+        won = bool(s is not None and s.won)
+        return {
+            "won": float(won),
+            "points": self.game.best / self.game.max_score,
+            "lost": float(bool(s is not None and s.lost)),
+        }
+
+    def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
+        gain = float(result.metadata.get("points", 0.0))
+        return {"points": gain} if gain > 0 else {}
+
+    def _process_caps(self) -> dict[str, float]:
+        return {"points": 1.0}
+
+    def state_key(self) -> str:
+        return self.game.state_key()
+
+    def oracle_action(self) -> str:
+        """The next command of the game's walkthrough from the current state (TextWorld plans it)."""
+        self._require_task("oracle_action()")
+        plan = list(self.game.state.policy_commands or ()) if self.game.state is not None else []
+        return self.call_text("act", command=plan[0] if plan else "look")
+
+    def close(self) -> None:
+        self.game.close()
+        super().close()
+
+
+def _user_games(game_files: Sequence[str | Path] | str | Path) -> tuple[GameFile, ...]:
+    if isinstance(game_files, (str, Path)):
+        root = Path(game_files)
+        if not root.is_dir():
+            raise ConfigError(f"game_files: {root} is not a directory (or pass a list of game files)")
+        paths = sorted(p for p in root.iterdir() if p.suffix in (".z8", ".ulx"))
+    else:
+        paths = [Path(p) for p in game_files]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise ConfigError(f"game_files: no such file(s): {missing[:3]}")
+    if not paths:
+        raise ConfigError("game_files: no .z8 or .ulx games found")
+    return tuple(GameFile(path=str(p.resolve())) for p in paths)

@@ -1,0 +1,428 @@
+"""``AgentR1/WebShop-v0``: find and buy the product an instruction describes, in a simulated web shop.
+
+WebShop's mechanics (Yao et al., 2022), reimplemented as a world env: a search box, result pages of ten products
+(fifty results per search, ``Next >`` / ``< Prev``), item pages with option buttons (``size``, ``color``, ...), a
+product's ``Description``, ``Features`` and ``Reviews`` pages, ``Back to Search`` and ``Buy Now``. The agent acts
+with two tools, ``search(query)`` and ``click(button)``, whose results are the new page as text; clickable
+buttons are shown in brackets. ``Buy Now`` ends the episode, and the world scores the purchase with WebShop's
+reward: the share of the goal's attributes, options and price bound the bought product meets, times a type
+factor (1 when the product is of the right type, less when it is not)::
+
+    reward = r_type * (attributes matched + options matched + [price <= bound]) / (attributes + options + 1)
+
+An episode succeeds when the reward is 1 (WebShop's success rate). The outcome pays for success
+(``full_match``, the default answer metric); WebShop's graded reward is paid on the buying step as the
+``purchase`` process reward (0.2 x reward), so partial credit guides learning without outweighing the task (a
+policy that buys the first search result earns about 0.6 of WebShop's reward and never succeeds).
+``RewardConfig(answer_metric="reward")`` makes the graded reward the outcome instead, as WebShop's papers train. Attributes and options match by token-set
+similarity above 85 (WebShop's threshold; :func:`token_set_ratio` computes it with ``difflib``), attributes also by
+appearing in the title, bullet points or description. The type factor compares the bought product's search query,
+category path and type words with the goal's (WebShop parses type words with spaCy; here they are the catalog's
+product-type nouns, or a title's content words for WebShop's own files).
+
+The catalog is procedural by default (:func:`~agentr1_gym.data.shop.generate_catalog`: 2,000 products over 31
+types), searched with the embedded BM25; ``data_path=`` reads WebShop's own product and instruction files. Goals
+are split into ``train`` and ``test`` (the first ``num_test`` goals, as WebShop holds out its first 500).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentr1_gym.cache import shared
+from agentr1_gym.data.shop import (
+    Product,
+    ShopGoal,
+    catalog_corpus,
+    generate_catalog,
+    generate_goals,
+    load_webshop,
+)
+from agentr1_gym.env import ToolEnv
+from agentr1_gym.errors import ConfigError
+from agentr1_gym.formats import ToolCall
+from agentr1_gym.rewards import ProcessReward
+from agentr1_gym.tools.base import Tool, ToolResult
+from agentr1_gym.tools.search.bm25 import shared_bm25
+
+__all__ = ["ShopWorld", "WebShopEnv", "token_set_ratio", "webshop_reward"]
+
+SEARCH_RESULTS = 50
+PAGE_SIZE = 10
+NEXT, PREV, BACK, BUY = "Next >", "< Prev", "Back to Search", "Buy Now"
+SUBPAGES = ("Description", "Features", "Reviews")
+
+
+# ---- WebShop's reward ----------------------------------------------------------------------------------------
+def _tokens(text: str) -> list[str]:
+    return re.sub(r"[^0-9a-z]+", " ", text.lower()).split()
+
+
+def _ratio(a: str, b: str) -> float:
+    if not a and not b:
+        return 0.0
+    return 100.0 * difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def token_set_ratio(a: str, b: str) -> float:
+    """Token-set similarity in [0, 100] (the measure WebShop takes from ``fuzzywuzzy``): the shared words,
+    and each side's shared words plus its own, compared pairwise; the best pair wins."""
+    ta, tb = set(_tokens(a)), set(_tokens(b))
+    if not ta or not tb:
+        return 0.0
+    common = " ".join(sorted(ta & tb))
+    one = (common + " " + " ".join(sorted(ta - tb))).strip()
+    two = (common + " " + " ".join(sorted(tb - ta))).strip()
+    if common and (one == common or two == common):
+        return 100.0  # one side's words are all in the other
+    return max(_ratio(common, one), _ratio(common, two), _ratio(one, two))
+
+
+def _type_reward(product: Product, goal: ShopGoal) -> tuple[float, dict[str, float]]:
+    query_match = bool(goal.query) and product.query == goal.query
+    bought_path = {x.strip() for x in product.product_category.split("›") if x.strip()}
+    goal_path = {x.strip() for x in goal.product_category.split("›") if x.strip()}
+    category_match = len(bought_path & goal_path) >= 2
+    wanted = set(goal.type_words)
+    title_score = len(set(product.type_words) & wanted) / len(wanted) if wanted else 0.2
+    r_type = 1.0 if (query_match or category_match or title_score > 0.2) else 0.5
+    if title_score < 0.1:
+        r_type = 0.1
+    if title_score == 0.0:
+        r_type = 0.0
+    return r_type, {"query_match": float(query_match), "category_match": float(category_match)}
+
+
+def _attribute_matches(product: Product, goal: ShopGoal) -> int:
+    text = " ".join((product.title, " ".join(product.bullet_points), product.description)).lower()
+    matched = 0
+    for want in goal.attributes:
+        if any(token_set_ratio(have, want) > 85 for have in product.attributes) or want.lower() in text:
+            matched += 1
+    return matched
+
+
+def _option_matches(chosen: Sequence[str], goal: ShopGoal) -> int:
+    return sum(any(token_set_ratio(c, want) > 85 for c in chosen) for want in goal.options)
+
+
+def webshop_reward(
+    product: Product, goal: ShopGoal, chosen: dict[str, str]
+) -> tuple[float, dict[str, float]]:
+    """WebShop's reward for buying ``product`` with the ``chosen`` options (name -> value) against ``goal``;
+    returns ``(reward, parts)`` with ``r_type``, ``r_att``, ``r_option``, ``r_price``."""
+    r_type, flags = _type_reward(product, goal)
+    attrs = _attribute_matches(product, goal)
+    options = _option_matches(list(chosen.values()), goal)
+    price_ok = product.price <= goal.price_upper
+    total = (attrs + options + int(price_ok)) / (len(goal.attributes) + len(goal.options) + 1) * r_type
+    parts = {
+        "r_type": r_type,
+        "r_att": attrs / len(goal.attributes) if goal.attributes else 1.0,
+        "r_option": options / len(goal.options) if goal.options else 1.0,
+        "r_price": float(price_ok),
+        **flags,
+    }
+    return round(total, 6), parts
+
+
+# ---- the world -----------------------------------------------------------------------------------------------
+class ShopWorld:
+    """The shop's browser state and its pages. Plain data plus a shared catalog and search engine."""
+
+    def __init__(self, products: Sequence[Product], retriever: Any) -> None:
+        self.products = {p.asin: p for p in products}
+        self.retriever = retriever
+        self.goal: ShopGoal | None = None
+        self.reset(None)
+
+    def reset(self, goal: ShopGoal | None) -> None:
+        self.goal = goal
+        self.page = "search"  # search | results | item | sub | done
+        self.query = ""
+        self.results: list[str] = []
+        self.page_no = 1
+        self.asin = ""
+        self.chosen: dict[str, str] = {}
+        self.sub = ""
+        self.bought: tuple[str, dict[str, str]] | None = None
+
+    # the agent's two actions ---------------------------------------------------------------------------------
+    def search(self, query: str) -> ToolResult:
+        if self.page == "done":
+            return ToolResult("The purchase is done; nothing more can be searched.", success=False)
+        if self.page != "search":
+            return ToolResult(
+                f"There is no search box on this page. Click [{BACK}] first.\n\n{self.render()}",
+                success=False,
+            )
+        hits = self.retriever.search([query], SEARCH_RESULTS)[0]
+        self.query, self.results, self.page_no, self.page = query, [p.id for p in hits], 1, "results"
+        return ToolResult(self.render(), success=bool(hits))
+
+    def click(self, button: str) -> ToolResult:
+        target = button.strip().strip("[]").strip()
+        options = self.clickables()
+        match = next((b for b in options if b.lower() == target.lower()), None)
+        if match is None:
+            shown = ", ".join(f"[{b}]" for b in options) or "none"
+            return ToolResult(
+                f"There is no button {button[:80]!r} on this page. Clickable: {shown}.", success=False
+            )
+        if match == BACK:
+            self.page, self.asin, self.chosen, self.sub = "search", "", {}, ""
+        elif match == NEXT:
+            self.page_no += 1
+        elif match == PREV and self.page == "results":
+            self.page_no -= 1
+        elif match == PREV:  # from an item page to its results, from a sub page to its item
+            self.page, self.sub = ("results", "") if self.page == "item" else ("item", "")
+            if self.page == "results":
+                self.asin, self.chosen = "", {}
+        elif self.page == "results":
+            self.page, self.asin, self.chosen = "item", match, {}
+        elif match in SUBPAGES:
+            self.page, self.sub = "sub", match
+        elif match == BUY:
+            self.page = "done"
+            self.bought = (self.asin, dict(self.chosen))
+            score = webshop_reward(self.products[self.asin], self.goal, self.chosen)[0] if self.goal else 0.0
+            return ToolResult(self.render(), terminal=True, metadata={"purchase": score})
+        else:  # an option value
+            name = next(n for n, values in self.products[self.asin].options if match in values)
+            self.chosen[name] = match
+        return ToolResult(self.render())
+
+    # pages -------------------------------------------------------------------------------------------------
+    def clickables(self) -> list[str]:
+        if self.page == "results":
+            out = [BACK]
+            out += [PREV] if self.page_no > 1 else []
+            out += [NEXT] if self.page_no * PAGE_SIZE < len(self.results) else []
+            return out + self._page_asins()
+        if self.page == "item":
+            values = [v for _, vals in self.products[self.asin].options for v in vals]
+            return [BACK, PREV, *values, *SUBPAGES, BUY]
+        if self.page == "sub":
+            return [BACK, PREV]
+        return []
+
+    def _page_asins(self) -> list[str]:
+        start = (self.page_no - 1) * PAGE_SIZE
+        return self.results[start : start + PAGE_SIZE]
+
+    def render(self) -> str:
+        if self.page == "search":
+            return "[Search]"
+        if self.page == "results":
+            lines = [
+                f"[{BACK}]"
+                + (f" [{PREV}]" if self.page_no > 1 else "")
+                + (f" [{NEXT}]" if self.page_no * PAGE_SIZE < len(self.results) else ""),
+                f"Page {self.page_no} (Total results: {len(self.results)})",
+            ]
+            for asin in self._page_asins():
+                p = self.products[asin]
+                lines.append(f"[{asin}] {p.title} | ${p.price:.2f}")
+            if not self.results:
+                lines.append("No product matches this search.")
+            return "\n".join(lines)
+        p = self.products[self.asin] if self.asin else None
+        if self.page == "item" and p is not None:
+            lines = [f"[{BACK}] [{PREV}]", p.title, f"Price: ${p.price:.2f} | Rating: {p.rating or 'N.A.'}"]
+            for name, values in p.options:
+                shown = " ".join(f"[*{v}*]" if self.chosen.get(name) == v else f"[{v}]" for v in values)
+                lines.append(f"{name}: {shown}")
+            lines.append(" ".join(f"[{b}]" for b in (*SUBPAGES, BUY)))
+            return "\n".join(lines)
+        if self.page == "sub" and p is not None:
+            body = {
+                "Description": p.description or "(no description)",
+                "Features": "\n".join(p.bullet_points) or "(no features)",
+                "Reviews": "\n".join(p.reviews) or "(no reviews)",
+            }[self.sub]
+            return f"[{BACK}] [{PREV}]\n{body}"
+        if self.page == "done" and p is not None:
+            chosen = ", ".join(f"{k}: {v}" for k, v in self.chosen.items()) or "no options"
+            return f"You bought {p.title} ({chosen}) for ${p.price:.2f}. The episode is over."
+        return "[Search]"
+
+    def state_key(self) -> tuple:
+        return (self.page, self.query, self.page_no, self.asin, tuple(sorted(self.chosen.items())), self.sub)
+
+
+class ShopSearchArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(..., min_length=1, max_length=300, description="Words to search the shop for.")
+
+
+class ClickArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    button: str = Field(
+        ..., min_length=1, max_length=300, description="The text of a button shown in [brackets] on the page."
+    )
+
+
+class ShopSearchTool(Tool):
+    """Types a query into the shop's search box (only on the search page)."""
+
+    name: ClassVar[str] = "search"
+    description: ClassVar[str] = "Search the shop (from the search page); returns the first page of results."
+    Args = ShopSearchArgs
+
+    def __init__(self, world: ShopWorld) -> None:
+        self.world = world
+
+    def execute(self, args: BaseModel) -> ToolResult:
+        return self.world.search(args.query)  # type: ignore[attr-defined]
+
+
+class ClickTool(Tool):
+    """Clicks a button of the current page: a product, an option, a page link, Buy Now."""
+
+    name: ClassVar[str] = "click"
+    description: ClassVar[str] = (
+        "Click a button shown in [brackets] on the current page (a product id, an option, Next >, Buy Now, ...)."
+    )
+    Args = ClickArgs
+
+    def __init__(self, world: ShopWorld) -> None:
+        self.world = world
+
+    def execute(self, args: BaseModel) -> ToolResult:
+        return self.world.click(args.button)  # type: ignore[attr-defined]
+
+
+SHOP_PROMPT = (
+    "You are shopping in a web shop. Find the product that matches the instruction below and buy it: search, "
+    "open products, check their options and details, select the options the instruction asks for, then click "
+    "[Buy Now]. Buying ends the episode.\n\nInstruction: {instruction}\n\n[Search]"
+)
+
+
+def _catalog(num_products: int, seed: int) -> tuple[tuple[Product, ...], tuple[ShopGoal, ...]]:
+    def build():
+        products = generate_catalog(num_products, seed)
+        return products, generate_goals(products, seed)
+
+    return shared("shop-catalog", (num_products, seed), build)
+
+
+class WebShopEnv(ToolEnv):
+    """A WebShop-style shop: search, browse, pick options, buy.
+
+    Args:
+        split: ``"train"`` or ``"test"`` (the first ``num_test`` goals).
+        num_products: size of the procedural catalog (one goal per product).
+        catalog_seed: the procedural catalog and its goals.
+        num_test: how many goals are held out.
+        data_path: a directory with WebShop's own ``items_shuffle*.json`` and ``items_ins_v2*.json`` (and
+            ``items_human_ins.json`` with ``human_goals=True``) instead of the procedural catalog.
+        Other arguments: :class:`~agentr1_gym.env.EnvSettings` (default ``max_turns=15``, WebShop's budget).
+
+    Metrics: ``full_match`` (the purchase meets the whole instruction: WebShop's reward is 1; the default answer
+    score and the success rule), ``reward`` (WebShop's score of the purchase, 0 without one), ``r_type``,
+    ``r_att``, ``r_option``, ``r_price``, ``bought``.
+    """
+
+    process_rewards = (
+        ProcessReward("purchase", 0.2, "WebShop's reward of the purchase, on the step that buys"),
+    )
+    answer_metrics = ("full_match", "reward")
+    success_metric = "full_match"
+    final_answer = False
+
+    def __init__(
+        self,
+        *,
+        split: str = "train",
+        num_products: int = 2000,
+        catalog_seed: int = 0,
+        num_test: int = 500,
+        data_path: str | Path | None = None,
+        human_goals: bool = False,
+        **settings: Any,
+    ) -> None:
+        if split not in ("train", "test"):
+            raise ConfigError(f"split must be 'train' or 'test', got {split!r}")
+        if human_goals and data_path is None:
+            raise ConfigError("human_goals=True reads WebShop's items_human_ins.json: pass data_path= too")
+        if data_path is not None:
+            products, goals = load_webshop(data_path, human_goals=human_goals, seed=catalog_seed)
+            source = f"webshop:{Path(data_path).resolve()}"
+        else:
+            if num_products < 2:
+                raise ConfigError(f"num_products must be >= 2, got {num_products}")
+            products, goals = _catalog(num_products, catalog_seed)
+            source = f"shop:{num_products}:{catalog_seed}"
+        held = min(num_test, len(goals) // 2)
+        self.tasks = goals[:held] if split == "test" else goals[held:]
+        if not self.tasks:
+            raise ConfigError(f"the {split!r} split has no goals (num_test={num_test}, {len(goals)} goals)")
+        self.split = split
+        corpus = shared("shop-corpus", source, lambda: catalog_corpus(products, source))
+        self.world = ShopWorld(products, shared_bm25(corpus))
+        settings.setdefault("max_turns", 15)
+        super().__init__([ShopSearchTool(self.world), ClickTool(self.world)], **settings)
+        self._oracle_by_title = False
+
+    def _task_prompt(self, task: ShopGoal) -> str:
+        return SHOP_PROMPT.format(instruction=task.instruction)
+
+    def _on_reset(self) -> None:
+        self.world.reset(self.task)
+        self._oracle_by_title = False
+
+    def _gold_answers(self, task: ShopGoal) -> tuple[str, ...]:
+        return ()
+
+    def _score(self, answer: str | None) -> dict[str, float]:
+        keys = ("full_match", "reward", "r_type", "r_att", "r_option", "r_price", "bought")
+        if self.world.bought is None:
+            return dict.fromkeys(keys, 0.0)
+        asin, chosen = self.world.bought
+        reward, parts = webshop_reward(self.world.products[asin], self.task, chosen)
+        parts = {k: parts[k] for k in ("r_type", "r_att", "r_option", "r_price")}
+        return {"full_match": float(reward >= 1.0), "reward": reward, **parts, "bought": 1.0}
+
+    def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
+        return {"purchase": result.metadata["purchase"]} if "purchase" in result.metadata else {}
+
+    def _process_caps(self) -> dict[str, float]:
+        return {"purchase": 1.0}
+
+    def state_key(self) -> tuple:
+        return self.world.state_key()
+
+    def oracle_action(self) -> str:
+        """Search the goal's attributes and product type, page through the results to the goal's product (after
+        five pages without it: search its title instead), pick its options, buy it."""
+        self._require_task("oracle_action()")
+        goal: ShopGoal = self.task
+        w = self.world
+        if w.page == "search":
+            query = goal.name if self._oracle_by_title else f"{' '.join(goal.attributes)} {goal.query}"
+            return self.call_text("search", query=query)
+        if w.page == "results":
+            if goal.asin in w._page_asins():
+                return self.call_text("click", button=goal.asin)
+            if NEXT in w.clickables():
+                return self.call_text("click", button=NEXT)
+            self._oracle_by_title = True
+            return self.call_text("click", button=BACK)
+        if w.page == "sub" or w.asin != goal.asin:
+            return self.call_text("click", button=PREV)
+        product = w.products[goal.asin]
+        names = goal.option_names or tuple(
+            next((n for n, vals in product.options if v in vals), "") for v in goal.options
+        )
+        for name, value in zip(names, goal.options):
+            if w.chosen.get(name) != value:
+                return self.call_text("click", button=value)
+        return self.call_text("click", button=BUY)
