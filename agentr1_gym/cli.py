@@ -72,7 +72,10 @@ def cmd_play(args: argparse.Namespace) -> int:
         if terminated or truncated:
             why = "terminated" if terminated else f"truncated ({info['truncated_reason']})"
             gold = env.unwrapped.gold_answers
-            print(f"=== episode {why}; metrics {info.get('metrics')}; gold {list(gold)!r}")
+            print(
+                f"=== episode {why}; metrics {info.get('metrics')}"
+                + (f"; gold {list(gold)!r}" if gold else "")
+            )
             print("/reset for a new task, /quit to leave.")
     return 0
 
@@ -240,7 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--policy",
         default="oracle",
-        help="scripted policy: oracle | canonical (the oracle, named for code envs) | no-tool (default oracle)",
+        help="scripted policy: oracle | canonical (the oracle, named for code envs) | no-tool (answers at once) | "
+        "random (a random admissible move in worlds) (default oracle)",
     )
     p.add_argument("--episodes", type=int, default=100, help="number of episodes (default 100)")
     p.add_argument("--seed", type=int, default=0, help="episode i is reset with seed SEED+i (default 0)")

@@ -156,7 +156,8 @@ class ToolEnv(gym.Env[str, str], ABC):
       procedural env's ``i``-th generated task); other options are listed in ``reset_options``.
 
     The optional API every env declares (callers never probe with ``hasattr``): :meth:`oracle_action`,
-    :meth:`max_episode_reward`, :attr:`gold_answers`, :meth:`is_success`, :attr:`num_tasks`.
+    :meth:`random_action`, :meth:`max_episode_reward`, :attr:`gold_answers`, :meth:`is_success`,
+    :attr:`num_tasks`, :meth:`state_key`.
 
     Subclasses pass their tools (positionally) and ``**settings`` to ``ToolEnv.__init__``; they implement
     :meth:`_task_prompt`, :meth:`_score` and :meth:`_gold_answers`, and either set ``self.tasks`` (a fixed task
@@ -316,6 +317,13 @@ class ToolEnv(gym.Env[str, str], ABC):
         """The next turn of a policy that knows the gold evidence and answer (scripted; for tests, warm starts
         and evaluation floors). Envs without one raise :class:`~agentr1_gym.errors.NoOracleError`."""
         raise NoOracleError(f"{type(self).__name__} has no oracle_action(); choose another policy")
+
+    def random_action(self) -> str:
+        """A turn of a policy that acts at random among the actions the current state allows (a floor for
+        evaluations), drawn with ``self.np_random``. Answer-shaped envs answer "unknown"; world envs pick among
+        the moves their world offers (admissible commands, clickable buttons)."""
+        self._require_task("random_action()")
+        return self.answer_text("unknown")
 
     def max_episode_reward(self) -> float:
         """The largest return an episode on the current task can reach under the reward config."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from agentr1_gym.errors import ConfigError
 
-__all__ = ["POLICIES", "Policy", "evaluate", "oracle_policy", "success"]
+__all__ = ["POLICIES", "Policy", "evaluate", "oracle_policy", "random_policy", "success"]
 
 Policy = Callable[[str, dict[str, Any], Any], str]
 
@@ -35,8 +35,19 @@ def no_tool_policy(obs: str, info: dict[str, Any], env: Any) -> str:
     return env.answer_text("unknown")
 
 
+def random_policy(obs: str, info: dict[str, Any], env: Any) -> str:
+    """Acts at random among the moves the state allows (``env.random_action()``: a random admissible command, a
+    random button); on answer-shaped envs it answers at once, as ``no-tool`` does."""
+    return env.random_action()
+
+
 #: ``canonical`` is the oracle under the name code benchmarks use (it submits the reference solution)
-POLICIES: dict[str, Policy] = {"oracle": oracle_policy, "canonical": oracle_policy, "no-tool": no_tool_policy}
+POLICIES: dict[str, Policy] = {
+    "oracle": oracle_policy,
+    "canonical": oracle_policy,
+    "no-tool": no_tool_policy,
+    "random": random_policy,
+}
 
 
 def evaluate(

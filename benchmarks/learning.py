@@ -49,6 +49,19 @@ TASKS: dict[str, dict[str, Any]] = {
         "train_kwargs": {"split": "train", "max_turns": 4},
         "eval_kwargs": {"split": "dev", "max_turns": 4},
     },
+    # worlds: train on the train split, evaluate on held-out goals / games never trained on
+    "webshop": {
+        "env": "AgentR1/WebShop-v0",
+        "train_kwargs": {"split": "train", "max_turns": 8},
+        "eval_kwargs": {"split": "test", "max_turns": 8},
+    },
+    "textworld": {},  # family, level and pool sizes from --tw-family, --tw-level, --tw-games, --tw-test-games
+}
+TW_IDS = {
+    "simple": "AgentR1/TextWorld-Simple-v0",
+    "cooking": "AgentR1/TextWorld-Cooking-v0",
+    "treasure_hunter": "AgentR1/TextWorld-TreasureHunter-v0",
+    "coin_collector": "AgentR1/TextWorld-CoinCollector-v0",
 }
 #: the runs: the two algorithms, the paper's two ablations, and GRPO with dynamic sampling on the outcome
 ALGOS = ("grpo", "ppo", "grpo-nomask", "ppo-noadvmask", "grpo-ds")
@@ -77,7 +90,31 @@ def task_spec(args: argparse.Namespace) -> tuple[str, dict, dict]:
     if args.task == "synthetic":
         kw = {"min_hops": 1, "max_hops": args.hops, "max_turns": args.hops + 2}
         return spec["env"], kw, kw
-    return spec["env"], spec["train_kwargs"], spec["eval_kwargs"]
+    if args.task == "textworld":
+        common = {"level": args.tw_level, "max_turns": args.max_turns or 12}
+        return (
+            TW_IDS[args.tw_family],
+            {**common, "split": "train", "num_games": args.tw_games},
+            {**common, "split": "test", "num_games": args.tw_test_games},
+        )
+    train, held_out = dict(spec["train_kwargs"]), dict(spec["eval_kwargs"])
+    if args.max_turns:
+        train["max_turns"] = held_out["max_turns"] = args.max_turns
+    return spec["env"], train, held_out
+
+
+def generate_pools(args: argparse.Namespace) -> float:
+    """Text games: generate the train and held-out pools up front (in parallel, with a progress bar); seconds."""
+    if args.task != "textworld":
+        return 0.0
+    from agentr1_gym.data.textgames import ensure_games, game_specs
+
+    _, train_kwargs, eval_kwargs = task_spec(args)
+    specs = [
+        *game_specs(args.tw_family, [args.tw_level], "train", train_kwargs["num_games"]),
+        *game_specs(args.tw_family, [args.tw_level], "test", eval_kwargs["num_games"]),
+    ]
+    return round(ensure_games(specs, progress=args.progress), 1)
 
 
 class _Timed(gym.Wrapper):
@@ -177,11 +214,13 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         r=args.lora_r, lora_alpha=2 * args.lora_r, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
     )
     model = get_peft_model(model, lora)
+    pool_seconds = generate_pools(args)
     engine = _engine(args, model, tok)
     out: dict[str, Any] = {
         "task": args.task,
         "env": env_id,
         "settings": _settings(args),
+        "pool_generation_s": pool_seconds,
         "plain": _evaluate(args, model, tok, episodes=args.plain_episodes, generator=_synced(engine, model)),
     }
     t = time.perf_counter()
@@ -529,6 +568,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sft-epochs", type=int, default=2)
     parser.add_argument("--sft-lr", type=float, default=2e-4)
     parser.add_argument("--hops", type=int, default=1, help="synthetic: max hops (min 1)")
+    parser.add_argument(
+        "--tw-family", default="cooking", choices=sorted(TW_IDS), help="textworld: the family"
+    )
+    parser.add_argument("--tw-level", type=int, default=2, help="textworld: the difficulty level")
+    parser.add_argument("--tw-games", type=int, default=100, help="textworld: games in the training pool")
+    parser.add_argument("--tw-test-games", type=int, default=50, help="textworld: held-out games")
+    parser.add_argument("--max-turns", type=int, default=0, help="worlds: turn limit (0: the task's default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--workdir", default="runs/learning")

@@ -325,6 +325,14 @@ class TextGameEnv(ToolEnv):
         plan = list(self.game.state.policy_commands or ()) if self.game.state is not None else []
         return self.call_text("act", command=plan[0] if plan else "look")
 
+    def random_action(self) -> str:
+        """A random admissible command of the current state."""
+        self._require_task("random_action()")
+        options = (
+            list(self.game.state.admissible_commands or ["look"]) if self.game.state is not None else ["look"]
+        )
+        return self.call_text("act", command=options[int(self.np_random.integers(len(options)))])
+
     def close(self) -> None:
         self.game.close()
         super().close()

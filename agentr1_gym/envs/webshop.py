@@ -400,9 +400,27 @@ class WebShopEnv(ToolEnv):
     def state_key(self) -> tuple:
         return self.world.state_key()
 
+    def _meets(self, asin: str) -> bool:
+        """Whether buying ``asin`` with the goal's option values earns WebShop's full reward."""
+        product, goal = self.world.products[asin], self.task
+        offered = {v for _, values in product.options for v in values}
+        if not all(v in offered for v in goal.options):
+            return False
+        chosen = {n: v for n, values in product.options for v in goal.options if v in values}
+        return webshop_reward(product, goal, chosen)[0] >= 1.0
+
+    def random_action(self) -> str:
+        """On the search page, search the instruction; elsewhere, click a random button of the page."""
+        self._require_task("random_action()")
+        buttons = self.world.clickables()
+        if not buttons:
+            return self.call_text("search", query=self.task.instruction)
+        return self.call_text("click", button=buttons[int(self.np_random.integers(len(buttons)))])
+
     def oracle_action(self) -> str:
-        """Search the goal's attributes and product type, page through the results to the goal's product (after
-        five pages without it: search its title instead), pick its options, buy it."""
+        """Search the goal's attributes and product type, open the first listed product that meets the whole
+        instruction (paging on; after the last page, search the goal product's title instead), pick the
+        instruction's options, buy it."""
         self._require_task("oracle_action()")
         goal: ShopGoal = self.task
         w = self.world
@@ -410,15 +428,18 @@ class WebShopEnv(ToolEnv):
             query = goal.name if self._oracle_by_title else f"{' '.join(goal.attributes)} {goal.query}"
             return self.call_text("search", query=query)
         if w.page == "results":
+            meets = [a for a in w._page_asins() if self._meets(a)]
+            if meets:  # the first product on the page that meets the whole instruction (what a model can learn)
+                return self.call_text("click", button=meets[0])
             if goal.asin in w._page_asins():
                 return self.call_text("click", button=goal.asin)
             if NEXT in w.clickables():
                 return self.call_text("click", button=NEXT)
             self._oracle_by_title = True
             return self.call_text("click", button=BACK)
-        if w.page == "sub" or w.asin != goal.asin:
+        if w.page == "sub" or (w.asin != goal.asin and not self._meets(w.asin)):
             return self.call_text("click", button=PREV)
-        product = w.products[goal.asin]
+        product = w.products[w.asin]
         names = goal.option_names or tuple(
             next((n for n, vals in product.options if v in vals), "") for v in goal.options
         )
