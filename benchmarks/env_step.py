@@ -4,8 +4,11 @@
 
 Part 1, for every AgentR1/* env: the oracle policy plays episodes (its actions are produced outside the timed
 region); each ``env.step`` is timed and split into parse (tool-call format), tool (the search, sandbox run or
-calculation), reward (scoring, including HumanEval's hidden tests, and process rewards) and the rest
-(bookkeeping). ``overhead_us`` = step time minus tool time.
+calculation; in a world, its simulation: a game move, a shop page), reward (scoring, including HumanEval's hidden
+tests, and process rewards) and the rest (bookkeeping). ``overhead_us`` = step time minus tool time. World envs
+also report ``world_us`` (the tool and the world's scoring of its final state: WebShop's reward, a game's
+won/lost) and ``beyond_world_us`` = step time minus that: what the env contract adds to the world's own
+simulation. Text-game pools (8 games per family) are generated first, in parallel, and that time is reported.
 
 Part 2, on the bundled HotpotQA corpus with the 300 bundled questions as queries: index build time, queries/s
 one query per call and batched, and recall@5 of gold paragraphs (by title), for our ``bm25`` backend and for
@@ -41,13 +44,13 @@ class _Timed:
             self.bucket[self.key] += time.perf_counter() - t
 
 
-def bench_env(env_id: str, episodes: int) -> dict:
-    env = agentr1_gym.make(env_id).unwrapped
+def bench_env(env_id: str, episodes: int, **kwargs) -> dict:
+    env = agentr1_gym.make(env_id, **kwargs).unwrapped
     spent: dict[str, float] = defaultdict(float)
     env.tool_format.parse = _Timed(env.tool_format.parse, spent, "parse")
     for tool in env.tools.values():  # the tool itself (a search, a sandbox run, a calculation)
         tool.execute_batch = _Timed(tool.execute_batch, spent, "tool")
-    env._score = _Timed(env._score, spent, "reward")
+    env._score = _Timed(env._score, spent, "score")
     env._process_rewards = _Timed(env._process_rewards, spent, "reward")
     steps, total = 0, 0.0
     for ep in range(episodes):
@@ -61,16 +64,31 @@ def bench_env(env_id: str, episodes: int) -> dict:
             steps += 1
             done = term or trunc
     us = lambda x: round(1e6 * x / steps, 2)  # noqa: E731
-    return {
+    reward = spent["reward"] + spent["score"]
+    out = {
         "steps": steps,
         "steps_per_s": round(steps / total, 1),
         "step_us": us(total),
         "overhead_us": us(total - spent["tool"]),
         "parse_us": us(spent["parse"]),
         "tool_us": us(spent["tool"]),
-        "reward_us": us(spent["reward"]),
-        "other_us": us(total - spent["tool"] - spent["parse"] - spent["reward"]),
+        "reward_us": us(reward),
+        "other_us": us(total - spent["tool"] - spent["parse"] - reward),
     }
+    if not env.final_answer:  # a world: its simulation is the tool calls and the scoring of its final state
+        world = spent["tool"] + spent["score"]
+        out.update(world_us=us(world), beyond_world_us=us(total - world))
+    return out
+
+
+def _world_kwargs(env_id: str) -> tuple[dict, float]:
+    """Text games: a pool of 8 games, generated up front (seconds reported)."""
+    if not env_id.startswith("AgentR1/TextWorld-"):
+        return {}, 0.0
+    from agentr1_gym.data.textgames import ensure_games, game_specs
+
+    family = agentr1_gym.make(env_id, num_games=8).unwrapped.family
+    return {"num_games": 8}, ensure_games(game_specs(family, [1], "train", 8), progress=False)
 
 
 def _recall_at_5(hits_titles: list[list[str]], golds: list[tuple[str, ...]]) -> float:
@@ -162,10 +180,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="passes over the queries per BM25 timing")
     parser.add_argument("--json", default=None, help="also write the JSON result here")
     args = parser.parse_args()
+    envs = {}
+    for env_id in agentr1_gym.env_ids():
+        kwargs, generated = _world_kwargs(env_id)
+        envs[env_id] = bench_env(env_id, args.episodes, **kwargs)
+        if kwargs:
+            envs[env_id]["pool_generation_s"] = round(generated, 1)
     result = {
         "benchmark": "env_step",
-        "machine": machine_info("agentr1-gym", "gymnasium", "scipy", "numpy", "rank-bm25", "bm25s"),
-        "envs": {env_id: bench_env(env_id, args.episodes) for env_id in agentr1_gym.env_ids()},
+        "machine": machine_info(
+            "agentr1-gym", "gymnasium", "scipy", "numpy", "rank-bm25", "bm25s", "textworld"
+        ),
+        "envs": envs,
         "bm25": bench_bm25(args.repeats),
     }
     emit(result, args.json)

@@ -13,6 +13,7 @@ import pytest
 
 art = pytest.importorskip("art")
 
+from _engines import ENGINE_ENVS  # noqa: E402
 from _openai_server import PolicyServer, ReplayOracle  # noqa: E402
 from openai.types.chat.chat_completion import Choice  # noqa: E402
 
@@ -34,9 +35,7 @@ def _model(port):
     )
 
 
-@pytest.mark.parametrize(
-    "env_id", ["AgentR1/SyntheticMultihop-v0", "AgentR1/HotpotQA-v0", "AgentR1/Calculator-v0"]
-)
+@pytest.mark.parametrize("env_id", ENGINE_ENVS)
 def test_oracle_trajectories_match_our_evaluator(env_id):
     n = 4
     with PolicyServer(ReplayOracle(env_id, range(n))) as server:

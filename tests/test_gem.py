@@ -11,14 +11,14 @@ import pytest
 
 gem = pytest.importorskip("gem")
 
+from _engines import ENGINE_ENVS  # noqa: E402
+
 from agentr1_gym.evaluation import evaluate  # noqa: E402
 
 GLUE = runpy.run_path(str(Path(__file__).parent.parent / "examples" / "engines" / "agentr1_gem.py"))
 
 
-@pytest.mark.parametrize(
-    "env_id", ["AgentR1/SyntheticMultihop-v0", "AgentR1/HotpotQA-v0", "AgentR1/Calculator-v0"]
-)
+@pytest.mark.parametrize("env_id", ENGINE_ENVS)
 def test_oracle_through_gem_vector_env_matches_our_evaluator(env_id):
     finals = GLUE["run_oracle"](env_id, 4, seed=3)
     ours = evaluate(env_id, "oracle", episodes=4, seed=3, progress=False)

@@ -22,13 +22,21 @@ from agentr1_trl.testing import tiny_tokenizer
 import agentr1_gym
 from agentr1_gym.evaluation import evaluate
 
+#: the envs the tokenizer is trained on and the executor plays: answer-shaped and world-shaped
+TOKENIZER_ENVS = (
+    "AgentR1/SyntheticMultihop-v0",
+    "AgentR1/Calculator-v0",
+    "AgentR1/WebShop-v0",
+    "AgentR1/TextWorld-Cooking-v0",
+)
+
 AGENT_FILE = Path(__file__).parent.parent / "examples" / "engines" / "openrlhf_agent.py"
 
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory, monkeypatch_module):
     path = tmp_path_factory.mktemp("tok")
-    tiny_tokenizer(env_ids=("AgentR1/SyntheticMultihop-v0", "AgentR1/Calculator-v0")).save_pretrained(path)
+    tiny_tokenizer(env_ids=TOKENIZER_ENVS).save_pretrained(path)
     monkeypatch_module.setenv("AGENTR1_TOKENIZER", str(path))
     module = runpy.run_path(str(AGENT_FILE))
     return SimpleNamespace(**module, tok=module["_tokenizer"](str(path)))
@@ -72,7 +80,7 @@ def _tokenize(tok):
     return call
 
 
-@pytest.mark.parametrize("env_id", ["AgentR1/SyntheticMultihop-v0", "AgentR1/Calculator-v0"])
+@pytest.mark.parametrize("env_id", TOKENIZER_ENVS)
 def test_openrlhf_executor_matches_our_evaluator_and_our_tokens(agent, env_id):
     seeds = range(2, 6)
     rows = agent.dataset_rows(env_id, seeds)

@@ -6,6 +6,10 @@ with a retrieved passage, collecting evidence and then guessing, hard-coding the
 computing every step and then answering something else. Returns are averaged over the episodes the policy did
 not solve (a hedge that happens to be right is not the exploit) and divided by ``env.max_episode_reward()``.
 
+Worlds: buying the first search result earns about 0.6 of WebShop's graded reward and never succeeds, so that
+reward is paid as bounded shaping (``purchase``, 0.2) and the outcome is the full match; a text game's points are
+shaping (0.2 for all of them) and winning is the outcome.
+
 Found by this test before reliability round 3: under ``RewardConfig.agent_r1()`` (sub-EM) answering with the
 first retrieved passage earned 0.47 of the maximum on HotpotQA and 2WikiMultihopQA, echoing a 2Wiki question
 0.27; under the default reward the format bonus was paid for echoes that shared a word with the answer.
@@ -109,10 +113,67 @@ CALCULATOR_POLICIES = {
 }
 
 
+def _shop_first_result(env, turn):
+    """Search the whole instruction, buy the first result without looking at its options."""
+    page = env.world.page
+    if page == "search":
+        return env.call_text("search", query=env.task.instruction)
+    if page == "results":
+        return env.call_text("click", button=env.world._page_asins()[0])
+    return env.call_text("click", button="Buy Now")
+
+
+def _shop_first_with_options(env, turn):
+    """As above, but pick every option the instruction names that the product offers (the usual near miss)."""
+    w = env.world
+    if w.page in ("search", "results"):
+        return _shop_first_result(env, turn)
+    values = [v for _, vals in w.products[w.asin].options for v in vals]
+    for v in env.task.options:
+        if v in values and v not in w.chosen.values():
+            return env.call_text("click", button=v)
+    return env.call_text("click", button="Buy Now")
+
+
+WEBSHOP_POLICIES = {
+    "buy the first result of the instruction": _shop_first_result,
+    "buy the first result with the instruction's options": _shop_first_with_options,
+    "click at random": lambda env, turn: env.random_action(),
+    "search again and again": lambda env, turn: (
+        env.call_text("search", query=env.task.instruction)
+        if env.world.page == "search"
+        else env.call_text("click", button="Back to Search")
+    ),
+}
+
+
+def _walkthrough_but_the_last_move(env, turn):
+    plan = list(env.game.state.policy_commands or ["look"])
+    return env.call_text("act", command="look" if len(plan) == 1 else plan[0])
+
+
+TEXTGAME_POLICIES = {
+    "random admissible commands": lambda env, turn: env.random_action(),
+    "repeat the first scoring move": lambda env, turn: env.call_text(
+        "act", command=env.game.state.policy_commands[0] if turn == 0 else env.game.commands[0]
+    ),
+    "engine commands (restart, undo, quit)": lambda env, turn: env.call_text(
+        "act", command=("restart", "yes", "undo", "quit", "restore")[turn % 5]
+    ),
+    "the walkthrough but the last move": _walkthrough_but_the_last_move,
+}
+#: text games long enough that a move or two does not win them
+TEXTGAME_ENVS = {
+    "AgentR1/TextWorld-Simple-v0": {},
+    "AgentR1/TextWorld-Cooking-v0": {"level": 2},
+    "AgentR1/TextWorld-CoinCollector-v0": {"level": 4},
+}
+
+
 def _unearned(env_id: str, preset: str, policy, episodes: int, **kwargs) -> tuple[float, int]:
     """Mean return over the episodes ``policy`` did not solve, as a fraction of each episode's maximum."""
     reward = PRESETS[preset]
-    if preset == "agent_r1" and env_id not in QA_ENVS:
+    if preset == "agent_r1" and env_id not in QA_ENVS:  # code, math, worlds
         reward = RewardConfig.agent_r1(answer_metric=None)  # the same formula on the env's own metric
     env = gym.make(env_id, reward=reward, **kwargs).unwrapped
     fractions = []
@@ -143,6 +204,17 @@ CASES = (
         ("AgentR1/Calculator-v0", p, name, CALCULATOR_POLICIES[name], 30, {})
         for p in PRESETS
         for name in CALCULATOR_POLICIES
+    ]
+    + [
+        ("AgentR1/WebShop-v0", p, name, WEBSHOP_POLICIES[name], 30, {"split": "test"})
+        for p in PRESETS
+        for name in WEBSHOP_POLICIES
+    ]
+    + [
+        (e, p, name, TEXTGAME_POLICIES[name], 3, {"max_turns": 12, "num_games": 3, **level})
+        for e, level in TEXTGAME_ENVS.items()
+        for p in PRESETS
+        for name in TEXTGAME_POLICIES
     ]
 )
 

@@ -24,7 +24,15 @@ from skyrl_train.generators.skyrl_gym_generator import SkyRLGymGenerator
 import agentr1_gym
 from agentr1_gym.evaluation import evaluate
 
-TOK = tiny_tokenizer(env_ids=("AgentR1/SyntheticMultihop-v0", "AgentR1/Calculator-v0"))
+#: the envs the tokenizer is trained on and the executor plays: answer-shaped and world-shaped
+TOKENIZER_ENVS = (
+    "AgentR1/SyntheticMultihop-v0",
+    "AgentR1/Calculator-v0",
+    "AgentR1/WebShop-v0",
+    "AgentR1/TextWorld-Cooking-v0",
+)
+
+TOK = tiny_tokenizer(env_ids=TOKENIZER_ENVS)
 
 
 class _OracleEngine:
@@ -80,7 +88,7 @@ def _generate(generator, rows):
     return asyncio.run(generator.generate(batch, disable_tqdm=True))
 
 
-@pytest.mark.parametrize("env_id", ["AgentR1/SyntheticMultihop-v0", "AgentR1/Calculator-v0"])
+@pytest.mark.parametrize("env_id", TOKENIZER_ENVS)
 def test_skyrl_generator_matches_our_evaluator(env_id):
     rows = skyrl_dataset(env_id, range(5, 9))
     engine = _OracleEngine(rows)

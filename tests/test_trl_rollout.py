@@ -12,7 +12,8 @@ from agentr1_trl.rollout import render_chat
 from agentr1_trl.testing import THINK_DROPPING_TEMPLATE as THINK_DROPPING
 from agentr1_trl.testing import tiny_model, tiny_tokenizer
 
-import agentr1_gym  # noqa: F401
+import agentr1_gym  # noqa: F401  (registers the envs)
+from agentr1_gym.rewards import RewardConfig
 
 ENV = "AgentR1/SyntheticMultihop-v0"
 
@@ -128,6 +129,19 @@ def test_token_budget_truncates(tok):
     )
     assert t.truncated and t.truncated_reason == "token_budget"
     assert len(t.prompt_ids) + len(t.completion_ids) <= 800
+    # the env scores the cut episode as a truncation: metrics, and the outcome on the last turn
+    assert envs[0].unwrapped.done and t.metrics["success"] == 0.0 and t.metrics["format_ok"] == 0.0
+    assert set(t.reward_components[-1]) >= {"answer", "format", "offset"}
+    agent_r1 = [gym.make(ENV, reward=RewardConfig.agent_r1())]
+    (cut,) = collect_rollouts(
+        agent_r1,
+        ScriptedGenerator(tok, lambda p, i: "x " * 500),
+        tok,
+        seeds=[0],
+        sampling=SamplingConfig(max_new_tokens=400),
+        max_episode_tokens=800,
+    )
+    assert cut.episode_return == pytest.approx(-0.1 - 1.0)  # the malformed turn's penalty and Agent-R1's offset
 
 
 def test_hf_generator_and_vector_env(tok):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
 
@@ -15,6 +16,7 @@ import torch
 from agentr1_trl import ScriptedGenerator
 from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 from agentr1_trl.stock_trl import (
+    ACT_WITH_TOOLS,
     ANSWER_WITH_TOOL,
     component_reward,
     env_return,
@@ -234,3 +236,16 @@ def test_stock_grpo_with_environment_factory(tmp_path):
     trainer.train()
     log = trainer.state.log_history[0]
     assert f"rewards/{type(env).__name__}/mean" in log and math.isfinite(log["loss"])
+
+
+def test_environment_factory_for_a_world_has_no_answer_tool():
+    """A world ends by its own tools (here: buying), so its environment class offers no ``answer``."""
+    factory = make_environment_factory("AgentR1/WebShop-v0", split="test")
+    env = factory()
+    prompt = env.reset(seed=4)
+    assert ACT_WITH_TOOLS in prompt and ANSWER_WITH_TOOL not in prompt and not hasattr(env, "answer")
+    world = env.env.unwrapped
+    while not env.done:
+        call = json.loads(world.oracle_action().split("\n")[1])
+        getattr(env, call["name"])(**call["arguments"])
+    assert env.get_reward() == pytest.approx(world.max_episode_reward())

@@ -385,7 +385,22 @@ def collect_rollouts(
                 actions[i] = action
         for i, (_obs, reward, terminated, truncated, info) in batch.step(actions).items():
             episodes[i].add_step(reward, terminated, truncated, info)
+    if isinstance(batch, _ListBatch):  # episodes the token budget ended are scored like any truncation
+        for env, ep in zip(batch.envs, episodes):
+            if not ep.traj.metrics and not env.unwrapped.done:
+                _close_cut_episode(env.unwrapped, ep.traj)
     return [ep.traj for ep in episodes]
+
+
+def _close_cut_episode(env: Any, traj: Trajectory) -> None:
+    """An episode the rollout cut (its token budget spent, or nothing generated) ends for the env too: the env
+    scores it as a truncation (outcome reward on the last turn, ``metrics``), as when it truncates itself."""
+    outcome, metrics = env.close_episode(None)
+    traj.metrics = {k: float(v) for k, v in metrics.items()}
+    if traj.rewards:
+        traj.rewards[-1] += sum(outcome.values())
+        for key, value in outcome.items():
+            traj.reward_components[-1][key] = traj.reward_components[-1].get(key, 0.0) + value
 
 
 def _to_action_timeline(traj: Trajectory) -> None:

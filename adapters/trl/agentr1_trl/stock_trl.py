@@ -6,7 +6,8 @@
    :func:`env_return` and :func:`component_reward` are ready-made reward functions over them.
 2. :func:`make_environment_factory` + :func:`environment_dataset`: an ``environment_factory`` whose instances
    expose an env's tools as typed methods (TRL builds the tool schemas from their signatures and docstrings and
-   lists them to the model), plus an ``answer`` tool that submits the final answer, and ``get_reward()``
+   lists them to the model), plus an ``answer`` tool that submits the final answer (world envs, which end by
+   their own tools, get none), and ``get_reward()``
    returning the env's episode return. ``reset`` returns the one prompt of the episode: the task, and how to
    answer with the tools TRL lists (the env's own text-format instructions, ``<tool_call>``/``<answer>``, are
    not shown, since TRL parses tool calls itself and never passes text answers to the env). An episode the model
@@ -29,6 +30,7 @@ from agentr1_trl.rollout import collect_rollouts
 from agentr1_trl.signals import env_return
 
 __all__ = [
+    "ACT_WITH_TOOLS",
     "ANSWER_WITH_TOOL",
     "component_reward",
     "env_return",
@@ -162,6 +164,11 @@ ANSWER_WITH_TOOL = (
     "Use the tools by calling them as functions, one call per turn. When you know the answer, call the answer "
     "tool with it; text you write outside tool calls is not graded."
 )
+#: the same for world envs, which end when their world says so (a game won or lost, an item bought)
+ACT_WITH_TOOLS = (
+    "Use the tools by calling them as functions, one call per turn; the episode ends when the task is done. Text "
+    "you write outside tool calls has no effect."
+)
 
 
 def environment_dataset(seeds: Sequence[int]) -> Dataset:
@@ -206,7 +213,8 @@ class _EnvironmentBase:
                     "(or no train_dataset): reset() writes the prompt"
                 )
             return None
-        return f"{self.env.unwrapped.task_text()}\n\n{ANSWER_WITH_TOOL}"
+        how = ANSWER_WITH_TOOL if self.env.unwrapped.final_answer else ACT_WITH_TOOLS
+        return f"{self.env.unwrapped.task_text()}\n\n{how}"
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
         if self.done:
@@ -216,6 +224,24 @@ class _EnvironmentBase:
         self.total += float(reward)
         self.done = terminated or truncated
         return info["messages"][-1]["content"] if not info["action_error"] else info["action_error"]
+
+    def get_reward(self) -> float:
+        """The env's episode return (process rewards plus the outcome). An episode the model ended without
+        calling ``answer`` (or, in a world, before the world ended it) is closed like a truncation: no answer
+        reward and no format bonus."""
+        if not self.done:
+            outcome, _ = self.env.unwrapped.close_episode(None)
+            self.total += sum(outcome.values())
+            self.done = True
+        return self.total
+
+
+class _Answering:
+    """The ``answer`` tool of answer-shaped envs (world envs end by their own tools and get none)."""
+
+    env: Any
+    total: float
+    done: bool
 
     def answer(self, answer: str) -> str:
         """Submit the final answer and end the episode.
@@ -234,19 +260,11 @@ class _EnvironmentBase:
         self.done = terminated or truncated
         return "Answer recorded."
 
-    def get_reward(self) -> float:
-        """The env's episode return (process rewards plus the outcome). An episode the model ended without
-        calling ``answer`` is closed as unanswered (like a truncation): no answer reward and no format bonus."""
-        if not self.done:
-            outcome, _ = self.env.unwrapped.close_episode(None)
-            self.total += sum(outcome.values())
-            self.done = True
-        return self.total
-
 
 def make_environment_factory(env_id: str, **env_kwargs: Any) -> Callable[[], Any]:
     """An ``environment_factory`` for TRL's ``GRPOTrainer``: each instance wraps one ``env_id`` env and exposes
-    its tools as typed methods, ``answer(answer)``, ``reset(**row)`` and ``get_reward()``."""
+    its tools as typed methods, ``answer(answer)`` (answer-shaped envs only: a world env ends by its own tools),
+    ``reset(**row)`` and ``get_reward()``."""
     probe = agentr1_gym.make(env_id, **env_kwargs)
     _, info = probe.reset(seed=0)
     methods = {}
@@ -257,9 +275,10 @@ def make_environment_factory(env_id: str, **env_kwargs: Any) -> Callable[[], Any
             )
         methods[schema["function"]["name"]] = _tool_method(schema)
     cls_name = "".join(ch for ch in env_id.split("/")[-1] if ch.isalnum()) + "Environment"
+    bases = (_EnvironmentBase, _Answering) if probe.unwrapped.final_answer else (_EnvironmentBase,)
     cls = type(
         cls_name,
-        (_EnvironmentBase,),
+        bases,
         {**methods, "_make_env": staticmethod(partial(agentr1_gym.make, env_id, **env_kwargs))},
     )
     return cls
