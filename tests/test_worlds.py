@@ -305,3 +305,40 @@ def test_the_random_baseline_plays_admissible_moves(simple):
         _, _, terminated, truncated, _ = simple.step(action)
         if terminated or truncated:
             break
+
+
+def test_alfworld_games_play_through_the_same_env(tmp_path):
+    """ALFWorld's own game files (``.tw-pddl``: ALFRED's PDDL domain, a problem, ALFWorld's text grammar) play
+    through the text-game env with ``game_files=``: TextWorld's PDDL env, ALFWorld's name demangler, the planner's
+    walkthrough as the oracle. The game is made here in ALFWorld's format from the alfworld package's domain and
+    grammar and our own problem (tests/data/alfworld)."""
+    alfworld = pytest.importorskip("alfworld")
+    pytest.importorskip("fast_downward")
+    import pickle
+
+    data = Path(alfworld.__file__).parent / "data"
+    game = {
+        "pddl_domain": (data / "alfred.pddl").read_text(),
+        "grammar": (data / "alfred.twl2").read_text().replace("UNKNOWN GOAL", "put a mug in desk"),
+        "pddl_problem": (Path(__file__).parent / "data" / "alfworld" / "put_mug_on_desk.pddl").read_text(),
+    }
+    (tmp_path / "pick_and_place" / "trial_1").mkdir(parents=True)
+    (tmp_path / "pick_and_place" / "trial_1" / "game.tw-pddl").write_text(json.dumps(game))
+    env = agentr1_gym.make("AgentR1/TextWorld-Simple-v0", game_files=str(tmp_path)).unwrapped
+    obs, _ = env.reset(seed=0)
+    assert "Your task is to: put a mug in desk." in obs and "go to shelf 1" in obs  # demangled names
+    first = env.oracle_action()
+    assert json.loads(first.split("\n")[1])["arguments"]["command"] == "go to shelf 1"
+    env.step(first)
+    clone = pickle.loads(pickle.dumps(env))  # replays the moves in a fresh game
+    assert clone.state_key() == env.state_key()
+    total, done = 0.0, False
+    while not done:
+        _, reward, terminated, truncated, info = env.step(env.oracle_action())
+        total += reward
+        done = terminated or truncated
+    assert (
+        terminated
+        and info["metrics"]["won"] == 1.0
+        and total + 0.0 == pytest.approx(env.max_episode_reward())
+    )

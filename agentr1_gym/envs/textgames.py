@@ -12,7 +12,9 @@ The oracle is the game's walkthrough from the current state (TextWorld plans it)
 distribution where the family has one), ``level`` (one or several; ``reset(options={"level": 2})`` draws from
 one, for curricula), ``num_games`` per level; a game is generated the first time an episode needs it
 (:func:`~agentr1_gym.data.textgames.ensure_games` makes a whole pool in parallel).
-``game_files=`` plays a user's own compiled games (``.z8``/``.ulx``) instead.
+``game_files=`` plays a user's own games instead: compiled TextWorld games (``.z8``/``.ulx``) or ALFWorld's
+(``.tw-pddl``: a PDDL domain, problem and grammar, played through TextWorld's PDDL env and ALFWorld's name
+demangler, with the planner's walkthrough as the oracle).
 """
 
 from __future__ import annotations
@@ -110,7 +112,11 @@ class TextGame:
             )  # fmt: skip
             with warnings.catch_warnings():  # jericho: TextWorld's own games are "not fully supported" (its
                 warnings.simplefilter("ignore")  # score detection, which TextWorld does itself)
-                self._env = textworld.start(path, request_infos=infos)
+                self._env = (
+                    _alfworld_env(path, infos)
+                    if path.endswith(".tw-pddl")
+                    else textworld.start(path, request_infos=infos)
+                )
             self.path = path
         self.state = self._env.reset()
         self.commands, self.best = [], int(self.state.score or 0)
@@ -191,6 +197,25 @@ class TextGame:
                 self.act(command)
 
 
+def _alfworld_env(path: str, infos: Any) -> Any:
+    """An ALFWorld game (``.tw-pddl``: a PDDL domain, problem and text grammar), through TextWorld's PDDL env and
+    ALFWorld's name demangler, as ALFWorld's own text env plays it."""
+    try:
+        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
+        from textworld.envs import PddlEnv
+        from textworld.envs.pddl.pddl import fast_downward_missing
+    except ImportError:
+        fast_downward_missing = True
+    if fast_downward_missing:
+        raise ConfigError(
+            f"{path} is an ALFWorld game: it needs the alfworld package and TextWorld's PDDL planner "
+            '(pip install "agentr1-gym[alfworld]")'
+        )
+    env = AlfredDemangler(PddlEnv(infos))
+    env.load(path)
+    return env
+
+
 class ActArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     command: str = Field(
@@ -229,8 +254,9 @@ class TextGameEnv(ToolEnv):
         split: ``"train"`` or ``"test"`` (held-out games).
         num_games: games per level in the pool.
         pool_seed: which pool (pools with different seeds share no game).
-        game_files: compiled games of your own (a list of paths or a directory of ``.z8``/``.ulx``) instead of a
-            generated pool.
+        game_files: games of your own instead of a generated pool: a list of paths, or a directory searched
+            recursively, of compiled TextWorld games (``.z8``/``.ulx``) or ALFWorld games (``.tw-pddl``, as ALFWorld's
+            data ships them; needs ``pip install "agentr1-gym[alfworld]"``).
         show_admissible: list the admissible commands after every move (as ALFWorld agents get them).
         Other arguments: :class:`~agentr1_gym.env.EnvSettings` (default ``max_turns=20``).
 
@@ -343,12 +369,12 @@ def _user_games(game_files: Sequence[str | Path] | str | Path) -> tuple[GameFile
         root = Path(game_files)
         if not root.is_dir():
             raise ConfigError(f"game_files: {root} is not a directory (or pass a list of game files)")
-        paths = sorted(p for p in root.iterdir() if p.suffix in (".z8", ".ulx"))
+        paths = sorted(p for p in root.rglob("*") if p.suffix in (".z8", ".ulx", ".tw-pddl"))
     else:
         paths = [Path(p) for p in game_files]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise ConfigError(f"game_files: no such file(s): {missing[:3]}")
     if not paths:
-        raise ConfigError("game_files: no .z8 or .ulx games found")
+        raise ConfigError("game_files: no .z8, .ulx or .tw-pddl games found")
     return tuple(GameFile(path=str(p.resolve())) for p in paths)
