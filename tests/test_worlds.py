@@ -342,3 +342,50 @@ def test_alfworld_games_play_through_the_same_env(tmp_path):
         and info["metrics"]["won"] == 1.0
         and total + 0.0 == pytest.approx(env.max_episode_reward())
     )
+
+
+_RANDOM_COMMANDS = r"""
+import random, sys, warnings
+warnings.simplefilter("ignore")
+import agentr1_gym
+n, seed = int(sys.argv[1]), int(sys.argv[2])
+rng = random.Random(seed)
+words = ["look", "take", "open", "go", "north", "put", "on", "in", "eat", "drop", "all", "the", "key", "door",
+         "examine", "unlock", "with", "cook", "slice", "yes", "no", "it", "then", ",", ".", "and", "everything"]
+steps = 0
+for env_id in ("AgentR1/TextWorld-Simple-v0", "AgentR1/TextWorld-Cooking-v0"):
+    env = agentr1_gym.make(env_id, num_games=2, max_turns=10_000).unwrapped
+    env.reset(seed=seed)
+    for _ in range(n):
+        kind = rng.random()
+        if kind < 0.4:
+            command = " ".join(rng.choice(words) for _ in range(rng.randint(1, 12)))
+        elif kind < 0.8:
+            command = "".join(chr(rng.randint(32, 126)) for _ in range(rng.randint(0, 130)))
+        else:
+            command = "".join(chr(rng.randint(0, 0x3000)) for _ in range(rng.randint(0, 60)))
+        _, _, terminated, truncated, _ = env.step(env.call_text("act", command=command or "x"))
+        steps += 1
+        if terminated or truncated:
+            env.reset()
+print("steps", steps)
+"""
+
+
+@pytest.mark.parametrize(
+    "n", [pytest.param(1500, id="1500"), pytest.param(50_000, id="50000", marks=pytest.mark.slow)]
+)
+def test_random_commands_never_hang_or_crash_the_interpreter(n):
+    """Random words, printable ASCII and arbitrary unicode as game commands, in a subprocess so that a hang or a
+    segfault (both happened with raw model text) fails the test instead of the test run."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _RANDOM_COMMANDS, str(n), "7"],
+        capture_output=True,
+        text=True,
+        timeout=60 + n // 50,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == f"steps {2 * n}"
