@@ -117,31 +117,31 @@ def test_non_prefix_stable_template_falls_back_to_per_turn_samples():
     assert [s.token_rewards[-1] for s in samples] == pytest.approx(t.rewards)
 
 
-def test_token_budget_truncates(tok):
-    envs = [gym.make(ENV)]
+def _over_budget(tok, env):
+    """One episode of 400-token turns of junk within an 800-token budget."""
     (t,) = collect_rollouts(
-        envs,
+        [env],
         ScriptedGenerator(tok, lambda p, i: "x " * 500),
         tok,
         seeds=[0],
         sampling=SamplingConfig(max_new_tokens=400),
         max_episode_tokens=800,
     )
+    return t
+
+
+def test_token_budget_truncates(tok):
+    envs = [gym.make(ENV)]
+    t = _over_budget(tok, envs[0])
     assert t.truncated and t.truncated_reason == "token_budget"
     assert len(t.prompt_ids) + len(t.completion_ids) <= 800
     # the env scores the cut episode as a truncation: metrics, and the outcome on the last turn
     assert envs[0].unwrapped.done and t.metrics["success"] == 0.0 and t.metrics["format_ok"] == 0.0
     assert set(t.reward_components[-1]) >= {"answer", "format", "offset"}
-    agent_r1 = [gym.make(ENV, reward=RewardConfig.agent_r1())]
-    (cut,) = collect_rollouts(
-        agent_r1,
-        ScriptedGenerator(tok, lambda p, i: "x " * 500),
-        tok,
-        seeds=[0],
-        sampling=SamplingConfig(max_new_tokens=400),
-        max_episode_tokens=800,
-    )
-    assert cut.episode_return == pytest.approx(-0.1 - 1.0)  # the malformed turn's penalty and Agent-R1's offset
+    cut = _over_budget(tok, gym.make(ENV, reward=RewardConfig.agent_r1()))
+    assert cut.episode_return == pytest.approx(
+        -0.1 - 1.0
+    )  # the malformed turn's penalty and Agent-R1's offset
 
 
 def test_hf_generator_and_vector_env(tok):

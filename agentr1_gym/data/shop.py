@@ -293,23 +293,8 @@ def generate_goals(products: Sequence[Product], seed: int = 0, per_product: int 
             text += f" {p.query}"
             text += "".join(f", with {name}: {value}" if i == 0 else f", and {name}: {value}"
                             for i, (name, value) in enumerate(chosen))  # fmt: skip
-            if upper < 1_000_000:
-                text += f", and price lower than {upper:.2f} dollars"
             goals.append(
-                ShopGoal(
-                    id=f"{p.asin}-{j}",
-                    asin=p.asin,
-                    instruction=text,
-                    attributes=attrs,
-                    options=tuple(v for _, v in chosen),
-                    option_names=tuple(n for n, _ in chosen),
-                    price_upper=upper,
-                    query=p.query,
-                    category=p.category,
-                    product_category=p.product_category,
-                    name=p.title,
-                    type_words=p.type_words,
-                )
+                _goal(p, f"{p.asin}-{j}", text, attrs, [v for _, v in chosen], [n for n, _ in chosen], upper)
             )
     return tuple(goals)
 
@@ -417,7 +402,7 @@ def load_webshop(
                 if not ins.get("instruction_attributes"):
                     continue
                 goals.append(_goal(p, f"{p.asin}-h{j}", ins["instruction"].strip("."), ins["instruction_attributes"],
-                                   ins.get("instruction_options") or [], (), rng))  # fmt: skip
+                                   ins.get("instruction_options") or [], (), price_bound(p.price, rng)))  # fmt: skip
             continue
         info = raw_attrs.get(p.asin, {})
         if not info.get("instruction") or not info.get("instruction_attributes"):
@@ -432,14 +417,14 @@ def load_webshop(
                 " with " + ", and ".join(f"{n}: {v}" for n, v in chosen) if chosen else ""
             )
             goals.append(_goal(p, f"{p.asin}-{j}", text, info["instruction_attributes"],
-                               [v for _, v in chosen], [n for n, _ in chosen], rng))  # fmt: skip
+                               [v for _, v in chosen], [n for n, _ in chosen], price_bound(p.price, rng)))  # fmt: skip
     if not goals:
         raise DataError(f"{root}: no product has an instruction with attributes (no goals)")
     return tuple(products), tuple(goals)
 
 
-def _goal(p: Product, gid: str, text: str, attributes, options, names, rng: random.Random) -> ShopGoal:
-    upper = price_bound(p.price, rng)
+def _goal(p: Product, gid: str, text: str, attributes, options, names, upper: float) -> ShopGoal:
+    """A goal made from product ``p``; the price bound ``upper`` is appended to the instruction's text."""
     if upper < 1_000_000:
         text += f", and price lower than {upper:.2f} dollars"
     return ShopGoal(
