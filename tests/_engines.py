@@ -9,7 +9,10 @@ ENGINE_ENVS = (
     "AgentR1/HotpotQA-v0",
     "AgentR1/Calculator-v0",
     "AgentR1/WebShop-v0",
+    "AgentR1/TextWorld-Simple-v0",
     "AgentR1/TextWorld-Cooking-v0",
+    "AgentR1/TextWorld-TreasureHunter-v0",
+    "AgentR1/TextWorld-CoinCollector-v0",
 )
 SEARCH_ENVS = ("AgentR1/SyntheticMultihop-v0", "AgentR1/HotpotQA-v0")
 
@@ -22,8 +25,8 @@ def process_rewards_travel_per_step(env_id: str, components: list[dict[str, floa
         return all(c["retrieval"] > 0 for c in components[:-1])
     if env_id == "AgentR1/WebShop-v0":
         return components[-1]["purchase"] > 0 and all(c["purchase"] == 0 for c in components[:-1])
-    if env_id.startswith("AgentR1/TextWorld-"):
-        return any(c["points"] > 0 for c in components[:-1])
+    if env_id.startswith("AgentR1/TextWorld-"):  # a one-move game scores on its only step
+        return any(c["points"] > 0 for c in components)
     return True
 
 
@@ -32,5 +35,5 @@ def step_rewards_show_process_rewards(env_id: str, step_rewards: list[float]) ->
     if env_id in SEARCH_ENVS:
         return len(step_rewards) >= 2 and step_rewards[0] > 0
     if env_id.startswith("AgentR1/TextWorld-"):
-        return any(r > 0 for r in step_rewards[:-1])
+        return len(step_rewards) < 2 or any(r > 0 for r in step_rewards[:-1])
     return True
