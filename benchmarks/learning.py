@@ -429,19 +429,25 @@ def markdown(result: dict) -> str:
                 ("ppo, sampled (1 candidate)", ppo["sampled"]),
                 (f"ppo, value-guided ({n} candidates)", ppo["value_guided"]),
             ]
+        base = start["after_sft"]
+        # the env's own graded metrics beside success: EM/F1 for QA, WebShop's reward, a game's points
+        extra = [k for k in ("em", "f1", "reward", "points") if k in base]
+        names = {"em": "EM", "f1": "F1", "reward": "WebShop reward", "points": "points"}
         lines += [
             f"{start['env']}:",
             "",
-            "| policy | episodes | success [95% CI] | z vs start | EM | F1 | format-valid | mean return | turns |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| policy | episodes | success [95% CI] | z vs start | "
+            + "".join(f"{names[k]} | " for k in extra)
+            + "format-valid | mean return | turns |",
+            "|---|---|---|---|" + "---|" * len(extra) + "---|---|---|",
         ]
-        base = start["after_sft"]
         for name, m in rows:
             lo, hi = wilson(m["success"], m["episodes"])
             z = "–" if m is base or m is start["plain"] else f"{two_proportion_z(m, base):+.1f}"
             lines.append(
-                f"| {name} | {m['episodes']} | {m['success']:.3f} [{lo:.3f}, {hi:.3f}] | {z} | {m['em']:.3f} | "
-                f"{m['f1']:.3f} | {m['format_ok']:.3f} | {m['return']:.3f} | {m.get('turns', float('nan')):.2f} |"
+                f"| {name} | {m['episodes']} | {m['success']:.3f} [{lo:.3f}, {hi:.3f}] | {z} | "
+                + "".join(f"{m.get(k, 0.0):.3f} | " for k in extra)
+                + f"{m['format_ok']:.3f} | {m['return']:.3f} | {m.get('turns', float('nan')):.2f} |"
             )
         lines += [
             "",
