@@ -168,7 +168,9 @@ def test_eval_model_baselines_and_value_guided(tmp_path, tiny_dir, capsys):
 
 #: one text-game family stands for the four in the default run (the same env class; about 50 s each here)
 _EVERY_ENV = [
-    pytest.param(e, marks=pytest.mark.slow) if e.startswith("AgentR1/TextWorld-") and "Cooking" not in e else e
+    pytest.param(e, marks=pytest.mark.slow)
+    if e.startswith("AgentR1/TextWorld-") and "Cooking" not in e
+    else e
     for e in sorted(DESCRIPTIONS)
 ]
 

@@ -51,11 +51,14 @@ def _player(episode):
 @pytest.mark.parametrize("env_id", ENGINE_ENVS)
 def test_oracle_through_vf_eval_matches_our_evaluator(tmp_path, env_id):
     n = 4
-    with PolicyServer(ReplayOracle(env_id, range(n))) as server:
+    # vf-eval runs in a subprocess, where conftest's small game pools do not apply: name the pool in both
+    kwargs = {"num_games": 2} if env_id.startswith("AgentR1/TextWorld-") else {}
+    extra = ["--env.taskset.env-kwargs", json.dumps(kwargs)] if kwargs else []
+    with PolicyServer(ReplayOracle(env_id, range(n), **kwargs)) as server:
         episodes = _vf_eval(
-            tmp_path, server.port, "--env.taskset.env-id", env_id, "--env.taskset.num-tasks", str(n)
+            tmp_path, server.port, "--env.taskset.env-id", env_id, "--env.taskset.num-tasks", str(n), *extra
         )
-    ours = evaluate(env_id, "oracle", episodes=n, seed=0, progress=False)
+    ours = evaluate(env_id, "oracle", episodes=n, seed=0, progress=False, env_kwargs=kwargs)
     assert sorted(episodes) == list(range(n))
     returns = [_player(episodes[s])["rewards"]["return"]["score"] for s in range(n)]
     assert returns == pytest.approx(ours["returns"])

@@ -83,11 +83,12 @@ def _room(feedback: str) -> str:
 
 
 def _clean(feedback: str) -> str:
-    """The game's reply without the title banner and the Inform prompt."""
+    """The game's reply without the title banner, the input prompt and the status line after it."""
     text = feedback.replace("\r", "")
     if "$$" in text and "-= " in text:
         text = _BANNER.sub("", text, count=1)
-    return re.sub(r"\n{3,}", "\n\n", text).strip().removesuffix(">").strip()
+    text = re.split(r"\n>", "\n" + text, maxsplit=1)[0]  # the prompt, then the status bar ("-= Room =-0/1")
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
 class TextGame:

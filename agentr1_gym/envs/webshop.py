@@ -428,8 +428,9 @@ class WebShopEnv(ToolEnv):
             query = goal.name if self._oracle_by_title else f"{' '.join(goal.attributes)} {goal.query}"
             return self.call_text("search", query=query)
         if w.page == "results":
+            # the first product on the page that meets the whole instruction (what a model can learn)
             meets = [a for a in w._page_asins() if self._meets(a)]
-            if meets:  # the first product on the page that meets the whole instruction (what a model can learn)
+            if meets:
                 return self.call_text("click", button=meets[0])
             if goal.asin in w._page_asins():
                 return self.call_text("click", button=goal.asin)
