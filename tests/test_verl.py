@@ -133,7 +133,7 @@ def test_oracle_through_verl_matches_our_evaluator(model_dir, tmp_path, env_id):
     rows = verl_dataset(env_id, range(5, 11))
     # room for the retrieved passages, long in the tiny tokenizer's ids (an episode cut by the response budget is
     # not scored: tested below)
-    config = _config(model_dir, **{"data.max_response_length": 8192})
+    config = _config(model_dir, **{"data.max_response_length": 8192, "data.max_prompt_length": 4096})
     worker = AgentLoopWorker(config, llm_client=None)
     server = _Server(config, _Oracle(worker.tokenizer, rows))
     worker.llm_client = server
