@@ -74,9 +74,9 @@ def test_oracle_through_vf_eval_matches_our_evaluator(tmp_path, env_id):
         assert roles[0] == "user" and roles[1:] == ["assistant", "user"] * (len(roles) // 2 - 1) + [
             "assistant"
         ]
-        assert trace["nodes"][2]["message"]["content"].startswith("<tool_response>") or env_id.endswith(
-            "Calculator-v0"
-        )
+        # (a level-1 coin or treasure game can be won by the first command: then there is no observation turn)
+        if len(roles) > 2 and not env_id.endswith("Calculator-v0"):
+            assert trace["nodes"][2]["message"]["content"].startswith("<tool_response>")
 
 
 def test_malformed_turns_are_explained_and_the_turn_limit_is_scored(tmp_path):
