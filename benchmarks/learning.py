@@ -216,12 +216,21 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     model = get_peft_model(model, lora)
     pool_seconds = generate_pools(args)
     engine = _engine(args, model, tok)
+    earlier = _dir(args) / "start.json"
+    plain = None
+    if (
+        args.reuse_plain and earlier.exists()
+    ):  # the plain model does not change with the warm start's settings
+        previous = json.loads(earlier.read_text())
+        if previous["plain"]["episodes"] == args.plain_episodes and previous["env"] == env_id:
+            plain = {**previous["plain"], "reused_from": "an earlier prepare of the same task"}
     out: dict[str, Any] = {
         "task": args.task,
         "env": env_id,
         "settings": _settings(args),
         "pool_generation_s": pool_seconds,
-        "plain": _evaluate(args, model, tok, episodes=args.plain_episodes, generator=_synced(engine, model)),
+        "plain": plain
+        or _evaluate(args, model, tok, episodes=args.plain_episodes, generator=_synced(engine, model)),
     }
     t = time.perf_counter()
     samples = oracle_samples(
@@ -571,6 +580,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--vg-episodes", type=int, default=50, help="PPO: value-guided vs sampled episodes")
     parser.add_argument("--vg-n", type=int, default=4, help="PPO: candidates per turn for value guidance")
     parser.add_argument("--sft-episodes", type=int, default=48, help="oracle transcripts for the warm start")
+    parser.add_argument(
+        "--reuse-plain",
+        action="store_true",
+        help="prepare: keep the plain model's evaluation from an earlier start.json of the task (same episodes)",
+    )
     parser.add_argument("--sft-epochs", type=int, default=2)
     parser.add_argument("--sft-lr", type=float, default=2e-4)
     parser.add_argument("--hops", type=int, default=1, help="synthetic: max hops (min 1)")
