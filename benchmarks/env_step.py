@@ -8,8 +8,8 @@ are produced outside the timed region); each ``env.step`` is timed and split int
 including HumanEval's hidden tests, and process rewards) and the rest (bookkeeping). ``overhead_us`` = step time
 minus tool time. World envs also report ``world_us`` (the tool and the world's scoring of its final state:
 WebShop's reward, a game's won/lost) and ``beyond_world_us`` = step time minus that: what the env contract adds to
-the world's own simulation. Text-game pools (8 games per family) are generated first, in parallel, and that time
-is reported.
+the world's own simulation. Text-game pools (8 games per family) are generated first, in parallel, into a fresh
+cache (``--user-cache``: the user's, reusing games already there), and that time is reported.
 
 Part 2, on the bundled HotpotQA corpus with the 300 bundled questions as queries: index build time, queries/s
 one query per call and batched, and recall@5 of gold paragraphs (by title), for our ``bm25`` backend and for
@@ -19,6 +19,9 @@ one query per call and batched, and recall@5 of gold paragraphs (by title), for 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import tempfile
 import time
 from collections import defaultdict
 
@@ -191,13 +194,26 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=200, help="oracle episodes per env (default 200)")
     parser.add_argument("--repeats", type=int, default=3, help="passes over the queries per BM25 timing")
     parser.add_argument("--json", default=None, help="also write the JSON result here")
+    parser.add_argument(
+        "--user-cache",
+        action="store_true",
+        help="use the user's cache (games already generated are reused); default: a fresh one, so that the "
+        "text-game pools' generation time is measured",
+    )
     args = parser.parse_args()
+    fresh = None if args.user_cache else tempfile.mkdtemp(prefix="agentr1-env-step-")
+    if fresh:
+        os.environ["AGENTR1_CACHE"] = fresh
     envs = {}
-    for env_id in agentr1_gym.env_ids():
-        kwargs, generated = _world_kwargs(env_id)
-        envs[env_id] = bench_env(env_id, args.episodes, **kwargs)
-        if kwargs:
-            envs[env_id]["pool_generation_s"] = round(generated, 1)
+    try:
+        for env_id in agentr1_gym.env_ids():
+            kwargs, generated = _world_kwargs(env_id)
+            envs[env_id] = bench_env(env_id, args.episodes, **kwargs)
+            if kwargs:
+                envs[env_id]["pool_generation_s"] = round(generated, 1)
+    finally:
+        if fresh:
+            shutil.rmtree(fresh, ignore_errors=True)
     result = {
         "benchmark": "env_step",
         "machine": machine_info(
