@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections import defaultdict
 
+import gymnasium as gym
 import numpy as np
 from _common import emit, machine_info
 
@@ -102,7 +103,7 @@ def _world_kwargs(env_id: str) -> tuple[dict, float]:
         return {}, 0.0
     from agentr1_gym.data.textgames import ensure_games, game_specs
 
-    family = agentr1_gym.make(env_id, num_games=8).unwrapped.family
+    family = gym.spec(env_id).kwargs["family"]  # the registration's, without building an env
     return {"num_games": 8}, ensure_games(game_specs(family, [1], "train", 8), progress=False)
 
 

@@ -203,6 +203,18 @@ def _dir(args: argparse.Namespace) -> Path:
     return Path(args.workdir) / args.task
 
 
+def _earlier_plain(args: argparse.Namespace, env_id: str) -> dict[str, Any] | None:
+    """The plain model's evaluation from an earlier ``start.json`` of the same env and episode count (the plain
+    model does not change with the warm start's settings), or None."""
+    earlier = _dir(args) / "start.json"
+    if not earlier.exists():
+        return None
+    previous = json.loads(earlier.read_text())
+    if previous["env"] != env_id or previous["plain"]["episodes"] != args.plain_episodes:
+        return None
+    return {**previous["plain"], "reused_from": "an earlier prepare of the same task"}
+
+
 def prepare(args: argparse.Namespace) -> dict[str, Any]:
     """Plain model eval, warm start, eval again; saves the warm-started adapter to ``WORKDIR/TASK/sft``."""
     from agentr1_trl.sft import oracle_samples, warm_start
@@ -216,14 +228,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     model = get_peft_model(model, lora)
     pool_seconds = generate_pools(args)
     engine = _engine(args, model, tok)
-    earlier = _dir(args) / "start.json"
-    plain = None
-    if (
-        args.reuse_plain and earlier.exists()
-    ):  # the plain model does not change with the warm start's settings
-        previous = json.loads(earlier.read_text())
-        if previous["plain"]["episodes"] == args.plain_episodes and previous["env"] == env_id:
-            plain = {**previous["plain"], "reused_from": "an earlier prepare of the same task"}
+    plain = _earlier_plain(args, env_id) if args.reuse_plain else None
     out: dict[str, Any] = {
         "task": args.task,
         "env": env_id,

@@ -139,9 +139,8 @@ def test_token_budget_truncates(tok):
     assert envs[0].unwrapped.done and t.metrics["success"] == 0.0 and t.metrics["format_ok"] == 0.0
     assert set(t.reward_components[-1]) >= {"answer", "format", "offset"}
     cut = _over_budget(tok, gym.make(ENV, reward=RewardConfig.agent_r1()))
-    assert cut.episode_return == pytest.approx(
-        -0.1 - 1.0
-    )  # the malformed turn's penalty and Agent-R1's offset
+    # the malformed turn's penalty and Agent-R1's offset
+    assert cut.episode_return == pytest.approx(-0.1 - 1.0)
 
 
 def test_hf_generator_and_vector_env(tok):
