@@ -288,6 +288,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="with --backend vllm: generate on these vllm serve servers instead of in this process (repeatable)",
     )
+    p.add_argument(
+        "--vllm-timeout",
+        type=positive_seconds,
+        default=600.0,
+        metavar="S",
+        help="with --vllm-server: the total deadline of one call to a server, retries included (default 600)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=cmd_eval)
 
@@ -383,6 +390,17 @@ def _unavailable(name: str, missing: str) -> int:
         file=sys.stderr,
     )
     return 2
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

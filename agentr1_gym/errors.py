@@ -6,8 +6,9 @@ Three families, kept apart on purpose:
   :class:`MissingDependencyError`, :class:`ResetNeededError`) raise and say how to fix them;
 * malformed model output never raises: the parser and the env describe it in an observation,
   ``info["action_error"]`` and a penalty (see :mod:`agentr1_gym.formats` and :class:`agentr1_gym.env.ToolEnv`);
-* infrastructure failures (:class:`ToolInfrastructureError`, e.g. a retrieval server that is down)
-  raise, so that they can never turn into silent zero rewards.
+* infrastructure failures (:class:`ToolInfrastructureError`, e.g. a retrieval server that is down, and
+  :class:`InferenceServerError`, an inference server that is down, too slow or answers wrongly) raise, so that
+  they can never turn into silent zero rewards or corrupt a training update.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ __all__ = [
     "BadArgumentError",
     "ConfigError",
     "DataError",
+    "InferenceServerError",
     "MissingDependencyError",
     "NoOracleError",
     "ResetNeededError",
@@ -69,3 +71,14 @@ class ResetNeededError(AgentR1Error, gymnasium.error.ResetNeeded):
 
 class ToolInfrastructureError(AgentR1Error, RuntimeError):
     """A tool's backing service failed (server down, index missing). Never a model mistake."""
+
+
+class InferenceServerError(ToolInfrastructureError):
+    """An inference server (e.g. ``vllm serve``) could not be reached in time or answered something a policy
+    cannot have generated (no token ids, ids outside the vocabulary, missing log-probs, ...). The message names
+    the server and what was wrong; ``url`` and ``problem`` hold them."""
+
+    def __init__(self, url: str, problem: str) -> None:
+        super().__init__(f"inference server {url}: {problem}")
+        self.url = url
+        self.problem = problem

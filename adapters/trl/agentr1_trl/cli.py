@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentr1_gym.cli import positive_seconds
 from agentr1_gym.errors import ConfigError
+from agentr1_trl.runs import RUN_FILE, merge_resume_overrides, read_run_file
 
 __all__ = ["cmd_train", "plot_reward_curve", "register"]
 
@@ -51,8 +53,6 @@ WARM_START_EPOCHS = 3
 #: the warm start's learning rate (fixed: a stronger fit leaves RL nothing to learn on the 1-hop task, a weaker
 #: one leaves the format broken)
 WARM_START_LR = 2e-4
-#: the settings of a run, written at its start, read by ``--resume``
-RUN_FILE = "run_config.json"
 #: held-out evaluation seeds (training uses seed_offset + [0, num_tasks), the warm start 200000+)
 EVAL_SEED = 100_000
 EVAL_EPISODES = 100
@@ -223,60 +223,137 @@ def plot_reward_curve(
     plt.close(fig)
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from peft import LoraConfig
+#: the flags' defaults for a new run (argparse leaves them None, so that a given flag can be told apart)
+FLAG_DEFAULTS: dict[str, Any] = {
+    "algo": "grpo",
+    "model": "smollm2",
+    "lora_r": 16,
+    "warm_start": 32,
+    "max_steps": 30,
+    "env_id": MAIN_JOB_ENV,
+}
 
-    settings: dict[str, Any] = dict(DEFAULTS)
-    resume: Any = None
-    saved: dict[str, Any] = {}
-    if args.resume is not None:  # continue a run: its own settings first, then whatever is given now
-        run_dir = Path(args.output_dir or (args.resume if args.resume is not True else "runs/agentr1-grpo"))
-        run_file = run_dir / RUN_FILE
-        if not run_file.is_file():
-            raise ConfigError(
-                f"nothing to resume in {run_dir}: no {RUN_FILE} (was it started by agentr1 train?)"
-            )
-        saved = json.loads(run_file.read_text(encoding="utf-8"))
-        settings.update(saved["settings"])
-        resume = True
+
+def _given_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the command line sets explicitly (flag -> setting name); flags left out are absent."""
+    given: dict[str, Any] = {}
+    for flag, key in (
+        ("algo", "algo"),
+        ("model", "model"),
+        ("lora_r", "lora_r"),
+        ("warm_start", "warm_start"),
+        ("max_steps", "max_steps"),
+        ("env", "env_id"),
+        ("backend", "generation_backend"),
+        ("vllm_sync", "vllm_sync"),
+        ("vllm_timeout", "vllm_timeout_s"),
+        ("output_dir", "output_dir"),
+    ):
+        value = getattr(args, flag, None)
+        if value is not None:
+            given[key] = value
+    if args.env_kwargs is not None:
+        given["env_kwargs"] = _env_kwargs(args.env_kwargs, given.get("env_id", MAIN_JOB_ENV))
+    if args.vllm_server:
+        given.update(generation_backend="vllm", vllm_mode="server", vllm_server_urls=list(args.vllm_server))
+    return given
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Flags, then the YAML config, then ``--set``: each wins over the one before."""
+    overrides = _given_flags(args)
     if args.config:
-        settings.update(_load_yaml(args.config))
+        overrides.update(_load_yaml(args.config))
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set expects key=value, got {item!r}")
-        settings[key.strip()] = _value(value)
-    resume = settings.pop("resume_from_checkpoint", None) or resume
-    algo = settings.pop("algo", saved.get("algo", args.algo))
-    model_name = settings.pop("model", saved.get("model", args.model))
-    lora_r = int(settings.pop("lora_r", saved.get("lora_r", args.lora_r)))
-    warm = int(settings.pop("warm_start", saved.get("warm_start", args.warm_start)))
+        overrides[key.strip()] = _value(value)
+    return overrides
+
+
+def _check_writable(output_dir: Path) -> None:
+    """The output dir exists (made if needed) and takes files: one line if not, before any model loads."""
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / f".agentr1-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"cannot write to the output dir {output_dir}: {exc.strerror or exc}") from None
+
+
+def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, list[str]]:
+    """The run's flat settings (config fields plus algo, model, lora_r, warm_start), what to resume from (None,
+    True or a checkpoint path), the record it resumes (None for a new run) and the changes applied to it."""
+    overrides = _overrides(args)
+    resume = overrides.pop("resume_from_checkpoint", None)
+    if args.resume is None:
+        settings = {**DEFAULTS, **FLAG_DEFAULTS, **overrides}
+        settings.setdefault("env_kwargs", _env_kwargs(None, settings["env_id"]))
+        settings.setdefault("output_dir", f"runs/agentr1-{settings['algo']}")
+        return settings, resume, None, []
+    if args.resume is True:
+        run_dir = Path(args.output_dir or f"runs/agentr1-{args.algo or FLAG_DEFAULTS['algo']}")
+    else:
+        run_dir = Path(args.resume)
+        if not run_dir.exists():
+            raise ConfigError(f"nothing to resume: {run_dir} does not exist")
+    run_file = run_dir / RUN_FILE
+    saved = read_run_file(run_file)
+    flat = {**saved["settings"], **{k: saved[k] for k in ("algo", "model", "lora_r", "warm_start")}}
+    if saved["settings"].get("output_dir") not in (None, str(run_dir)) and Path(
+        str(saved["settings"]["output_dir"])
+    ).resolve() != run_dir.resolve():
+        moved = [f"the run moved: it was in {saved['settings']['output_dir']}, it continues in {run_dir}"]
+    else:
+        moved = []
+    settings, changes = merge_resume_overrides(run_dir, flat, overrides)
+    return settings, resume or True, run_file, moved + changes
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from peft import LoraConfig
+
+    settings, resume, run_file, changes = _plan(args)
+    algo = settings.pop("algo")
+    model_name = settings.pop("model")
+    lora_r = settings.pop("lora_r")
+    warm = settings.pop("warm_start")
+    where = f"{run_file}: " if run_file is not None else ""
     if algo not in ("grpo", "ppo"):
-        raise ConfigError(f"algo must be grpo or ppo, got {algo!r}")
-    settings.setdefault("env_id", args.env)
-    settings.setdefault("env_kwargs", _env_kwargs(args.env_kwargs, settings["env_id"]))
-    settings.setdefault("max_steps", args.max_steps)
-    if args.backend:
-        settings.setdefault("generation_backend", args.backend)
-    if args.vllm_server:
-        settings.setdefault("generation_backend", "vllm")
-        settings.setdefault("vllm_mode", "server")
-        settings.setdefault("vllm_server_urls", list(args.vllm_server))
-    if args.vllm_sync:
-        settings.setdefault("vllm_sync", args.vllm_sync)
+        raise ConfigError(f"{where}algo must be grpo or ppo, got {algo!r}")
+    for key, value in (("lora_r", lora_r), ("warm_start", warm)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < (1 if key == "lora_r" else 0):
+            raise ConfigError(f"{where}{key} must be a whole number >= {1 if key == 'lora_r' else 0}, got {value!r}")
+    if not isinstance(model_name, str) or not model_name:
+        raise ConfigError(f"{where}model must be 'smollm2' or a model directory, got {model_name!r}")
+    if algo == "ppo":
+        from agentr1_trl.ppo import AgentPPOConfig as Config
+        from agentr1_trl.ppo import AgentPPOTrainer as Trainer
+    elif algo == "grpo":
+        from agentr1_trl.grpo import AgentGRPOConfig as Config  # type: ignore[assignment]
+        from agentr1_trl.grpo import AgentGRPOTrainer as Trainer  # type: ignore[assignment]
+    try:
+        _check_field_types(Config, settings)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}{exc}") from None
     import agentr1_gym
 
     # the env id and its kwargs are checked now (UnknownEnvError with the closest ids, BadArgumentError with
     # the closest keyword), not after the model has loaded
     agentr1_gym.make(settings["env_id"], **settings["env_kwargs"]).close()
-    output_dir = Path(settings.setdefault("output_dir", args.output_dir or f"runs/agentr1-{algo}"))
+    output_dir = Path(settings["output_dir"])
     from agentr1_trl.checkpoints import resolve_resume
+    from agentr1_trl.runs import check_checkpoint_matches, write_run_file
 
+    config = build_config(Config, settings)
     resume_from = resolve_resume(resume, output_dir)
     if resume is not None and resume_from is None:
         print(f"no complete checkpoint in {output_dir} yet: starting from the beginning")
     if resume_from:
+        check_checkpoint_matches(resume_from, algo, lora_r)
         done = json.loads((Path(resume_from) / "trainer_state.json").read_text(encoding="utf-8"))[
             "global_step"
         ]
@@ -287,26 +364,23 @@ def cmd_train(args: argparse.Namespace) -> int:
                 "train. Extend it with --set max_steps=N."
             )
             return 0
+    _check_writable(output_dir)
+    for change in changes:
+        print(f"resume: {change}", flush=True)
 
     lora = LoraConfig(
         r=lora_r, lora_alpha=2 * lora_r, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
     )
-    if algo == "ppo":
-        from agentr1_trl.ppo import AgentPPOConfig as Config
-        from agentr1_trl.ppo import AgentPPOTrainer as Trainer
-    elif algo == "grpo":
-        from agentr1_trl.grpo import AgentGRPOConfig as Config  # type: ignore[assignment]
-        from agentr1_trl.grpo import AgentGRPOTrainer as Trainer  # type: ignore[assignment]
-    config = build_config(Config, settings)
     from agentr1_trl.models import load_policy
 
     model, tokenizer, _ = load_policy(model_name)  # after every check above: a bad flag fails in a second
     model.train()
     # written only now that the model loaded: a failed invocation never overwrites an earlier run's config,
     # which `--resume` reads
-    output_dir.mkdir(parents=True, exist_ok=True)
     run = {"algo": algo, "model": model_name, "lora_r": lora_r, "warm_start": warm, "settings": settings}
-    (output_dir / RUN_FILE).write_text(json.dumps(run, indent=1, default=str), encoding="utf-8")
+    if run_file is not None:  # a resumed run keeps what it recorded about itself (its engine, ...)
+        run = {**json.loads(run_file.read_text(encoding="utf-8")), **run}
+    write_run_file(output_dir / RUN_FILE, run)
     if resume_from:
         print(f"resuming from {resume_from} (the warm start is in its adapter)")
     if warm > 0 and not resume_from:
@@ -341,7 +415,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     engine = trainer.describe_generation()
     print(f"rollouts and evaluations generate with {engine}", flush=True)
     run["engine"] = engine
-    (output_dir / RUN_FILE).write_text(json.dumps(run, indent=1, default=str), encoding="utf-8")
+    write_run_file(output_dir / RUN_FILE, run)
     before_file = output_dir / "eval_before_rl.json"
     if resume_from and before_file.is_file():
         before = json.loads(before_file.read_text(encoding="utf-8"))
@@ -386,14 +460,14 @@ def register(subparsers: Any) -> None:
         help="train a LoRA policy with GRPO or PPO on an AgentR1 env (default: SmolLM2-135M-Instruct "
         "on AgentR1/SyntheticMultihop-v0, a few minutes on a CPU)",
     )
-    p.add_argument("--env", default="AgentR1/SyntheticMultihop-v0", help="env id (default the synthetic env)")
+    p.add_argument("--env", default=None, help="env id (default AgentR1/SyntheticMultihop-v0, the synthetic env)")
     p.add_argument(
         "--env-kwargs",
         default=None,
         help='env keyword arguments as JSON (default for the synthetic env {"max_hops": 1, "max_turns": 3}; '
         "other envs: their own defaults)",
     )
-    p.add_argument("--algo", default="grpo", choices=["grpo", "ppo"], help="default grpo")
+    p.add_argument("--algo", default=None, choices=["grpo", "ppo"], help="default grpo")
     p.add_argument(
         "--backend",
         default=None,
@@ -408,21 +482,29 @@ def register(subparsers: Any) -> None:
         help="generate on these vllm serve servers (repeatable; implies --backend vllm, vllm_mode=server)",
     )
     p.add_argument(
+        "--vllm-timeout",
+        type=positive_seconds,
+        default=None,
+        metavar="S",
+        help="with --vllm-server: the total deadline of one call to a server, retries included (default 600; "
+        "config field vllm_timeout_s)",
+    )
+    p.add_argument(
         "--vllm-sync",
         default=None,
         choices=["auto", "merged", "lora"],
         help="vLLM weight sync (default auto: merged on CPUs, lora on GPUs)",
     )
     p.add_argument(
-        "--model", default="smollm2", help="'smollm2' (the offline default policy) or a local model dir"
+        "--model", default=None, help="'smollm2' (the offline default policy, the default) or a local model dir"
     )
     p.add_argument("--output-dir", default=None, help="default runs/agentr1-ALGO")
-    p.add_argument("--max-steps", type=int, default=30, help="optimizer steps (default 30)")
-    p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (default 16, on q_proj and v_proj)")
+    p.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default 30)")
+    p.add_argument("--lora-r", type=int, default=None, help="LoRA rank (default 16, on q_proj and v_proj)")
     p.add_argument(
         "--warm-start",
         type=int,
-        default=32,
+        default=None,
         metavar="N",
         help="fit the adapter to N oracle transcripts (seeds 200000+, 3 epochs) before RL (default 32; 0: none)",
     )
@@ -453,8 +535,10 @@ def register(subparsers: Any) -> None:
         const=True,
         default=None,
         metavar="DIR",
-        help="continue a killed or finished run from its newest complete checkpoint, with the settings it was "
-        "started with (DIR: its output dir, default runs/agentr1-grpo; --set/--config still override, e.g. "
-        "--set max_steps=60 to extend it)",
+        help="continue a killed or finished run from its newest complete checkpoint, in DIR (its directory, "
+        "wherever it was moved; default runs/agentr1-grpo), with the settings it was started with. Flags, "
+        "--config and --set change what can change (e.g. --set max_steps=60, --set learning_rate=1e-4, "
+        "--vllm-server URL; each change is printed) and are refused, before anything is written, where they "
+        "would change what the run is (--algo, --model, --lora-r, --warm-start, --env, --env-kwargs)",
     )
     p.set_defaults(func=cmd_train)

@@ -136,6 +136,28 @@ class AgentTrainerConfig(GRPOConfig):
         },
     )
     vllm_dtype: str = field(default="bfloat16", metadata={"help": "vLLM colocate: the engine's dtype."})
+    vllm_timeout_s: float = field(
+        default=600.0,
+        metadata={
+            "help": "vllm_mode='server': the total deadline of one call to a server (connecting, waiting, "
+            "reading and retries included); a server that misses it raises InferenceServerError."
+        },
+    )
+    vllm_retries: int = field(
+        default=2,
+        metadata={
+            "help": "vllm_mode='server': further attempts of a call that is safe to repeat (generation, weight "
+            "reload) after a connection failure or a 429/502/503/504 answer, with back-off, within its deadline."
+        },
+    )
+    vllm_sync_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where weights for vLLM are written (server + merged sync: a full merged checkpoint; lora "
+            "sync: the adapter); default the system temp dir. Servers must be able to read it. Removed at exit, "
+            "and after a kill at the next start."
+        },
+    )
     importance_correction: str = field(
         default="tis",
         metadata={
@@ -186,6 +208,10 @@ class AgentTrainerConfig(GRPOConfig):
             raise ConfigError("vllm_mode='server' needs vllm_server_urls (or TRL's vllm_server_base_url)")
         if self.vllm_sync not in {"auto", "merged", "lora"}:
             raise ConfigError(f"vllm_sync must be 'auto', 'merged' or 'lora', got {self.vllm_sync!r}")
+        if not self.vllm_timeout_s > 0 or self.vllm_retries < 0:
+            raise ConfigError(
+                f"need vllm_timeout_s > 0 and vllm_retries >= 0 (got {self.vllm_timeout_s}, {self.vllm_retries})"
+            )
         if self.importance_correction not in {"tis", "none"} or self.tis_cap < 1.0:
             raise ConfigError("importance_correction must be 'tis' or 'none', and tis_cap >= 1")
         if self.reward_signal not in {"return", "outcome"}:

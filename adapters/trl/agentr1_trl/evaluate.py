@@ -101,6 +101,7 @@ def evaluate_model(
                 seeds=seeds,
                 options=options,
                 max_episode_tokens=max_episode_tokens,
+                vocab_size=max(len(tokenizer), int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)),
             ):
                 rows.append({**t.metrics, "return": t.episode_return, "turns": float(t.num_turns)})
         else:
@@ -151,10 +152,13 @@ def _naive_rag(
     return rows
 
 
-def policy_generator(model: Any, tokenizer: Any, backend: str = "auto", server_urls: Any = ()) -> Any:
+def policy_generator(
+    model: Any, tokenizer: Any, backend: str = "auto", server_urls: Any = (), timeout_s: float = 600.0
+) -> Any:
     """A generation backend that samples from ``model``: Hugging Face ``generate``, or a vLLM engine on the
     model's base directory with the adapter merged in (``auto``: vLLM when installed and the model has a
-    directory)."""
+    directory). ``timeout_s``: the total deadline of one call to a vLLM server. Close a vLLM one after use
+    (:meth:`~agentr1_trl.generation.vllm.VLLMGenerator.close`): it may hold temporary weights."""
     from agentr1_trl.generation.vllm import VLLMGenerator, vllm_available
 
     model_dir = model_directory(model)
@@ -170,31 +174,43 @@ def policy_generator(model: Any, tokenizer: Any, backend: str = "auto", server_u
         tokenizer,
         mode="server" if server_urls else "colocate",
         server_urls=list(server_urls),
+        timeout_s=timeout_s,
+        vocab_size=max(len(tokenizer), int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)),
     )
     if hasattr(model, "peft_config"):
-        generator.sync_weights(model)  # the adapter's weights, merged (or as a LoRA on GPUs)
+        try:
+            generator.sync_weights(model)  # the adapter's weights, merged (or as a LoRA on GPUs)
+        except BaseException:
+            generator.close()
+            raise
     return generator
 
 
 def run_eval(args: argparse.Namespace) -> int:
     """Entry point used by ``agentr1 eval --model ...`` (registered as an ``agentr1.policies`` entry point)."""
     model, tokenizer, value_head = load_policy(args.model, args.adapter)
-    generator = policy_generator(model, tokenizer, args.backend, args.vllm_server)
-    summary = evaluate_model(
-        args.env_id,
-        model,
-        tokenizer,
-        episodes=args.episodes,
-        seed=args.seed,
-        baseline=args.baseline,
-        env_kwargs=args.env_kwargs_parsed,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        value_guided=args.value_guided,
-        value_head=value_head,
-        progress=not args.no_progress,
-        generator=generator,
+    generator = policy_generator(
+        model, tokenizer, args.backend, args.vllm_server, getattr(args, "vllm_timeout", None) or 600.0
     )
-    engine = generator.describe() if hasattr(generator, "describe") else "Hugging Face generate"
+    try:
+        summary = evaluate_model(
+            args.env_id,
+            model,
+            tokenizer,
+            episodes=args.episodes,
+            seed=args.seed,
+            baseline=args.baseline,
+            env_kwargs=args.env_kwargs_parsed,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            value_guided=args.value_guided,
+            value_head=value_head,
+            progress=not args.no_progress,
+            generator=generator,
+        )
+        engine = generator.describe() if hasattr(generator, "describe") else "Hugging Face generate"
+    finally:
+        if hasattr(generator, "close"):
+            generator.close()  # the engine and any temporary weights go now, on errors too
     print(json.dumps({"model": args.model, "adapter": args.adapter, "engine": engine, **summary}, indent=2))
     return 0

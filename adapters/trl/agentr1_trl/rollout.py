@@ -23,7 +23,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentr1_trl.generation.base import GenerationBackend, SamplingConfig
+from agentr1_trl.generation.base import GenerationBackend, SamplingConfig, check_generations
 
 __all__ = ["EpisodeRecorder", "Sample", "Trajectory", "collect_rollouts", "observation_delta", "render_chat"]
 
@@ -346,6 +346,7 @@ def collect_rollouts(
     options: Sequence[dict | None] | None = None,
     max_episode_tokens: int = 4096,
     chat_template_kwargs: dict[str, Any] | None = None,
+    vocab_size: int | None = None,
 ) -> list[Trajectory]:
     """Run one episode per env, batching generation across all live episodes each turn.
 
@@ -357,6 +358,8 @@ def collect_rollouts(
         seeds, options: per-env reset arguments.
         max_episode_tokens: prompt + completion budget; an episode that reaches it ends with
             ``truncated_reason="token_budget"``.
+        vocab_size: the policy's vocabulary (default ``len(tokenizer)``): every generated id must lie below it
+            (:func:`~agentr1_trl.generation.base.check_generations` checks each turn of every backend).
     """
     batch = _VectorBatch(envs) if isinstance(envs, gym.vector.VectorEnv) else _ListBatch(envs)
     n = batch.n if isinstance(batch, _VectorBatch) else len(batch.envs)
@@ -370,6 +373,7 @@ def collect_rollouts(
         raise ValueError(
             f"need one seed/option per env ({n}), got {len(seeds)} seeds and {len(options)} options"
         )
+    vocab = int(vocab_size or len(tokenizer))
     episodes = [
         EpisodeRecorder(
             tokenizer, info, max_episode_tokens=max_episode_tokens, chat_template_kwargs=chat_template_kwargs
@@ -377,7 +381,13 @@ def collect_rollouts(
         for _, info in batch.reset(seeds, options)
     ]
     while live := [i for i, ep in enumerate(episodes) if not ep.done]:
-        gens = backend.generate([episodes[i].context_ids for i in live], sampling)
+        gens = check_generations(
+            backend,
+            backend.generate([episodes[i].context_ids for i in live], sampling),
+            len(live),
+            vocab_size=vocab,
+            max_new_tokens=sampling.max_new_tokens,
+        )
         actions: dict[int, str] = {}
         for i, gen in zip(live, gens):
             action = episodes[i].add_generation(gen.ids, gen.logprobs)

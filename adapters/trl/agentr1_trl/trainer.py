@@ -153,6 +153,10 @@ class AgentTrainer(TRLAgentTrainer):
                 gpu_memory_utilization=args.vllm_gpu_memory_utilization,
                 max_model_len=args.max_episode_tokens + args.max_new_tokens_per_turn,
                 seed=args.seed,
+                timeout_s=args.vllm_timeout_s,
+                retries=args.vllm_retries,
+                sync_dir=args.vllm_sync_dir,
+                vocab_size=self._vocab_size(),
             )
             print(f"generation: {self._vllm.describe()}", flush=True)
         if self._synced_step != self.state.global_step:
@@ -161,6 +165,19 @@ class AgentTrainer(TRLAgentTrainer):
             self._synced_step = self.state.global_step
             self.log_metric("generation/sync_s", time.perf_counter() - start)
         return self._vllm
+
+    def _vocab_size(self) -> int:
+        """The ids the update's embedding accepts: the tokenizer's and the model's vocabulary, whichever is
+        larger (some models pad their embedding)."""
+        config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
+        return max(len(self.processing_class), int(getattr(config, "vocab_size", 0) or 0))
+
+    def close_generation(self) -> None:
+        """Stop the vLLM engine this trainer started (if any) and remove its temporary weights."""
+        if self._vllm is not None:
+            self._vllm.close()
+            self._vllm = None
+            self._synced_step = None
 
     def describe_generation(self) -> str:
         """Which engine (and weight sync) generates the rollouts."""
@@ -188,6 +205,7 @@ class AgentTrainer(TRLAgentTrainer):
             options=[dict(options) for _ in seeds] if options else None,
             max_episode_tokens=args.max_episode_tokens,
             chat_template_kwargs=args.chat_template_kwargs,
+            vocab_size=self._vocab_size(),
         )
 
     def rollout(self, seeds: list[int]) -> list[Trajectory]:

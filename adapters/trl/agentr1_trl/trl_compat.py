@@ -122,6 +122,37 @@ class DurableCheckpointsMixin:
         resume = resolve_resume(resume_from_checkpoint, self.args.output_dir)  # type: ignore[attr-defined]
         return super().train(resume, *args, **kwargs)  # type: ignore[misc]
 
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """Load the checkpoint's optimizer and schedule, then apply the configured ``learning_rate`` where it
+        differs from the checkpoint's: a resumed run trains at the rate it is given (the schedule keeps its
+        shape and position), not silently at the stored one."""
+        super()._load_optimizer_and_scheduler(checkpoint)  # type: ignore[misc]
+        if checkpoint is None:
+            return
+        from torch.optim.lr_scheduler import LambdaLR
+
+        lr = float(self.args.learning_rate)  # type: ignore[attr-defined]
+        scheduler = self.lr_scheduler  # type: ignore[attr-defined]
+        stored = list(getattr(scheduler, "base_lrs", []) or [])
+        if not stored or all(abs(b - lr) <= 1e-12 * max(abs(lr), 1e-30) for b in stored):
+            return
+        if not isinstance(scheduler, LambdaLR):
+            raise ConfigError(
+                f"{checkpoint} trains at learning_rate {stored[0]:g}; changing it on resume needs a LambdaLR "
+                f"schedule (every transformers lr_scheduler_type but reduce_lr_on_plateau), not "
+                f"{type(scheduler).__name__}"
+            )
+        optimizer = self.optimizer  # type: ignore[attr-defined]
+        scheduler.base_lrs = [lr] * len(stored)
+        for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas):
+            group["initial_lr"] = lr
+            group["lr"] = lr * factor(scheduler.last_epoch)
+        scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+        print(
+            f"learning rate {stored[0]:g} -> {lr:g} from step {self.state.global_step + 1}",  # type: ignore[attr-defined]
+            flush=True,
+        )
+
 
 class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
     """TRL's training loop (buffering, old/reference log-probs with the LoRA adapter disabled, peft, logging,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Generation", "GenerationBackend", "SamplingConfig"]
+from agentr1_gym.errors import ToolInfrastructureError
+
+__all__ = ["Generation", "GenerationBackend", "GenerationError", "SamplingConfig", "check_generations"]
 
 
 @dataclass
@@ -49,3 +52,37 @@ class GenerationBackend(Protocol):
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
         """One :class:`Generation` per prompt, stopping at EOS or the end of a stop string (inclusive)."""
         ...
+
+
+class GenerationError(ToolInfrastructureError):
+    """A generation backend returned something no policy can have sampled (a wrong count, ids outside the
+    vocabulary, more tokens than asked for, impossible log-probs). Raised before a rollout or an update uses it."""
+
+
+def check_generations(
+    backend: Any, gens: Any, n: int, *, vocab_size: int, max_new_tokens: int
+) -> list[Generation]:
+    """``gens`` (the answer of ``backend.generate`` for ``n`` prompts), checked: a list of ``n``
+    :class:`Generation`, every id in ``[0, vocab_size)``, at most ``max_new_tokens`` each, finite log-probs
+    <= 0. Every backend's output passes here before a rollout records it: an id outside the vocabulary would
+    otherwise decode to nothing and crash the update (``IndexError``, a device-side assert on GPUs)."""
+    name = backend.describe() if hasattr(backend, "describe") else type(backend).__name__
+
+    def bad(problem: str) -> GenerationError:
+        return GenerationError(f"generation backend {name}: {problem}")
+
+    if not isinstance(gens, list) or len(gens) != n:
+        got = len(gens) if isinstance(gens, list) else type(gens).__name__
+        raise bad(f"{got} generations for {n} prompts")
+    for k, gen in enumerate(gens):
+        if not isinstance(gen, Generation):
+            raise bad(f"generation {k} is a {type(gen).__name__}, not a Generation")
+        if len(gen.ids) > max_new_tokens:
+            raise bad(f"generation {k} has {len(gen.ids)} tokens, more than the {max_new_tokens} asked for")
+        for t in gen.ids:
+            if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size:
+                raise bad(f"generation {k}: token id {t!r} is outside the vocabulary (0..{vocab_size - 1})")
+        for lp in gen.logprobs:
+            if not math.isfinite(lp) or lp > 1e-3:
+                raise bad(f"generation {k}: log-prob {lp!r} is not a finite number <= 0")
+    return gens

@@ -18,26 +18,45 @@ Weight sync (:meth:`VLLMGenerator.sync_weights`), two kinds:
   merged or re-sent. The kind for GPUs and big base models.
 
 ``sync="auto"`` picks ``merged`` on CPUs and ``lora`` on GPUs (``benchmarks/rollout.py`` measures both).
+
+Temporary weights: a generator that has to write weights for an engine to read (server + merged: one full merged
+checkpoint; lora: one adapter) owns one directory, ``SYNC_DIR/agentr1-vllm-sync/<pid>-<start>-<id>`` (``SYNC_DIR``:
+``sync_dir``, default the system temp dir; servers must be able to read it), reused across steps: the merged
+weights are replaced in place (a new file renamed over the old, so a server never reads a half-written one), the
+previous adapter is removed after the new one is loaded. The directory goes on :meth:`VLLMGenerator.close`, when
+the generator is garbage-collected, at interpreter exit (errors included), and, after a kill, at the next start
+of any generator, which removes directories whose owning process is gone (:func:`sweep_sync_dirs`). Disk: one
+copy of the model's weights between syncs, two while a merged sync writes.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import shutil
 import tempfile
 import threading
-import urllib.request
+import uuid
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agentr1_gym.errors import ConfigError, MissingDependencyError, ToolInfrastructureError
+from agentr1_gym.errors import ConfigError, InferenceServerError, MissingDependencyError, ToolInfrastructureError
 from agentr1_trl.generation.base import Generation, SamplingConfig
+from agentr1_trl.generation.vllm_client import ServerClient, check_completions
 
-__all__ = ["SYNC_KINDS", "VLLMGenerator", "default_sync", "merged_lora_weights", "vllm_available"]
+__all__ = [
+    "SYNC_KINDS",
+    "VLLMGenerator",
+    "default_sync",
+    "merged_lora_weights",
+    "sweep_sync_dirs",
+    "sync_root",
+    "vllm_available",
+]
 
 SYNC_KINDS = ("auto", "merged", "lora")
 
@@ -111,7 +130,12 @@ class VLLMGenerator:
         max_lora_rank: the largest adapter rank ``lora`` sync accepts (colocate).
         enforce_eager: skip torch.compile (default on CPUs: start-up 9 s instead of 90 s here).
         seed: the engine's sampling seed.
-        timeout_s: server mode: the deadline of one HTTP request.
+        timeout_s: server mode: the total deadline of one call to a server (connecting, waiting, reading and
+            retries included; :class:`~agentr1_trl.generation.vllm_client.ServerClient`).
+        retries: server mode: further attempts of a call that is safe to repeat, within its deadline.
+        sync_dir: where weights for the engine are written (default the system temp dir).
+        vocab_size: the policy's vocabulary size (default ``len(tokenizer)``): token ids a server returns must
+            lie below it.
     """
 
     def __init__(
@@ -130,6 +154,9 @@ class VLLMGenerator:
         enforce_eager: bool | None = None,
         seed: int = 0,
         timeout_s: float = 600.0,
+        retries: int = 2,
+        sync_dir: str | None = None,
+        vocab_size: int | None = None,
     ) -> None:
         if mode not in ("colocate", "server"):
             raise ConfigError(f"vLLM mode must be 'colocate' or 'server', got {mode!r}")
@@ -142,11 +169,18 @@ class VLLMGenerator:
         self.model_path = str(model)
         self.tokenizer = tokenizer
         self.eos_ids = {tokenizer.eos_token_id} - {None}
+        self.special_ids = set(getattr(tokenizer, "all_special_ids", ())) | {
+            i for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items() if getattr(t, "special", False)
+        }
+        self.vocab_size = int(vocab_size or len(tokenizer))
         self.server_urls = [u.rstrip("/") for u in server_urls]
         self.timeout_s = timeout_s
+        self._clients = [ServerClient(u, timeout_s=timeout_s, retries=retries) for u in self.server_urls]
         self.version = 0  # weight version: 0 = the base weights
         self._lora: Any = None  # colocate: the current LoRARequest; server: the current adapter name
-        self._sync_dir = Path(tempfile.mkdtemp(prefix="agentr1-vllm-sync-"))
+        self._sync_root = sync_root(sync_dir)
+        self._sync_dir: Path | None = None  # made on the first sync that writes weights
+        self._finalizer: Any = None
         self._lock = threading.Lock()
         self.llm: Any = None
         self.max_model_len = max_model_len
@@ -195,34 +229,34 @@ class VLLMGenerator:
             raise ToolInfrastructureError(f"vLLM could not start on {self.model_path}: {first}") from exc
 
     def _served_model(self, model: str) -> str:
-        listed = self._request(self.server_urls[0], "/v1/models")["data"]
-        if not listed:
-            raise ToolInfrastructureError(f"{self.server_urls[0]} serves no model")
-        chosen = next((m for m in listed if m["id"] == model), listed[0])
-        self.max_model_len = int(chosen.get("max_model_len") or self.max_model_len)
-        return chosen["id"]
+        """The model every server serves (``model`` when listed, else the first server's first model), checked
+        to be the same on all of them."""
+        chosen_id = None
+        for client in self._clients:
+            answer = client.call("/v1/models")
+            listed = answer.get("data") if isinstance(answer, dict) else None
+            if not isinstance(listed, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in listed):
+                raise InferenceServerError(client.url, "/v1/models: no 'data' list of models with ids")
+            if not listed:
+                raise InferenceServerError(client.url, "/v1/models: the server serves no model")
+            ids = [m["id"] for m in listed]
+            if chosen_id is None:
+                chosen_id = model if model in ids else ids[0]
+                length = next(m for m in listed if m["id"] == chosen_id).get("max_model_len")
+                if length is not None:
+                    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+                        raise InferenceServerError(client.url, f"/v1/models: max_model_len {length!r}")
+                    self.max_model_len = length
+            elif chosen_id not in ids:
+                raise InferenceServerError(
+                    client.url, f"/v1/models: serves {ids}, not {chosen_id!r} like {self._clients[0].url}"
+                )
+        return str(chosen_id)
 
     # ---- HTTP (server mode) ---------------------------------------------------------------------------------
-    def _request(self, url: str, path: str, body: dict | None = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(
-            url + path,
-            data=data,
-            headers={"Content-Type": "application/json"},
-            method="GET" if data is None else "POST",
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:300]
-            raise ToolInfrastructureError(f"vLLM server {url}{path}: HTTP {exc.code}: {detail}") from None
-        except OSError as exc:
-            raise ToolInfrastructureError(f"vLLM server {url}{path} unreachable: {exc}") from None
-        try:
-            return json.loads(raw) if raw.strip() else None
-        except ValueError:  # some routes answer in plain text ("Success: LoRA adapter ... added")
-            return raw.decode(errors="replace")
+    def _request(self, url: str, path: str, body: dict | None = None, *, idempotent: bool = True) -> Any:
+        client = next(c for c in self._clients if c.url == url.rstrip("/"))
+        return client.call(path, body, idempotent=idempotent, text_ok=True)
 
     # ---- generation ---------------------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
@@ -297,17 +331,21 @@ class VLLMGenerator:
                 "logprobs": 0,
                 "return_token_ids": True,
             }
-            choices = sorted(self._request(url, "/v1/completions", body)["choices"], key=lambda c: c["index"])
-            if len(choices) != len(idx):
-                raise ToolInfrastructureError(
-                    f"vLLM server {url} returned {len(choices)} of {len(idx)} completions"
-                )
-            out = []
-            for i, choice in zip(idx, choices):
-                ids = list(choice.get("token_ids") or [])
-                logps = [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []]
-                out.append((i, Generation(ids=ids, logprobs=logps if len(logps) == len(ids) else [])))
-            return out
+            client = next(c for c in self._clients if c.url == url)
+            # generation changes nothing on the server: safe to retry within the call's deadline
+            answer = client.call("/v1/completions", body)
+            checked = check_completions(
+                url,
+                answer,
+                n=len(idx),
+                vocab_size=self.vocab_size,
+                max_tokens=sampling.max_new_tokens,
+                eos_ids=self.eos_ids,
+                special_ids=self.special_ids,
+                stop_strings=sampling.stop_strings,
+                decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False),
+            )
+            return [(i, Generation(ids=ids, logprobs=logps)) for i, (ids, logps) in zip(idx, checked)]
 
         with ThreadPoolExecutor(max_workers=n) as pool:
             parts = list(pool.map(run, self.server_urls, shards))
@@ -337,23 +375,21 @@ class VLLMGenerator:
                 )
                 self.llm.reset_prefix_cache()
             return
-        target = self._sync_dir / f"merged-{self.version}"
+        target = self._owned_dir() / "merged"
         _save_checkpoint(merged_lora_weights(model, only_changed=False), target, self.model_path)
         for url in self.server_urls:
             self._request(
                 url, "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(target)}}
             )
             self._request(url, "/reset_prefix_cache", {})
-        _remove_old(self._sync_dir, "merged-", keep=target)
 
     def _sync_lora(self, model: Any) -> None:
         if not hasattr(model, "peft_config"):
             raise ConfigError("sync='lora' needs a peft (LoRA) model; use sync='merged' for full fine-tuning")
-        target = self._sync_dir / f"lora-{self.version}"
+        folder = self._owned_dir()
+        target = folder / f"lora-{self.version}"
         model.save_pretrained(str(target))
-        name = (
-            f"agentr1-{self._sync_dir.name[-8:]}-{self.version}"  # unique per generator: servers outlive runs
-        )
+        name = f"agentr1-{folder.name.rsplit('-', 1)[-1]}-{self.version}"  # unique per generator: servers outlive runs
         if self.mode == "colocate":
             from vllm.lora.request import LoRARequest
 
@@ -364,20 +400,44 @@ class VLLMGenerator:
                     self.llm.llm_engine.remove_lora(previous.lora_int_id)
         else:
             for url in self.server_urls:
-                self._request(url, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(target)})
+                self._request(
+                    url, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(target)}, idempotent=False
+                )
             previous, self._lora = self._lora, name
             if previous is not None:
                 for url in self.server_urls:
-                    self._request(url, "/v1/unload_lora_adapter", {"lora_name": previous})
-        _remove_old(self._sync_dir, "lora-", keep=target)
+                    self._request(url, "/v1/unload_lora_adapter", {"lora_name": previous}, idempotent=False)
+        _remove_old(folder, "lora-", keep=target)
 
     def describe(self) -> str:
         where = "in this process" if self.mode == "colocate" else ", ".join(self.server_urls)
         return f"vLLM {self.mode} ({where}), {self.sync} weight sync"
 
+    def _owned_dir(self) -> Path:
+        """This generator's sync directory (made on first use, after removing those of dead processes)."""
+        if self._sync_dir is None:
+            sweep_sync_dirs(self._sync_root)
+            self._sync_dir = _make_owned_dir(self._sync_root)
+            # removed when the generator is closed or collected, and at interpreter exit (errors included)
+            self._finalizer = weakref.finalize(self, shutil.rmtree, str(self._sync_dir), ignore_errors=True)
+        return self._sync_dir
+
+    @property
+    def sync_dir(self) -> Path | None:
+        """The directory this generator writes weights to (None until a sync needs one)."""
+        return self._sync_dir
+
     def close(self) -> None:
+        """Release the engine and remove the temporary weights (safe to call twice)."""
         self.llm = None
-        shutil.rmtree(self._sync_dir, ignore_errors=True)
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self) -> VLLMGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _save_checkpoint(weights: list[tuple[str, Any]], target: Path, base_dir: str) -> None:
@@ -392,7 +452,70 @@ def _save_checkpoint(weights: list[tuple[str, Any]], target: Path, base_dir: str
             and f.name != "model.safetensors.index.json"
         ):
             shutil.copy2(f, target / f.name)
-    save_file({k: v.contiguous() for k, v in weights}, str(target / "model.safetensors"))
+    # a new file renamed over the old one: a server never reads a half-written checkpoint, and a kill while
+    # writing leaves the previous one whole
+    tmp = target / "model.safetensors.partial"
+    save_file({k: v.contiguous() for k, v in weights}, str(tmp))
+    os.replace(tmp, target / "model.safetensors")
+
+
+# ---- owned sync directories ---------------------------------------------------------------------------------
+#: the folder (under the system temp dir or ``sync_dir``) that holds every generator's sync directory
+SYNC_FOLDER = "agentr1-vllm-sync"
+_OWNED = re.compile(r"^(\d+)-(\d+)-[0-9a-f]+$")
+
+
+def sync_root(sync_dir: str | os.PathLike | None = None) -> Path:
+    """Where sync directories live: ``sync_dir`` (default the system temp dir) / ``agentr1-vllm-sync``."""
+    return Path(sync_dir or tempfile.gettempdir()) / SYNC_FOLDER
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (0 where there is no procfs but the pid is alive),
+    None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        if Path("/proc/self/stat").exists():
+            return None
+        try:  # no procfs (macOS): is the pid alive at all?
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _make_owned_dir(root: Path) -> Path:
+    """``root/<pid>-<start time>-<random>``: the name says which process owns it (pids are reused; start
+    times tell them apart)."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{os.getpid()}-{_start_time(os.getpid()) or 0}-{uuid.uuid4().hex[:12]}"
+    path.mkdir()
+    return path
+
+
+def sweep_sync_dirs(root: str | os.PathLike | None = None) -> list[Path]:
+    """Remove the sync directories whose owning process is gone (killed before it could clean up); returns
+    them. ``root``: a :func:`sync_root` (default the system temp dir's)."""
+    folder = Path(root) if root is not None else sync_root()
+    removed = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for path in entries:
+        m = _OWNED.match(path.name)
+        if not m or not path.is_dir():
+            continue
+        pid, start = int(m.group(1)), int(m.group(2))
+        now = _start_time(pid)
+        if now is None or (start and now and now != start):  # the process is gone, or the pid is another's
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def _remove_old(folder: Path, prefix: str, *, keep: Path) -> None:
