@@ -184,7 +184,16 @@ def test_a_damaged_record_is_one_line_naming_file_and_field(run, kind, capsys):
 def test_an_unwritable_output_dir_is_one_line(tmp_path, tiny_dir, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    argv = ["train", "--model", tiny_dir, *TINY_FLAGS, "--max-steps", "1", "--output-dir", str(blocker / "run")]
+    argv = [
+        "train",
+        "--model",
+        tiny_dir,
+        *TINY_FLAGS,
+        "--max-steps",
+        "1",
+        "--output-dir",
+        str(blocker / "run"),
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"cannot write to the output dir {blocker / 'run'}" in err

@@ -222,7 +222,10 @@ def test_server_mode_generates_and_syncs(servers, tiny_dir, tok, sync):
     assert before != expected and [g.ids for g in after] == [expected, expected]
     if sync == "merged":  # servers outlive runs: put the base weights back for the next test
         engine.sync_weights(AutoModelForCausalLM.from_pretrained(tiny_dir))
+    folder = engine.sync_dir
+    assert folder is not None and folder.is_dir()  # one directory, reused across the syncs
     engine.close()
+    assert not folder.exists()
 
 
 # ---- wiring -------------------------------------------------------------------------------------------------

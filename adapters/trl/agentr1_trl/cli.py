@@ -18,7 +18,13 @@ from typing import Any
 
 from agentr1_gym.cli import positive_seconds
 from agentr1_gym.errors import ConfigError
-from agentr1_trl.runs import RUN_FILE, merge_resume_overrides, read_run_file
+from agentr1_trl.runs import (
+    RUN_FILE,
+    check_checkpoint_matches,
+    merge_resume_overrides,
+    read_run_file,
+    write_run_file,
+)
 
 __all__ = ["cmd_train", "plot_reward_curve", "register"]
 
@@ -302,9 +308,10 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, l
     run_file = run_dir / RUN_FILE
     saved = read_run_file(run_file)
     flat = {**saved["settings"], **{k: saved[k] for k in ("algo", "model", "lora_r", "warm_start")}}
-    if saved["settings"].get("output_dir") not in (None, str(run_dir)) and Path(
-        str(saved["settings"]["output_dir"])
-    ).resolve() != run_dir.resolve():
+    if (
+        saved["settings"].get("output_dir") not in (None, str(run_dir))
+        and Path(str(saved["settings"]["output_dir"])).resolve() != run_dir.resolve()
+    ):
         moved = [f"the run moved: it was in {saved['settings']['output_dir']}, it continues in {run_dir}"]
     else:
         moved = []
@@ -326,7 +333,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError(f"{where}algo must be grpo or ppo, got {algo!r}")
     for key, value in (("lora_r", lora_r), ("warm_start", warm)):
         if not isinstance(value, int) or isinstance(value, bool) or value < (1 if key == "lora_r" else 0):
-            raise ConfigError(f"{where}{key} must be a whole number >= {1 if key == 'lora_r' else 0}, got {value!r}")
+            raise ConfigError(
+                f"{where}{key} must be a whole number >= {1 if key == 'lora_r' else 0}, got {value!r}"
+            )
     if not isinstance(model_name, str) or not model_name:
         raise ConfigError(f"{where}model must be 'smollm2' or a model directory, got {model_name!r}")
     if algo == "ppo":
@@ -346,7 +355,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     agentr1_gym.make(settings["env_id"], **settings["env_kwargs"]).close()
     output_dir = Path(settings["output_dir"])
     from agentr1_trl.checkpoints import resolve_resume
-    from agentr1_trl.runs import check_checkpoint_matches, write_run_file
 
     config = build_config(Config, settings)
     resume_from = resolve_resume(resume, output_dir)
@@ -412,6 +420,25 @@ def cmd_train(args: argparse.Namespace) -> int:
         trainer = Trainer(model, config, tokenizer)
     else:
         trainer = Trainer(model, config, tokenizer, peft_config=lora)
+    try:
+        _train_and_report(trainer, config, tokenizer, run, output_dir, resume_from, args, algo, model_name)
+    finally:
+        trainer.close_generation()  # a vLLM engine and its temporary weights go now, on errors too
+    return 0
+
+
+def _train_and_report(
+    trainer: Any,
+    config: Any,
+    tokenizer: Any,
+    run: dict[str, Any],
+    output_dir: Path,
+    resume_from: str | None,
+    args: argparse.Namespace,
+    algo: str,
+    model_name: str,
+) -> None:
+    """Evaluate before RL (once per run), train, evaluate after, and write the adapter, metrics and curve."""
     engine = trainer.describe_generation()
     print(f"rollouts and evaluations generate with {engine}", flush=True)
     run["engine"] = engine
@@ -450,7 +477,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         held_out={"before": (0, before), "after": (trainer.state.global_step, after)},
     )
     print(f"wrote {adapter}, {output_dir / 'metrics.jsonl'} and {output_dir / 'reward_curve.png'}")
-    return 0
 
 
 def register(subparsers: Any) -> None:
@@ -460,7 +486,9 @@ def register(subparsers: Any) -> None:
         help="train a LoRA policy with GRPO or PPO on an AgentR1 env (default: SmolLM2-135M-Instruct "
         "on AgentR1/SyntheticMultihop-v0, a few minutes on a CPU)",
     )
-    p.add_argument("--env", default=None, help="env id (default AgentR1/SyntheticMultihop-v0, the synthetic env)")
+    p.add_argument(
+        "--env", default=None, help="env id (default AgentR1/SyntheticMultihop-v0, the synthetic env)"
+    )
     p.add_argument(
         "--env-kwargs",
         default=None,
@@ -496,7 +524,9 @@ def register(subparsers: Any) -> None:
         help="vLLM weight sync (default auto: merged on CPUs, lora on GPUs)",
     )
     p.add_argument(
-        "--model", default=None, help="'smollm2' (the offline default policy, the default) or a local model dir"
+        "--model",
+        default=None,
+        help="'smollm2' (the offline default policy, the default) or a local model dir",
     )
     p.add_argument("--output-dir", default=None, help="default runs/agentr1-ALGO")
     p.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default 30)")

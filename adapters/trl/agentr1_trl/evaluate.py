@@ -101,7 +101,9 @@ def evaluate_model(
                 seeds=seeds,
                 options=options,
                 max_episode_tokens=max_episode_tokens,
-                vocab_size=max(len(tokenizer), int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)),
+                vocab_size=max(
+                    len(tokenizer), int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
+                ),
             ):
                 rows.append({**t.metrics, "return": t.episode_return, "turns": float(t.num_turns)})
         else:

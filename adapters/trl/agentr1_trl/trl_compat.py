@@ -35,6 +35,7 @@ from trl.trainer.utils import use_adapter
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.checkpoints import mark_complete, resolve_resume
 from agentr1_trl.forward import completion_logps
+from agentr1_trl.generation.base import GenerationError
 from agentr1_trl.rollout import Trajectory
 from agentr1_trl.signals import env_return
 from agentr1_trl.turns import CONTEXT_DEPENDENT, expand_turn_rows
@@ -316,6 +317,15 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         start = time.perf_counter()
         trajs = self.rollout([seed_of_prompt(p) for p in prompts])
         self._rollout_s = time.perf_counter() - start
+        for t in trajs:
+            if not t.completion_ids:  # TRL cannot train on an empty completion (it fails with an IndexError)
+                budget = self.args.max_episode_tokens  # type: ignore[attr-defined]
+                if len(t.prompt_ids) >= budget:
+                    raise ConfigError(
+                        f"the env's first prompt is {len(t.prompt_ids)} tokens, at or over max_episode_tokens="
+                        f"{budget}: nothing is left to generate; raise max_episode_tokens"
+                    )
+                raise GenerationError(f"an episode generated no tokens ({t.truncated_reason or 'no reason'})")
         return {
             "prompt_ids": [t.prompt_ids for t in trajs],
             "completion_ids": [t.completion_ids for t in trajs],

@@ -44,7 +44,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agentr1_gym.errors import ConfigError, InferenceServerError, MissingDependencyError, ToolInfrastructureError
+from agentr1_gym.errors import (
+    ConfigError,
+    InferenceServerError,
+    MissingDependencyError,
+    ToolInfrastructureError,
+)
 from agentr1_trl.generation.base import Generation, SamplingConfig
 from agentr1_trl.generation.vllm_client import ServerClient, check_completions
 
@@ -170,7 +175,9 @@ class VLLMGenerator:
         self.tokenizer = tokenizer
         self.eos_ids = {tokenizer.eos_token_id} - {None}
         self.special_ids = set(getattr(tokenizer, "all_special_ids", ())) | {
-            i for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items() if getattr(t, "special", False)
+            i
+            for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items()
+            if getattr(t, "special", False)
         }
         self.vocab_size = int(vocab_size or len(tokenizer))
         self.server_urls = [u.rstrip("/") for u in server_urls]
@@ -235,7 +242,9 @@ class VLLMGenerator:
         for client in self._clients:
             answer = client.call("/v1/models")
             listed = answer.get("data") if isinstance(answer, dict) else None
-            if not isinstance(listed, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in listed):
+            if not isinstance(listed, list) or not all(
+                isinstance(m, dict) and isinstance(m.get("id"), str) for m in listed
+            ):
                 raise InferenceServerError(client.url, "/v1/models: no 'data' list of models with ids")
             if not listed:
                 raise InferenceServerError(client.url, "/v1/models: the server serves no model")
@@ -401,7 +410,10 @@ class VLLMGenerator:
         else:
             for url in self.server_urls:
                 self._request(
-                    url, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(target)}, idempotent=False
+                    url,
+                    "/v1/load_lora_adapter",
+                    {"lora_name": name, "lora_path": str(target)},
+                    idempotent=False,
                 )
             previous, self._lora = self._lora, name
             if previous is not None:

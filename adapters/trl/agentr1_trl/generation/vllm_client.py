@@ -14,6 +14,7 @@ impossible log-probs, a ``finish_reason`` that the tokens contradict.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
@@ -52,7 +53,9 @@ class ServerClient:
         backoff_s: the wait before the first retry, doubled (with jitter) before each further one.
     """
 
-    def __init__(self, url: str, *, timeout_s: float = 600.0, retries: int = 2, backoff_s: float = 0.5) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = 600.0, retries: int = 2, backoff_s: float = 0.5
+    ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"vLLM server URL must look like http://HOST:PORT, got {url!r}")
@@ -69,7 +72,9 @@ class ServerClient:
         self._port = parts.port
         self._base = parts.path.rstrip("/")
 
-    def call(self, path: str, body: dict | None = None, *, idempotent: bool = True, text_ok: bool = False) -> Any:
+    def call(
+        self, path: str, body: dict | None = None, *, idempotent: bool = True, text_ok: bool = False
+    ) -> Any:
         """GET (``body`` None) or POST ``path``; the parsed JSON answer (a plain-text answer as ``str`` when
         ``text_ok``). Raises :class:`InferenceServerError` on anything else, within ``timeout_s``."""
         deadline = time.monotonic() + self.timeout_s
@@ -115,10 +120,8 @@ class ServerClient:
             expired.set()
             sock = conn.sock
             if sock is not None:
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
         watchdog = threading.Timer(remaining, expire)
         watchdog.daemon = True
@@ -142,8 +145,12 @@ class ServerClient:
                 chunks.append(chunk)
             if expired.is_set():
                 raise TimeoutError
+            if resp.length:  # the connection ended before the Content-Length promised
+                raise http.client.IncompleteRead(b"".join(chunks), resp.length)
         except InferenceServerError:
             raise
+        except ConnectionRefusedError as exc:
+            raise _Retryable(f"unreachable ({exc.strerror or exc})") from None
         except (http.client.IncompleteRead, http.client.RemoteDisconnected, ConnectionError) as exc:
             if expired.is_set():
                 raise InferenceServerError(
@@ -155,8 +162,10 @@ class ServerClient:
                 else f"the connection broke ({type(exc).__name__}: {exc})"
             )
             raise _Retryable(what) from None
-        except (TimeoutError, socket.timeout):
-            raise InferenceServerError(self.url, f"{path}: no complete answer within {self.timeout_s:g} s") from None
+        except TimeoutError:
+            raise InferenceServerError(
+                self.url, f"{path}: no complete answer within {self.timeout_s:g} s"
+            ) from None
         except (OSError, http.client.HTTPException) as exc:
             if expired.is_set():
                 raise InferenceServerError(
@@ -284,4 +293,6 @@ def _check_finish(
         return
     text, before = decode(ids), decode(ids[:-1])
     if not any(s in text and s not in before for s in stop_strings):
-        raise bad(f"choice {index}: finish_reason 'stop', but the tokens end in neither an EOS nor a stop string")
+        raise bad(
+            f"choice {index}: finish_reason 'stop', but the tokens end in neither an EOS nor a stop string"
+        )
