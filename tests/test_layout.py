@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.turns": 23,
     "agentr1_trl.forward": 22,
     "agentr1_trl.checkpoints": 22,
+    "agentr1_trl.runs": 22,
     "agentr1_trl.losses": 23,
     "agentr1_trl.signals": 23,
     "agentr1_trl.models": 23,
