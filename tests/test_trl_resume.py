@@ -84,7 +84,9 @@ def test_an_incompatible_override_is_refused_before_anything_is_written(run, fla
     assert len(err.splitlines()) == 1 and f"cannot resume {run} with {field}=" in err
     assert "Traceback" not in err and "start a new run" in err
     assert (run / "run_config.json").read_bytes() == record and sorted(p.name for p in run.iterdir()) == files
-    if field == "lora_r" and flags[0] == "--set":  # the run is not poisoned: a plain resume still continues it
+    if (
+        field == "lora_r" and flags[0] == "--set"
+    ):  # the run is not poisoned: a plain resume still continues it
         assert main(["train", "--resume", str(run), "--set", "max_steps=3"]) == 0 and _step(run) == 3
 
 
