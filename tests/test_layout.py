@@ -46,6 +46,7 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.runs": 22,
     "agentr1_trl.losses": 23,
     "agentr1_trl.signals": 23,
+    "agentr1_trl.credit": 23,
     "agentr1_trl.models": 23,
     "agentr1_trl.sft": 24,
     "agentr1_trl.evaluate": 24,

@@ -278,6 +278,21 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
+#: ``--credit``: the setting it selects per algorithm, and its values
+CREDIT = {
+    "grpo": ("advantage_estimator", {"trajectory": "grpo", "step": "gigpo"}),
+    "ppo": ("gae_level", {"trajectory": "token", "step": "step"}),
+}
+
+
+def _apply_credit(args: argparse.Namespace, overrides: dict[str, Any], algo: Any) -> None:
+    """``--credit trajectory|step`` as the algorithm's own setting (a --set/--config of that setting wins)."""
+    if getattr(args, "credit", None) is None or algo not in CREDIT:
+        return
+    key, values = CREDIT[algo]
+    overrides.setdefault(key, values[args.credit])
+
+
 def _check_writable(output_dir: Path) -> None:
     """The output dir exists (made if needed) and takes files: one line if not, before any model loads."""
     try:
@@ -295,6 +310,7 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, l
     overrides = _overrides(args)
     resume = overrides.pop("resume_from_checkpoint", None)
     if args.resume is None:
+        _apply_credit(args, overrides, overrides.get("algo", FLAG_DEFAULTS["algo"]))
         settings = {**DEFAULTS, **FLAG_DEFAULTS, **overrides}
         settings.setdefault("env_kwargs", _env_kwargs(None, settings["env_id"]))
         settings.setdefault("output_dir", f"runs/agentr1-{settings['algo']}")
@@ -307,6 +323,7 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, l
             raise ConfigError(f"nothing to resume: {run_dir} does not exist")
     run_file = run_dir / RUN_FILE
     saved = read_run_file(run_file)
+    _apply_credit(args, overrides, overrides.get("algo", saved["algo"]))
     flat = {**saved["settings"], **{k: saved[k] for k in ("algo", "model", "lora_r", "warm_start")}}
     if (
         saved["settings"].get("output_dir") not in (None, str(run_dir))
@@ -496,6 +513,14 @@ def register(subparsers: Any) -> None:
         "other envs: their own defaults)",
     )
     p.add_argument("--algo", default=None, choices=["grpo", "ppo"], help="default grpo")
+    p.add_argument(
+        "--credit",
+        default=None,
+        choices=["trajectory", "step"],
+        help="credit assignment: 'trajectory' (default: one advantage per episode for GRPO, token-level GAE for "
+        "PPO) or 'step' (each turn its own advantage: GRPO advantage_estimator=gigpo, PPO gae_level=step; "
+        "--set advantage_estimator=turn_rloo for the per-turn leave-one-out baseline)",
+    )
     p.add_argument(
         "--backend",
         default=None,

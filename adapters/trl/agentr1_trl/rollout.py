@@ -71,6 +71,9 @@ class Trajectory:
     prefix_stable: bool = True
     #: per turn: (context ids the turn was generated from, generated ids, logprobs)
     turns: list[tuple[list[int], list[int], list[float]]] = field(default_factory=list)
+    #: per turn, when recorded (``collect_rollouts(record_state_keys=True)``): the env's ``state_key()`` before
+    #: the turn (None for answer-shaped envs, whose state is the history)
+    state_keys: list[Any] = field(default_factory=list)
 
     @property
     def episode_return(self) -> float:
@@ -221,15 +224,19 @@ class EpisodeRecorder:
         self.traj.truncated = not terminated
         self.traj.truncated_reason = "" if terminated else truncated_reason
 
-    def add_generation(self, ids: Sequence[int], logprobs: Sequence[float]) -> str | None:
+    def add_generation(
+        self, ids: Sequence[int], logprobs: Sequence[float], state_key: Any = None
+    ) -> str | None:
         """Record one generated turn (cut to :attr:`room`); returns the action text to step the env with, or None
-        when nothing was generated (the episode then ends, truncated with reason ``empty_generation``)."""
+        when nothing was generated (the episode then ends, truncated with reason ``empty_generation``).
+        ``state_key``: the env's state before the turn, kept in ``traj.state_keys`` (step-level credit)."""
         room = self.room
         kept, logps = list(ids[:room]), list(logprobs[:room])
         if not kept:
             self._end(truncated_reason="empty_generation")
             return None
         traj = self.traj
+        traj.state_keys.append(state_key)
         traj.turns.append((list(self.context_ids), kept, logps))
         traj.completion_ids += kept
         traj.action_mask += [1] * len(kept)
@@ -296,6 +303,9 @@ class _ListBatch:
     def stop_strings(self) -> tuple[str, ...]:
         return tuple(self.envs[0].unwrapped.tool_format.stop_strings)
 
+    def state_keys(self, live: Sequence[int]) -> list[Any]:
+        return [_state_key(self.envs[i].unwrapped) for i in live]
+
 
 def _unbatch_info(infos: dict[str, Any], i: int) -> dict[str, Any]:
     out = {}
@@ -335,6 +345,16 @@ class _VectorBatch:
     def stop_strings(self) -> tuple[str, ...]:
         return tuple(self.venv.get_attr("tool_format")[0].stop_strings)
 
+    def state_keys(self, live: Sequence[int]) -> list[Any]:
+        keys = self.venv.call("state_key")
+        return [keys[i] for i in live]
+
+
+def _state_key(env: Any) -> Any:
+    """The env's ``state_key()`` (None for an env without one: its state is its history)."""
+    method = getattr(env, "state_key", None)
+    return method() if callable(method) else None
+
 
 def collect_rollouts(
     envs: Sequence[gym.Env] | gym.vector.VectorEnv,
@@ -347,6 +367,7 @@ def collect_rollouts(
     max_episode_tokens: int = 4096,
     chat_template_kwargs: dict[str, Any] | None = None,
     vocab_size: int | None = None,
+    record_state_keys: bool = False,
 ) -> list[Trajectory]:
     """Run one episode per env, batching generation across all live episodes each turn.
 
@@ -360,6 +381,8 @@ def collect_rollouts(
             ``truncated_reason="token_budget"``.
         vocab_size: the policy's vocabulary (default ``len(tokenizer)``): every generated id must lie below it
             (:func:`~agentr1_trl.generation.base.check_generations` checks each turn of every backend).
+        record_state_keys: keep each turn's starting world state (the env's ``state_key()``) in
+            ``Trajectory.state_keys``, for step-level credit (GiGPO's step groups).
     """
     batch = _VectorBatch(envs) if isinstance(envs, gym.vector.VectorEnv) else _ListBatch(envs)
     n = batch.n if isinstance(batch, _VectorBatch) else len(batch.envs)
@@ -389,8 +412,9 @@ def collect_rollouts(
             max_new_tokens=sampling.max_new_tokens,
         )
         actions: dict[int, str] = {}
-        for i, gen in zip(live, gens):
-            action = episodes[i].add_generation(gen.ids, gen.logprobs)
+        keys = batch.state_keys(live) if record_state_keys else [None] * len(live)
+        for i, gen, key in zip(live, gens, keys):
+            action = episodes[i].add_generation(gen.ids, gen.logprobs, key)
             if action is not None:
                 actions[i] = action
         for i, (_obs, reward, terminated, truncated, info) in batch.step(actions).items():

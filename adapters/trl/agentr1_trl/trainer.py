@@ -206,7 +206,12 @@ class AgentTrainer(TRLAgentTrainer):
             max_episode_tokens=args.max_episode_tokens,
             chat_template_kwargs=args.chat_template_kwargs,
             vocab_size=self._vocab_size(),
+            record_state_keys=self.records_state_keys(),
         )
+
+    def records_state_keys(self) -> bool:
+        """Whether rollouts keep each turn's starting world state (step-level estimators that group by it)."""
+        return False
 
     def rollout(self, seeds: list[int]) -> list[Trajectory]:
         self._advance_curriculum()

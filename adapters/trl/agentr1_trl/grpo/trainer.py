@@ -1,8 +1,10 @@
-"""``AgentGRPOTrainer``: GRPO (or RLOO / REINFORCE++) on an ``AgentR1/*`` env with action masks.
+"""``AgentGRPOTrainer``: GRPO (or RLOO / REINFORCE++ / GiGPO / per-turn RLOO) on an ``AgentR1/*`` env with
+action masks.
 
 Advantages: ``grpo`` takes TRL's group-normalised episode returns; ``rloo`` a leave-one-out baseline;
 ``reinforce_pp`` per-token returns-to-go over the action-token timeline (process rewards at the turns that earned
-them). The loss: clipped surrogate over action tokens only plus a selectable KL estimator, aggregated by
+them); step level, one advantage per turn: ``gigpo`` (episode plus same-state step groups) and ``turn_rloo``
+(returns-to-go against the other episodes' at the same turn), see :mod:`agentr1_trl.advantages`. The loss: clipped surrogate over action tokens only plus a selectable KL estimator, aggregated by
 ``loss_type``; with ``beta=0`` rows whose advantage is zero everywhere skip the forward/backward pass.
 """
 
@@ -12,8 +14,15 @@ from typing import Any
 
 import torch
 
-from agentr1_trl.advantages import reinforce_pp_advantages, rloo_advantages
-from agentr1_trl.grpo.config import AgentGRPOConfig
+from agentr1_trl.advantages import (
+    gigpo_advantages,
+    reinforce_pp_advantages,
+    rloo_advantages,
+    step_advantages_to_tokens,
+    turn_rloo_advantages,
+)
+from agentr1_trl.credit import turn_rewards, turn_state_keys
+from agentr1_trl.grpo.config import STEP_ESTIMATORS, AgentGRPOConfig
 from agentr1_trl.losses import aggregate
 from agentr1_trl.rollout import Trajectory
 from agentr1_trl.trainer import AgentTrainer, advantage_mask, token_reward_matrix
@@ -31,10 +40,14 @@ class AgentGRPOTrainer(AgentTrainer):
     def multi_process_blocker(self) -> str | None:
         if self.args.advantage_estimator != "grpo":
             return (
-                f"advantage_estimator={self.args.advantage_estimator!r} needs every episode of a group (rloo) or "
-                "of the batch (reinforce_pp's whitening) on one process; use 'grpo' for multi-process training"
+                f"advantage_estimator={self.args.advantage_estimator!r} needs every episode of a group (rloo, "
+                "gigpo, turn_rloo) or of the batch (reinforce_pp's whitening) on one process; use 'grpo' for "
+                "multi-process training"
             )
         return None
+
+    def records_state_keys(self) -> bool:
+        return self.args.advantage_estimator == "gigpo"
 
     # ---- advantages ---------------------------------------------------------------------------------------
     def score_batch(self, batch: dict[str, Any], trajectories: list[Trajectory]) -> dict[str, Any]:
@@ -45,6 +58,26 @@ class AgentGRPOTrainer(AgentTrainer):
         if args.advantage_estimator == "rloo":
             returns = torch.tensor([self.episode_return(t) for t in trajectories], dtype=torch.float32)
             batch["advantages"] = rloo_advantages(returns, self.num_generations).to(device)
+        elif args.advantage_estimator in STEP_ESTIMATORS:
+            rewards = [turn_rewards(t, args.reward_signal) for t in trajectories]
+            if args.advantage_estimator == "gigpo":
+                per_turn, metrics = gigpo_advantages(
+                    [self.episode_return(t) for t in trajectories],
+                    rewards,
+                    [turn_state_keys(t) for t in trajectories],
+                    self.num_generations,
+                    gamma=args.gamma,
+                    step_weight=args.step_advantage_weight,
+                    scale=args.scale_rewards not in ("none", False),
+                )
+            else:
+                per_turn, metrics = turn_rloo_advantages(rewards, self.num_generations, gamma=args.gamma)
+            for key, value in metrics.items():
+                self.log_metric(f"signal/{key}", value)
+            mask = advantage_mask(batch, True).cpu()
+            batch["advantages"] = step_advantages_to_tokens(
+                per_turn, [t.turn_ends for t in trajectories], mask
+            ).to(device)
         else:
             rewards = token_reward_matrix(trajectories, batch["completion_ids"].size(1), args.reward_signal)
             mask = advantage_mask(batch, args.advantage_mask).cpu()

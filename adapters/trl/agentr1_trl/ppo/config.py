@@ -20,6 +20,14 @@ class AgentPPOConfig(AgentTrainerConfig):
         default=0.2, metadata={"help": "Clip range of the value update around old values."}
     )
     lam: float = field(default=0.95, metadata={"help": "GAE lambda (gamma is `gamma`)."})
+    gae_level: str = field(
+        default="token",
+        metadata={
+            "help": "'token': GAE over the action-token timeline (each token a step, values per token). 'step': "
+            "StepPO's step-level GAE (arXiv 2604.18401): each turn is a step, valued at the state it starts "
+            "from, its advantage shared by all its tokens and whitened over turns."
+        },
+    )
     whiten_advantages: bool = field(
         default=True, metadata={"help": "Whiten GAE advantages over action tokens."}
     )
@@ -40,5 +48,7 @@ class AgentPPOConfig(AgentTrainerConfig):
         super().__post_init__()
         if not 0.0 <= self.lam <= 1.0:
             raise ConfigError(f"need 0 <= lam <= 1, got {self.lam}")
+        if self.gae_level not in ("token", "step"):
+            raise ConfigError(f"gae_level must be 'token' or 'step', got {self.gae_level!r}")
         if self.vf_coef < 0 or self.cliprange_value <= 0 or self.critic_warmup_steps < 0:
             raise ConfigError("need vf_coef >= 0, cliprange_value > 0, critic_warmup_steps >= 0")

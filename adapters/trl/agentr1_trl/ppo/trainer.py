@@ -24,7 +24,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentr1_trl.advantages import gae_advantages, masked_mean, masked_whiten
+from agentr1_trl.advantages import (
+    gae_advantages,
+    masked_mean,
+    masked_whiten,
+    step_advantages_to_tokens,
+    step_gae_advantages,
+)
+from agentr1_trl.credit import turn_rewards, turn_starts
 from agentr1_trl.generation.value_guided import VALUE_HEAD_FILE, state_values
 from agentr1_trl.losses import aggregate, clipped_value_loss
 from agentr1_trl.ppo.config import AgentPPOConfig
@@ -109,7 +116,10 @@ class AgentPPOTrainer(AgentTrainer):
         if not all(t.prefix_stable for t in trajectories):
             values = self._turn_values(values, trajectories)
         values = values * mask
-        adv, returns = gae_advantages(rewards, values, mask, gamma=args.gamma, lam=args.lam)
+        if args.gae_level == "step":
+            adv, returns = self._step_gae(values, mask, trajectories)
+        else:
+            adv, returns = gae_advantages(rewards, values, mask, gamma=args.gamma, lam=args.lam)
         no_signal = False
         if args.policy_needs_signal:
             episode_returns = rewards.sum(dim=1)
@@ -117,12 +127,34 @@ class AgentPPOTrainer(AgentTrainer):
             self.log_metric("signal/policy_skipped", float(no_signal))
         if no_signal:  # nothing to learn for the policy: only critic noise, whitened to full size
             adv = torch.zeros_like(adv)
-        elif args.whiten_advantages:
+        elif args.whiten_advantages and args.gae_level == "token":  # step level: whitened over turns already
             adv = masked_whiten(adv, mask)
         batch["advantages"], batch["returns"], batch["old_values"] = adv, returns, values
         self.log_metric("value/mean", masked_mean(values, mask).item())
         self.log_metric("value/return_mean", masked_mean(returns, mask).item())
         return batch
+
+    def _step_gae(
+        self, values: torch.Tensor, mask: torch.Tensor, trajectories: list[Trajectory]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """StepPO's step-level GAE: each turn valued at its first generated token (the state before it), its
+        advantage and return shared by all its tokens (the value head learns each turn's return at every one of
+        its tokens; only the first is read)."""
+        args: AgentPPOConfig = self.args
+        width = values.size(1)
+        step_values = []
+        for b, traj in enumerate(trajectories):
+            starts = [min(s, width - 1) for s in turn_starts(traj)]
+            step_values.append([float(values[b, s]) for s in starts])
+        rewards = [turn_rewards(t, args.reward_signal) for t in trajectories]
+        advs, rets = step_gae_advantages(
+            rewards, step_values, gamma=args.gamma, lam=args.lam, whiten=args.whiten_advantages
+        )
+        ends = [t.turn_ends for t in trajectories]
+        cpu_mask = mask.cpu()
+        adv = step_advantages_to_tokens(advs, ends, cpu_mask).to(values)
+        returns = step_advantages_to_tokens(rets, ends, cpu_mask).to(values)
+        return adv, returns
 
     @torch.no_grad()
     def _turn_values(self, values: torch.Tensor, trajectories: list[Trajectory]) -> torch.Tensor:
