@@ -20,7 +20,7 @@ from agentr1_gym.cli import main
 from agentr1_gym.errors import ConfigError
 
 TINY_FLAGS = [
-    "--warm-start", "0", "--lora-r", "2",
+    "--warm-start", "0", "--lora-r", "2", "--eval-episodes", "0",
     "--set", "per_device_train_batch_size=2", "--set", "num_generations=2", "--set", "use_cpu=true",
     "--set", "max_new_tokens_per_turn=8",
 ]  # fmt: skip
