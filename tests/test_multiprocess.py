@@ -42,7 +42,9 @@ def test_grpo_two_processes_end_with_the_same_lora_weights(tmp_path):
 
 
 def test_single_process_estimators_refuse_multi_process_with_the_reason(tmp_path):
-    run = _launch("refusals", tmp_path)  # PPO, RLOO, REINFORCE++, GiGPO, per-turn RLOO in one pair of processes
+    run = _launch(
+        "refusals", tmp_path
+    )  # PPO, RLOO, REINFORCE++, GiGPO, per-turn RLOO in one pair of processes
     assert run.returncode == 0, run.stderr[-3000:]
     for algo in ("ppo", "grpo-rloo", "grpo-reinforce_pp", "grpo-gigpo", "grpo-turn_rloo"):
         reasons = [(tmp_path / f"refused-{algo}-{rank}.txt").read_text() for rank in (0, 1)]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 
-
 #: the estimators that need every episode of a group (or batch) on one process
 REFUSED = ("ppo", "grpo-rloo", "grpo-reinforce_pp", "grpo-gigpo", "grpo-turn_rloo")
 
