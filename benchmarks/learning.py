@@ -12,7 +12,8 @@ train split, evaluate on the dev split: disjoint questions). Every run starts fr
    assistant's tokens), and the same evaluation after it. The warm-started adapter is saved and shared.
 2. ``train ALGO``: ``grpo``, ``ppo``, ``grpo-nomask`` (GRPO with the loss on tool-response tokens too: the
    paper's action-mask ablation), ``ppo-noadvmask`` (PPO with GAE over every completion token: the paper's
-   advantage-mask ablation) or ``grpo-ds`` (GRPO with dynamic sampling on the outcome) from the warm-started
+   advantage-mask ablation), ``grpo-ds`` (GRPO with dynamic sampling on the outcome) or a step-level credit arm
+   (``grpo-gigpo``, ``grpo-turnrloo``, ``ppo-step``: :mod:`agentr1_trl.advantages`) from the warm-started
    adapter for ``--minutes`` of wall-clock time (training seeds 0+), then the same evaluation; for PPO also
    value-guided decoding (``--vg-n`` candidates per turn) against plain sampling on the first ``--vg-episodes``
    held-out seeds, same checkpoint. Per-step wall time is split into generation, env, scoring and update (the
@@ -63,8 +64,9 @@ TW_IDS = {
     "treasure_hunter": "AgentR1/TextWorld-TreasureHunter-v0",
     "coin_collector": "AgentR1/TextWorld-CoinCollector-v0",
 }
-#: the runs: the two algorithms, the paper's two ablations, and GRPO with dynamic sampling on the outcome
-ALGOS = ("grpo", "ppo", "grpo-nomask", "ppo-noadvmask", "grpo-ds")
+#: the runs: the two algorithms, the paper's two ablations, GRPO with dynamic sampling on the outcome, and the
+#: step-level credit arms (GiGPO, per-turn RLOO, PPO with StepPO's step-level GAE)
+ALGOS = ("grpo", "ppo", "grpo-nomask", "ppo-noadvmask", "grpo-ds", "grpo-gigpo", "grpo-turnrloo", "ppo-step")
 EVAL_SEED, SFT_SEED = 100_000, 200_000
 
 
@@ -318,12 +320,17 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     if algo.startswith("ppo"):
         from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
 
-        config = AgentPPOConfig(**common, critic_warmup_steps=args.critic_warmup)
+        config = AgentPPOConfig(
+            **common,
+            critic_warmup_steps=args.critic_warmup,
+            gae_level="step" if algo == "ppo-step" else "token",
+        )
         trainer: Any = AgentPPOTrainer(model, config, tok, **kwargs)
     else:
         from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 
-        trainer = AgentGRPOTrainer(model, AgentGRPOConfig(**common), tok, **kwargs)
+        estimator = {"grpo-gigpo": "gigpo", "grpo-turnrloo": "turn_rloo"}.get(algo, "grpo")
+        trainer = AgentGRPOTrainer(model, AgentGRPOConfig(**common, advantage_estimator=estimator), tok, **kwargs)
     t = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t
@@ -531,7 +538,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("algo", nargs="?", default=None, choices=ALGOS, help="for `train`")
     parser.add_argument("--smoke", action="store_true", help="tiny random model, tiny budgets")
     parser.add_argument("--task", default="synthetic", choices=sorted(TASKS))
-    parser.add_argument("--algos", nargs="+", default=list(ALGOS), help="for `all`")
+    parser.add_argument(
+        "--algos",
+        nargs="+",
+        default=list(ALGOS[:5]),
+        help="for `all` (default: the first five; the step-level arms grpo-gigpo, grpo-turnrloo, ppo-step on request)",
+    )
     parser.add_argument("--minutes", type=float, default=30.0, help="training wall-clock budget per run")
     parser.add_argument("--max-steps", type=int, default=10_000)
     parser.add_argument("--generations", type=int, default=4, help="episodes per task seed (a GRPO group)")

@@ -24,6 +24,8 @@ def test_learning_benchmark_smoke(tmp_path):
             "--algos",
             "grpo",
             "ppo",
+            "grpo-gigpo",
+            "ppo-step",
             "--json",
             str(out),
             "--workdir",
@@ -36,7 +38,7 @@ def test_learning_benchmark_smoke(tmp_path):
     result = json.loads(out.read_text())
     task = result["tasks"]["synthetic"]
     assert task["start"]["plain"]["episodes"] == 4 and len(task["start"]["sft"]["losses"]) == 2
-    for algo in ("grpo", "ppo"):
+    for algo in ("grpo", "ppo", "grpo-gigpo", "ppo-step"):
         run = task["runs"][algo]
         assert run["train"]["steps"] >= 1 and "success" in run["after"]
     assert task["runs"]["ppo"]["value_guided"]["value_guided"] == 2

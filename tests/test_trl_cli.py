@@ -170,10 +170,12 @@ def test_eval_model_baselines_and_value_guided(tmp_path, tiny_dir, capsys):
     )  # no value head without a PPO adapter
 
 
-#: one text-game family stands for the four in the default run (the same env class; about 50 s each here)
+#: one text-game family stands for the four, and HotpotQA for the three QA datasets, in the default run (the same
+#: env class each; the others run with -m slow)
+_STAND_INS = {"AgentR1/Musique-v0", "AgentR1/2WikiMultihopQA-v0"}
 _EVERY_ENV = [
     pytest.param(e, marks=pytest.mark.slow)
-    if e.startswith("AgentR1/TextWorld-") and "Cooking" not in e
+    if (e.startswith("AgentR1/TextWorld-") and "Cooking" not in e) or e in _STAND_INS
     else e
     for e in sorted(DESCRIPTIONS)
 ]
