@@ -330,7 +330,9 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 
         estimator = {"grpo-gigpo": "gigpo", "grpo-turnrloo": "turn_rloo"}.get(algo, "grpo")
-        trainer = AgentGRPOTrainer(model, AgentGRPOConfig(**common, advantage_estimator=estimator), tok, **kwargs)
+        trainer = AgentGRPOTrainer(
+            model, AgentGRPOConfig(**common, advantage_estimator=estimator), tok, **kwargs
+        )
     t = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t
