@@ -303,3 +303,13 @@ def test_temporary_weights_are_removed_at_exit_on_errors_and_after_a_kill(standi
     live.mkdir()
     assert sweep_sync_dirs(sync_root(str(tmp_path))) == [sync_root(str(tmp_path)) / os.path.basename(folder)]
     assert not os.path.exists(folder) and live.is_dir()
+
+
+def test_the_next_engine_to_start_removes_a_killed_runs_weights(standin, tok, tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs
+    left = sync_root(str(tmp_path)) / f"{dead.pid}-12345-deadbeef0000"
+    left.mkdir(parents=True)
+    (left / "model.safetensors").write_bytes(b"x" * 1000)
+    _client(standin, tok, sync_dir=str(tmp_path))  # starting is enough
+    assert not left.exists()

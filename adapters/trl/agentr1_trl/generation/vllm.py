@@ -186,6 +186,7 @@ class VLLMGenerator:
         self.version = 0  # weight version: 0 = the base weights
         self._lora: Any = None  # colocate: the current LoRARequest; server: the current adapter name
         self._sync_root = sync_root(sync_dir)
+        sweep_sync_dirs(self._sync_root)  # weights left by killed runs go at the next start
         self._sync_dir: Path | None = None  # made on the first sync that writes weights
         self._finalizer: Any = None
         self._lock = threading.Lock()
@@ -426,9 +427,8 @@ class VLLMGenerator:
         return f"vLLM {self.mode} ({where}), {self.sync} weight sync"
 
     def _owned_dir(self) -> Path:
-        """This generator's sync directory (made on first use, after removing those of dead processes)."""
+        """This generator's sync directory (made on first use)."""
         if self._sync_dir is None:
-            sweep_sync_dirs(self._sync_root)
             self._sync_dir = _make_owned_dir(self._sync_root)
             # removed when the generator is closed or collected, and at interpreter exit (errors included)
             self._finalizer = weakref.finalize(self, shutil.rmtree, str(self._sync_dir), ignore_errors=True)
