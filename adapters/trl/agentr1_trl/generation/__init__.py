@@ -2,7 +2,13 @@
 over any of them. Every backend implements :class:`GenerationBackend` (token ids in, token ids + log-probs
 out)."""
 
-from agentr1_trl.generation.base import Generation, GenerationBackend, SamplingConfig
+from agentr1_trl.generation.base import (
+    Generation,
+    GenerationBackend,
+    GenerationError,
+    SamplingConfig,
+    check_generations,
+)
 from agentr1_trl.generation.hf import HFGenerator
 from agentr1_trl.generation.scripted import ScriptedGenerator
 from agentr1_trl.generation.value_guided import ValueGuidedGenerator
@@ -10,8 +16,10 @@ from agentr1_trl.generation.value_guided import ValueGuidedGenerator
 __all__ = [
     "Generation",
     "GenerationBackend",
+    "GenerationError",
     "HFGenerator",
     "SamplingConfig",
     "ScriptedGenerator",
     "ValueGuidedGenerator",
+    "check_generations",
 ]
