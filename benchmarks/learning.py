@@ -367,6 +367,8 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
                     "env/format_ok",
                     "signal/outcome_varied_groups",
                     "signal/outcome_share",
+                    "signal/step_groups_nontrivial",
+                    "signal/step_baseline_explained",
                 )
             }
             for h in trainer.state.log_history
