@@ -12,14 +12,9 @@ import pytest
 pytest.importorskip("trl")
 
 from agentr1_trl.checkpoints import latest_complete_checkpoint
+from test_trl_durable import TINY_FLAGS  # the same tiny runs: no warm start, no evaluations, LoRA r=2
 
 from agentr1_gym.cli import main
-
-TINY_FLAGS = [
-    "--warm-start", "0", "--lora-r", "2", "--eval-episodes", "0",
-    "--set", "per_device_train_batch_size=2", "--set", "num_generations=2", "--set", "use_cpu=true",
-    "--set", "max_new_tokens_per_turn=8",
-]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
