@@ -178,8 +178,8 @@ def gigpo_advantages(
     """GiGPO (Feng et al., "Group-in-Group Policy Optimization for LLM Agent Training", arXiv 2505.10978): each
     turn's advantage is its episode's group advantage plus ``step_weight`` times a step-level one.
 
-    * Episode level: GRPO over the group's returns, ``(R_i - mean) / (std + eps)`` (``scale``; unbiased std as
-      :func:`grpo_advantages`), or ``R_i - mean``.
+    * Episode level: :func:`grpo_advantages` over the group's returns, ``(R_i - mean) / (std + eps)``
+      (``scale``), or ``R_i - mean``.
     * Step level: within a group, the turns taken from the same world state (equal ``state_keys``; the anchor
       states of the paper) form a step group; each member's advantage is its return-to-go ``G_t`` (discounted by
       ``gamma``) against the step group's, normalised the same way. A turn whose state no other turn of the group
@@ -197,10 +197,11 @@ def gigpo_advantages(
     in_groups = total_steps = 0
     grouped_g: list[float] = []
     grouped_b: list[float] = []
-    for group in _groups(n, group_size):
-        rs = [float(episode_returns[i]) for i in group]
-        mean = sum(rs) / len(rs)
-        std = (sum((r - mean) ** 2 for r in rs) / (len(rs) - 1)) ** 0.5 if len(rs) > 1 else 0.0
+    groups = _groups(n, group_size)
+    episode_adv = grpo_advantages(
+        torch.tensor(episode_returns, dtype=torch.float64), group_size, scale=scale, eps=eps
+    ).tolist()
+    for group in groups:
         clusters: dict[object, list[tuple[int, int]]] = {}
         for i in group:
             if len(state_keys[i]) != len(step_rewards[i]):
@@ -222,10 +223,9 @@ def gigpo_advantages(
             grouped_b += [m] * len(gs)
             for (i, t), g in zip(members, gs):
                 step_adv[(i, t)] = (g - m) / (s + eps) if scale else g - m
-        for k, i in enumerate(group):
-            episode_adv = (rs[k] - mean) / (std + eps) if scale else rs[k] - mean
+        for i in group:
             for t in range(len(step_rewards[i])):
-                out[i][t] = episode_adv + step_weight * step_adv.get((i, t), 0.0)
+                out[i][t] = episode_adv[i] + step_weight * step_adv.get((i, t), 0.0)
     metrics = {"step_groups_nontrivial": in_groups / total_steps if total_steps else 0.0}
     explained = _explained(grouped_g, grouped_b)
     if explained is not None:

@@ -325,13 +325,12 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, l
     saved = read_run_file(run_file)
     _apply_credit(args, overrides, overrides.get("algo", saved["algo"]))
     flat = {**saved["settings"], **{k: saved[k] for k in ("algo", "model", "lora_r", "warm_start")}}
-    if (
-        saved["settings"].get("output_dir") not in (None, str(run_dir))
-        and Path(str(saved["settings"]["output_dir"])).resolve() != run_dir.resolve()
-    ):
-        moved = [f"the run moved: it was in {saved['settings']['output_dir']}, it continues in {run_dir}"]
-    else:
-        moved = []
+    was = saved["settings"].get("output_dir")
+    moved = (
+        [f"the run moved: it was in {was}, it continues in {run_dir}"]
+        if was is not None and Path(str(was)).resolve() != run_dir.resolve()
+        else []
+    )
     settings, changes = merge_resume_overrides(run_dir, flat, overrides)
     return settings, resume or True, run_file, moved + changes
 

@@ -182,7 +182,7 @@ class VLLMGenerator:
         self.vocab_size = int(vocab_size or len(tokenizer))
         self.server_urls = [u.rstrip("/") for u in server_urls]
         self.timeout_s = timeout_s
-        self._clients = [ServerClient(u, timeout_s=timeout_s, retries=retries) for u in self.server_urls]
+        self._clients = {u: ServerClient(u, timeout_s=timeout_s, retries=retries) for u in self.server_urls}
         self.version = 0  # weight version: 0 = the base weights
         self._lora: Any = None  # colocate: the current LoRARequest; server: the current adapter name
         self._sync_root = sync_root(sync_dir)
@@ -240,7 +240,7 @@ class VLLMGenerator:
         """The model every server serves (``model`` when listed, else the first server's first model), checked
         to be the same on all of them."""
         chosen_id = None
-        for client in self._clients:
+        for client in self._clients.values():
             answer = client.call("/v1/models")
             listed = answer.get("data") if isinstance(answer, dict) else None
             if not isinstance(listed, list) or not all(
@@ -259,14 +259,13 @@ class VLLMGenerator:
                     self.max_model_len = length
             elif chosen_id not in ids:
                 raise InferenceServerError(
-                    client.url, f"/v1/models: serves {ids}, not {chosen_id!r} like {self._clients[0].url}"
+                    client.url, f"/v1/models: serves {ids}, not {chosen_id!r} like {self.server_urls[0]}"
                 )
         return str(chosen_id)
 
     # ---- HTTP (server mode) ---------------------------------------------------------------------------------
     def _request(self, url: str, path: str, body: dict | None = None, *, idempotent: bool = True) -> Any:
-        client = next(c for c in self._clients if c.url == url.rstrip("/"))
-        return client.call(path, body, idempotent=idempotent, text_ok=True)
+        return self._clients[url].call(path, body, idempotent=idempotent, text_ok=True)
 
     # ---- generation ---------------------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
@@ -341,9 +340,8 @@ class VLLMGenerator:
                 "logprobs": 0,
                 "return_token_ids": True,
             }
-            client = next(c for c in self._clients if c.url == url)
             # generation changes nothing on the server: safe to retry within the call's deadline
-            answer = client.call("/v1/completions", body)
+            answer = self._clients[url].call("/v1/completions", body)
             checked = check_completions(
                 url,
                 answer,

@@ -107,6 +107,22 @@ class ServerClient:
                 self.url, f"{path}: the answer is not JSON (starts {text[:60]!r}); is this a vLLM server?"
             ) from None
 
+    def _classify(self, path: str, exc: Exception) -> Exception:
+        """A failed attempt (before its deadline) as a retryable failure or a final, named one."""
+        if isinstance(exc, ConnectionRefusedError):
+            return _Retryable(f"unreachable ({exc.strerror or exc})")
+        if isinstance(exc, http.client.IncompleteRead):
+            return _Retryable(
+                f"the answer was cut short ({len(exc.partial)} bytes read, {exc.expected} more expected)"
+            )
+        if isinstance(exc, (http.client.RemoteDisconnected, ConnectionError)):
+            return _Retryable(f"the connection broke ({type(exc).__name__}: {exc})")
+        if isinstance(exc, http.client.HTTPException):
+            return InferenceServerError(
+                self.url, f"{path}: not a valid HTTP answer ({type(exc).__name__}: {exc})"
+            )
+        return _Retryable(f"unreachable ({getattr(exc, 'strerror', None) or exc})")
+
     # ---- one attempt ----------------------------------------------------------------------------------------
     def _once(self, path: str, data: bytes | None, deadline: float) -> tuple[int, bytes]:
         remaining = deadline - time.monotonic()
@@ -149,33 +165,12 @@ class ServerClient:
                 raise http.client.IncompleteRead(b"".join(chunks), resp.length)
         except InferenceServerError:
             raise
-        except ConnectionRefusedError as exc:
-            raise _Retryable(f"unreachable ({exc.strerror or exc})") from None
-        except (http.client.IncompleteRead, http.client.RemoteDisconnected, ConnectionError) as exc:
-            if expired.is_set():
+        except (OSError, http.client.HTTPException) as exc:  # TimeoutError and ConnectionError are OSErrors
+            if expired.is_set() or isinstance(exc, TimeoutError):
                 raise InferenceServerError(
                     self.url, f"{path}: no complete answer within {self.timeout_s:g} s"
                 ) from None
-            what = (
-                f"the answer was cut short ({len(exc.partial)} bytes read, {exc.expected} more expected)"
-                if isinstance(exc, http.client.IncompleteRead)
-                else f"the connection broke ({type(exc).__name__}: {exc})"
-            )
-            raise _Retryable(what) from None
-        except TimeoutError:
-            raise InferenceServerError(
-                self.url, f"{path}: no complete answer within {self.timeout_s:g} s"
-            ) from None
-        except (OSError, http.client.HTTPException) as exc:
-            if expired.is_set():
-                raise InferenceServerError(
-                    self.url, f"{path}: no complete answer within {self.timeout_s:g} s"
-                ) from None
-            if isinstance(exc, http.client.HTTPException):
-                raise InferenceServerError(
-                    self.url, f"{path}: not a valid HTTP answer ({type(exc).__name__}: {exc})"
-                ) from None
-            raise _Retryable(f"unreachable ({exc.strerror or exc})") from None
+            raise self._classify(path, exc) from None
         finally:
             watchdog.cancel()
             conn.close()
