@@ -25,7 +25,9 @@ from agentr1_gym.formats import HermesFormat, ParsedAction, SearchR1Format, Tool
 from agentr1_gym.registration import env_ids, make, register_envs
 from agentr1_gym.rewards import ProcessReward, RewardConfig
 from agentr1_gym.spaces import FreeText
+from agentr1_gym.task import TaskEnv, make_task, register_task
 from agentr1_gym.tools.base import Tool, ToolResult
+from agentr1_gym.tools.function import tool
 
 __version__ = "0.1.0"
 
@@ -43,6 +45,7 @@ __all__ = [
     "ResetNeededError",
     "RewardConfig",
     "SearchR1Format",
+    "TaskEnv",
     "Tool",
     "ToolCall",
     "ToolCallFormat",
@@ -52,6 +55,9 @@ __all__ = [
     "UnknownEnvError",
     "env_ids",
     "make",
+    "make_task",
+    "register_task",
+    "tool",
 ]
 
 register_envs()

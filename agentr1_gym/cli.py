@@ -26,11 +26,20 @@ def _parse_kv(items: Sequence[str]) -> dict[str, Any]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from agentr1_gym.registration import DESCRIPTIONS
+    import importlib
 
-    width = max(map(len, DESCRIPTIONS))
-    for env_id in sorted(DESCRIPTIONS):
-        print(f"{env_id:<{width}}  {DESCRIPTIONS[env_id]}")
+    from agentr1_gym.errors import ConfigError
+    from agentr1_gym.registration import DESCRIPTIONS, USER_DESCRIPTIONS
+
+    for module in getattr(args, "modules", None) or []:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigError(f"cannot import {module!r}: {exc}") from None
+    listed = {**DESCRIPTIONS, **USER_DESCRIPTIONS}
+    width = max(map(len, listed))
+    for env_id in sorted(listed):
+        print(f"{env_id:<{width}}  {listed[env_id]}")
     return 0
 
 
@@ -220,7 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("list", help="list the registered AgentR1 envs")
+    p = sub.add_parser("list", help="list the registered AgentR1 envs (and the tasks your modules register)")
+    p.add_argument(
+        "modules", nargs="*", help="modules to import first, e.g. your module calling register_task"
+    )
     p.set_defaults(func=cmd_list)
 
     env_arg = {
@@ -233,13 +245,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "play", help="play an env in the terminal: type assistant turns, see observations and rewards"
     )
-    p.add_argument("env_id", help="e.g. AgentR1/HotpotQA-v0")
+    p.add_argument("env_id", help="e.g. AgentR1/HotpotQA-v0, or your_module:Namespace/Name-v0")
     p.add_argument("--seed", type=int, default=0, help="reset seed (default 0)")
     p.add_argument("--env-arg", **env_arg)
     p.set_defaults(func=cmd_play)
 
     p = sub.add_parser("eval", help="evaluate a policy: success, EM/F1, format validity, mean reward")
-    p.add_argument("env_id", help="e.g. AgentR1/HotpotQA-v0")
+    p.add_argument("env_id", help="e.g. AgentR1/HotpotQA-v0, or your_module:Namespace/Name-v0")
     p.add_argument(
         "--policy",
         default="oracle",

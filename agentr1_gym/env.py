@@ -58,12 +58,29 @@ class EnvSettings(BaseModel):
         description="Reward weights (a RewardConfig, its fields as a dict, or None).",
     )
     render_mode: Literal["ansi", "human"] | None = Field(None, description="Gymnasium render mode.")
+    task_split: Literal["all", "train", "test"] = Field(
+        "all",
+        description="Envs with a fixed task list: all tasks, or the training or held-out part (a fixed, seeded "
+        "split: test_fraction of the tasks are held out).",
+    )
+    test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="The held-out share of a fixed task list.")
 
     @field_validator("reward", mode="before")
     @classmethod
     def _default_reward(cls, value: Any) -> Any:
         return RewardConfig() if value is None else value
 
+
+#: subclass hooks that became public (old name -> new name)
+_RENAMED_HOOKS = {
+    "_task_prompt": "task_prompt",
+    "_score": "score_answer",
+    "_gold_answers": "task_answers",
+    "_generate_task": "generate_task",
+    "_process_rewards": "process_reward_units",
+    "_process_caps": "process_reward_caps",
+    "_on_reset": "on_reset",
+}
 
 #: keyword arguments renamed since 0.1 (old name -> new name); the old names still work, with a warning
 _RENAMED = {"protocol": "tool_format"}
@@ -159,15 +176,27 @@ class ToolEnv(gym.Env[str, str], ABC):
     :meth:`random_action`, :meth:`max_episode_reward`, :attr:`gold_answers`, :meth:`is_success`,
     :attr:`num_tasks`, :meth:`state_key`.
 
-    Subclasses pass their tools (positionally) and ``**settings`` to ``ToolEnv.__init__``; they implement
-    :meth:`_task_prompt`, :meth:`_score` and :meth:`_gold_answers`, and either set ``self.tasks`` (a fixed task
-    list) or implement :meth:`_generate_task` (procedural tasks). Process rewards: declare the components in
-    ``process_rewards`` and return the units earned from :meth:`_process_rewards`; bound them per episode with
-    :meth:`_process_caps`.
+    **Writing an env** (the public subclass API; :func:`agentr1_gym.task.make_task` builds one without
+    subclassing). Pass the tools (positionally) and ``**settings`` to ``ToolEnv.__init__``, then implement:
+
+    * :meth:`task_prompt` (the task's part of the first user message) and :meth:`score_answer` (the answer
+      metrics of an episode's end), and optionally :meth:`task_answers` (gold answers, for the oracle and tests);
+    * where the tasks come from: set ``self.tasks`` (a fixed list; it gets train/held-out splits through the
+      ``task_split`` setting) or implement :meth:`generate_task` (procedural tasks, one per seed);
+    * process rewards: declare the components in ``process_rewards`` and return the units one *successful* call
+      earned from :meth:`process_reward_units` (failed calls earn none); bound them per episode with
+      :meth:`process_reward_caps` (so :meth:`max_episode_reward` stays true);
+    * :meth:`on_reset` for per-episode state; :meth:`oracle_action` (a scripted turn that knows the answer; it must
+      not change the env: tests and warm starts call it between steps) and :meth:`random_action` if you have them;
+    * per-process resources (a database connection, a client): open them in :meth:`open_resources` (call it at the
+      end of ``__init__``) and name the attributes in ``process_local``; a pickled env (vector envs, worker
+      processes) leaves them out and reopens them in the new process, and :meth:`close` closes them and the tools.
+
+    A task is any object; ``task_id()`` reads its ``id`` attribute or ``"id"`` key (else its index in ``tasks``).
 
     Two kinds of task share this contract. **Answer-shaped** (QA, code, math): tools only observe, an
-    ``<answer>`` ends the episode and :meth:`_score` scores it. **World-shaped** (text games, a shop, a user's
-    database): tools change the world, a tool result with ``terminal=True`` ends the episode, and :meth:`_score`
+    ``<answer>`` ends the episode and :meth:`score_answer` scores it. **World-shaped** (text games, a shop, a user's
+    database): tools change the world, a tool result with ``terminal=True`` ends the episode, and :meth:`score_answer`
     (called with ``None``) reads the outcome off the world's final state; such envs set ``final_answer = False``
     (an ``<answer>`` is then a format error) unless the world also takes a final answer, and expose the world's
     state as a hashable :meth:`state_key` (for step-level credit). Metrics, process rewards, the oracle,
@@ -187,9 +216,13 @@ class ToolEnv(gym.Env[str, str], ABC):
     #: whether ``<answer>`` ends an episode (answer-shaped tasks); world-shaped envs whose world decides when the
     #: episode ends set False, and the prompt then does not ask for an answer
     final_answer: ClassVar[bool] = True
-    #: a fixed task list, or None for procedural envs (which implement ``_generate_task``)
+    #: a fixed task list, or None for procedural envs (which implement ``generate_task``)
     tasks: Sequence[Any] | None = None
+    #: attributes holding per-process resources (connections, clients): left out when the env is pickled, and
+    #: reopened by :meth:`open_resources` in the process that unpickles it
+    process_local: ClassVar[tuple[str, ...]] = ()
     _spec: Any = None
+    _pool: tuple[int, int, list[int]] | None = None
 
     @property
     def spec(self) -> Any:
@@ -209,6 +242,11 @@ class ToolEnv(gym.Env[str, str], ABC):
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
+        for old, new in _RENAMED_HOOKS.items():
+            if old in cls.__dict__ and new not in cls.__dict__:
+                raise TypeError(
+                    f"{cls.__name__} defines {old}(); the hook is now public: rename it to {new}() (same signature)"
+                )
         if "__init__" in cls.__dict__:
             cls._original_init = cls.__dict__["__init__"]  # type: ignore[attr-defined]
             cls.__init__ = _check_kwargs(cls, cls._original_init)  # type: ignore[method-assign]
@@ -268,32 +306,88 @@ class ToolEnv(gym.Env[str, str], ABC):
 
     # ---- hooks -------------------------------------------------------------------------------------------
     @abstractmethod
-    def _task_prompt(self, task: Any) -> str:
+    def task_prompt(self, task: Any) -> str:
         """The task-specific part of the first user message."""
 
     @abstractmethod
-    def _score(self, answer: str | None) -> dict[str, float]:
+    def score_answer(self, answer: str | None) -> dict[str, float]:
         """The answer metrics of a final answer (``None``: none given), each in [0, 1]; must hold every name in
         ``answer_metrics`` and ``success_metric``."""
 
-    @abstractmethod
-    def _gold_answers(self, task: Any) -> tuple[str, ...]:
-        """The task's gold answers as text (what :attr:`gold_answers` returns)."""
+    def task_answers(self, task: Any) -> tuple[str, ...]:
+        """The task's gold answers as text (what :attr:`gold_answers` returns; none by default)."""
+        return ()
 
-    def _generate_task(self, rng: np.random.Generator, options: dict[str, Any]) -> Any:
+    def generate_task(self, rng: np.random.Generator, options: dict[str, Any]) -> Any:
         """Procedural envs: make a task from ``rng`` (envs with a fixed ``tasks`` list need not implement it)."""
-        raise NotImplementedError(f"{type(self).__name__} sets neither tasks nor _generate_task")
+        raise NotImplementedError(f"{type(self).__name__} sets neither tasks nor generate_task()")
 
-    def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
+    def process_reward_units(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
         """Units of the env's process components earned by one executed call (each is paid its weight)."""
         return {}
 
-    def _process_caps(self) -> dict[str, float]:
+    def process_reward_caps(self) -> dict[str, float]:
         """The most units of each process component an episode on the current task can earn."""
         return {}
 
-    def _on_reset(self) -> None:
+    def on_reset(self) -> None:
         """Reset per-episode state of subclasses."""
+
+    def open_resources(self) -> None:
+        """Open per-process resources (named in ``process_local``): call it at the end of ``__init__``; it runs
+        again in a process that unpickles the env."""
+
+    def close_resources(self) -> None:
+        """Close what :meth:`open_resources` opened (``env.close()`` calls it)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in self.process_local:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.process_local:
+            self.open_resources()
+
+    def close(self) -> None:
+        """Close per-process resources and the tools (tools backed by a connection release it)."""
+        self.close_resources()
+        for tool in getattr(self, "tools", {}).values():
+            tool.close()
+        super().close()
+
+    # ---- fixed task lists: train / held-out splits -------------------------------------------------------
+    def _task_pool(self) -> list[int]:
+        """The indices into ``tasks`` of the current ``task_split`` (all of them for ``"all"``)."""
+        assert self.tasks is not None
+        n, split = len(self.tasks), self.settings.task_split
+        if self._pool is None or self._pool[0] != n or self._pool[1] != id(self.tasks):
+            if split == "all":
+                pool = list(range(n))
+            else:
+                if n < 2:
+                    raise ConfigError(
+                        f"task_split={split!r} needs at least 2 tasks to split; {type(self).__name__} has {n}"
+                    )
+                order = np.random.default_rng(0).permutation(n)
+                held = min(n - 1, max(1, round(self.settings.test_fraction * n)))
+                pool = sorted(int(i) for i in (order[:held] if split == "test" else order[held:]))
+            self._pool = (n, id(self.tasks), pool)
+        return self._pool[2]
+
+    def split_kwargs(self, split: Literal["train", "test"]) -> dict[str, Any]:
+        """The keyword arguments that rebuild this env on its training or held-out tasks (``{}`` for procedural
+        envs, whose held-out tasks are other seeds). The CLI trains on ``"train"`` and evaluates on ``"test"``;
+        envs with their own split keyword (the text games, the shop) override it."""
+        return {} if self.tasks is None else {"task_split": split}
+
+    def kwargs_for_split(self, env_kwargs: dict[str, Any], split: Literal["train", "test"]) -> dict[str, Any]:
+        """``env_kwargs`` (what this env was made with) moved to its training or held-out tasks: a split the user
+        chose is kept for training, the held-out split always wins for evaluation."""
+        own = self.split_kwargs(split)
+        return {**own, **env_kwargs} if split == "train" else {**env_kwargs, **own}
 
     def state_key(self) -> Any:
         """A hashable key of the world's current state, equal for equal states (world envs: the room, the
@@ -305,13 +399,13 @@ class ToolEnv(gym.Env[str, str], ABC):
     @property
     def num_tasks(self) -> int | None:
         """How many tasks ``task_index`` ranges over (None: unbounded, procedural)."""
-        return None if self.tasks is None else len(self.tasks)
+        return None if self.tasks is None else len(self._task_pool())
 
     @property
     def gold_answers(self) -> tuple[str, ...]:
         """The current task's gold answers (never shown in observations or info); empty before the first reset
         (wrappers such as GEM's read attributes then)."""
-        return tuple(self._gold_answers(self.task)) if self.task is not None else ()
+        return tuple(self.task_answers(self.task)) if self.task is not None else ()
 
     def oracle_action(self) -> str:
         """The next turn of a policy that knows the gold evidence and answer (scripted; for tests, warm starts
@@ -328,7 +422,7 @@ class ToolEnv(gym.Env[str, str], ABC):
     def max_episode_reward(self) -> float:
         """The largest return an episode on the current task can reach under the reward config."""
         self._require_task("max_episode_reward()")
-        caps = self._process_caps()
+        caps = self.process_reward_caps()
         total = self.reward_config.max_outcome()
         total += sum(max(w, 0.0) * caps.get(name, 0.0) for name, w in self._weights.items())
         if self.reward_config.tool_success_reward > 0:
@@ -343,7 +437,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         """The task-specific part of the first user message, without the tool-call format's instructions (for
         frameworks that present the tools themselves, such as TRL's ``environment_factory``)."""
         self._require_task("task_text()")
-        return self._task_prompt(self.task)
+        return self.task_prompt(self.task)
 
     @property
     def done(self) -> bool:
@@ -351,7 +445,12 @@ class ToolEnv(gym.Env[str, str], ABC):
         return self._done
 
     def task_id(self) -> str:
-        return str(getattr(self.task, "id", ""))
+        """The current task's id: its ``id`` attribute or ``"id"`` key, else its index in ``tasks``."""
+        task = self.task
+        found = task.get("id") if isinstance(task, dict) else getattr(task, "id", None)
+        if found is None and self.tasks is not None and task is not None:
+            found = getattr(self, "_task_index", None)
+        return "" if found is None else str(found)
 
     def _require_task(self, what: str) -> None:
         if self.task is None:
@@ -379,11 +478,13 @@ class ToolEnv(gym.Env[str, str], ABC):
                 bound = f"[0, {n})" if n is not None else ">= 0"
                 raise ConfigError(f"options['task_index'] must be an int in {bound}, got {index!r}")
             if n is None:  # procedural: task i is the one generated from seed i
-                return self._generate_task(np.random.default_rng(int(index)), options)
-            return self.tasks[int(index)]  # type: ignore[index]
+                return self.generate_task(np.random.default_rng(int(index)), options)
+            self._task_index = self._task_pool()[int(index)]
+            return self.tasks[self._task_index]  # type: ignore[index]
         if n is None:
-            return self._generate_task(self.np_random, options)
-        return self.tasks[int(self.np_random.integers(n))]  # type: ignore[index]
+            return self.generate_task(self.np_random, options)
+        self._task_index = self._task_pool()[int(self.np_random.integers(n))]
+        return self.tasks[self._task_index]  # type: ignore[index]
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -394,9 +495,9 @@ class ToolEnv(gym.Env[str, str], ABC):
         self._done = False
         self._format_ok = True
         self._world_ended = False
-        self._on_reset()
+        self.on_reset()
         instructions = self.tool_format.instructions(list(self.tools.values()), answer=self.final_answer)
-        prompt = f"{instructions}\n\n{self._task_prompt(self.task)}"
+        prompt = f"{instructions}\n\n{self.task_prompt(self.task)}"
         self.messages = [{"role": "user", "content": prompt}]
         self._context_chars = len(prompt)
         info = {
@@ -416,7 +517,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         components, metrics)``. ``step`` calls it; a wrapper that cuts an episode short can call it too, so that the cut episode is
         scored like one the env truncated."""
         self._done = True
-        metrics = self._score(answer if terminated else None)
+        metrics = self.score_answer(answer if terminated else None)
         score = float(metrics[self.answer_metric])
         format_ok = self._format_ok and terminated
         success = self.is_success(metrics)
@@ -550,7 +651,7 @@ class ToolEnv(gym.Env[str, str], ABC):
                 components["invalid_call"] += self.reward_config.invalid_call_penalty
             elif result.success:
                 components["tool_success"] += self.reward_config.tool_success_reward
-                for key, units in self._process_rewards(call, result).items():
+                for key, units in self.process_reward_units(call, result).items():
                     components[key] += units * self._weights[key]
             if result.terminal:
                 self._world_ended = True

@@ -10,17 +10,22 @@ error for unknown ids.
 from __future__ import annotations
 
 import difflib
+import importlib
+import os
+import sys
 from typing import Any
 
 import gymnasium as gym
 from gymnasium.envs.registration import register, registry
 
-from agentr1_gym.errors import UnknownEnvError
+from agentr1_gym.errors import ConfigError, UnknownEnvError
 
-__all__ = ["DESCRIPTIONS", "env_ids", "make", "register_envs"]
+__all__ = ["DESCRIPTIONS", "USER_DESCRIPTIONS", "env_ids", "make", "register_envs", "resolve_env_id"]
 
-#: env id -> one-line description (``agentr1 list``)
+#: env id -> one-line description (``agentr1 list``) of the library's ``AgentR1/*`` envs
 DESCRIPTIONS: dict[str, str] = {}
+#: the same for tasks registered with :func:`agentr1_gym.register_task` in this process
+USER_DESCRIPTIONS: dict[str, str] = {}
 
 
 def _register(env_id: str, entry_point: str, description: str, **kwargs: object) -> None:
@@ -69,6 +74,28 @@ def register_envs() -> None:
         "Procedural arithmetic and multi-step word problems with exact answers and a safe calculator tool.",
     )
     register_worlds()
+    _register(
+        "AgentR1/Mixture-v0",
+        "agentr1_gym.envs.mixture:MixtureEnv",
+        "A weighted mixture of envs (envs=[{id, weight, kwargs}]): one run trains on several; metrics per env.",
+    )
+    rg = "agentr1_gym.envs.reasoning_gym:ReasoningGymEnv"
+    _register(
+        "AgentR1/ReasoningGym-v0",
+        rg,
+        "Any reasoning-gym dataset (task=<name>, config={...}), scored by its own score_answer; optional tool.",
+    )
+    from agentr1_gym.envs.reasoning_gym import CURATED
+
+    for suffix, task, config, tool, what in CURATED:
+        _register(
+            f"AgentR1/RG-{suffix}-v0",
+            rg,
+            f"reasoning-gym {task} ({what}) with the {tool}.",
+            task=task,
+            config=config,
+            tool=tool,
+        )
 
 
 def register_worlds() -> None:
@@ -89,16 +116,71 @@ def register_worlds() -> None:
 
 
 def env_ids() -> list[str]:
-    """The ids of every registered ``AgentR1/*`` env."""
+    """The ids of every registered ``AgentR1/*`` env (tasks of :func:`register_task`: ``USER_DESCRIPTIONS``)."""
     return sorted(DESCRIPTIONS)
 
 
-def make(env_id: str, **kwargs: Any) -> gym.Env:
-    """``gym.make`` with a typed error for unknown ids (``UnknownEnvError`` suggests the closest ids); otherwise
-    exactly ``gym.make``. ``"agentr1_gym:AgentR1/..."`` (the form that imports the package first) works too."""
-    env_id = env_id.removeprefix("agentr1_gym:")
-    if env_id not in DESCRIPTIONS:
-        close = difflib.get_close_matches(env_id, env_ids(), n=3, cutoff=0.4)
+def _import_user_module(module: str) -> None:
+    """Import ``module``; like ``python -m``, the working directory counts (``agentr1 eval mytask:...`` run next
+    to ``mytask.py`` finds it, although a console script's ``sys.path`` starts at its own directory)."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        cwd = os.getcwd()
+        if exc.name != module.split(".")[0] or cwd in sys.path or "" in sys.path:
+            raise
+        sys.path.insert(0, cwd)
+        importlib.import_module(module)
+
+
+def resolve_env_id(env_id: str) -> str:
+    """The registry id of ``env_id``, importing its module first for the ``"module:Namespace/Name-v0"`` form
+    (what another process, a worker or the CLI, needs to find an env registered by the user's own module).
+    Raises :class:`UnknownEnvError` (with the closest ids) when the id is not registered with Gymnasium."""
+    if not isinstance(env_id, str) or not env_id:
+        raise UnknownEnvError(f"an env id is a non-empty string, got {env_id!r}")
+    name = env_id
+    if ":" in env_id:
+        module, name = env_id.split(":", 1)
+        if module != "agentr1_gym":
+            try:
+                _import_user_module(module)
+            except ImportError as exc:
+                raise UnknownEnvError(
+                    f"cannot import {module!r} (from the env id {env_id!r}, module:id form): {exc}"
+                ) from None
+    if name not in registry:
+        known = sorted(set(env_ids()) | {i for i in registry if "/" in i})
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-        raise UnknownEnvError(f"no AgentR1 env {env_id!r}.{hint} Registered: {', '.join(env_ids())}")
-    return gym.make(env_id, **kwargs)
+        where = (
+            ""
+            if ":" in env_id
+            else (
+                " An env registered by your own module needs the 'your_module:Namespace/Name-v0' form in other "
+                "processes (the CLI, workers)."
+            )
+        )
+        raise UnknownEnvError(
+            f"no env {name!r} is registered.{hint}{where} AgentR1 envs: {', '.join(env_ids())}"
+        )
+    return name
+
+
+def make(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gym.make`` for any agentr1 env: an ``AgentR1/*`` id, any Gymnasium-registered id of a
+    :class:`~agentr1_gym.env.ToolEnv`, or ``"module:id"`` (imports the module that registers it first).
+    Unknown ids raise :class:`UnknownEnvError` with the closest ids; an id whose env is not a ``ToolEnv`` raises
+    :class:`ConfigError` (every trainer, evaluator and adapter needs one)."""
+    name = resolve_env_id(env_id)
+    env = gym.make(name, **kwargs)
+    from agentr1_gym.env import ToolEnv
+
+    if not isinstance(env.unwrapped, ToolEnv):
+        env.close()
+        raise ConfigError(
+            f"{name!r} is a Gymnasium env ({type(env.unwrapped).__name__}) but not an agentr1 ToolEnv: agentr1's "
+            "trainers, evaluators and adapters need one (subclass agentr1_gym.ToolEnv or build it with "
+            "agentr1_gym.make_task)"
+        )
+    return env

@@ -57,6 +57,33 @@ TASKS: dict[str, dict[str, Any]] = {
         "eval_kwargs": {"split": "test", "max_turns": 8},
     },
     "textworld": {},  # family, level and pool sizes from --tw-family, --tw-level, --tw-games, --tw-test-games
+    # reasoning-gym task families with the calculator (procedural: held-out seeds are held-out problems)
+    "rg-chainsum": {
+        "env": "AgentR1/RG-ChainSum-v0",
+        "train_kwargs": {"max_turns": 4},
+        "eval_kwargs": {"max_turns": 4},
+    },
+    "rg-arith": {
+        "env": "AgentR1/RG-BasicArithmetic-v0",
+        "train_kwargs": {"max_turns": 4},
+        "eval_kwargs": {"max_turns": 4},
+    },
+    "rg-gsm": {
+        "env": "AgentR1/RG-GSMSymbolic-v0",
+        "train_kwargs": {"max_turns": 6},
+        "eval_kwargs": {"max_turns": 6},
+    },
+    "calculator": {
+        "env": "AgentR1/Calculator-v0",
+        "train_kwargs": {"max_turns": 6},
+        "eval_kwargs": {"max_turns": 6},
+    },
+    # one run over two envs (AgentR1/Mixture-v0); evaluated per env, on the single-env runs' held-out seeds
+    "mix": {
+        "env": "AgentR1/Mixture-v0",
+        "train_kwargs": {"envs": ["AgentR1/RG-ChainSum-v0", "AgentR1/Calculator-v0"], "max_turns": 6},
+        "eval_kwargs": {"envs": ["AgentR1/RG-ChainSum-v0", "AgentR1/Calculator-v0"], "max_turns": 6},
+    },
 }
 TW_IDS = {
     "simple": "AgentR1/TextWorld-Simple-v0",
@@ -161,6 +188,33 @@ def _evaluate(args: argparse.Namespace, model: Any, tok: Any, **kw: Any) -> dict
     kw.setdefault("episodes", args.eval_episodes)
     if kw.get("generator") is not None:
         kw.setdefault("batch_size", 64)
+    if (
+        "envs" in eval_kwargs
+    ):  # a mixture: each env on its own, on the seeds its single-env run is evaluated on
+        shared = {k: v for k, v in eval_kwargs.items() if k != "envs"}
+        per_env = {}
+        for component in eval_kwargs["envs"]:
+            per_env[component] = evaluate_model(
+                component,
+                model,
+                tok,
+                env_kwargs=shared,
+                seed=args.eval_seed,
+                max_new_tokens=args.max_new_tokens,
+                progress=args.progress,
+                **kw,
+            )
+        out = {
+            key: float(sum(r[key] for r in per_env.values()) / len(per_env))
+            for key in ("success", "format_ok", "return")
+        }
+        out.update(
+            episodes=kw["episodes"] * len(per_env), per_env=per_env, seconds=round(time.perf_counter() - t, 1)
+        )
+        print(
+            f"[{args.task}] eval per env: { {k: v['success'] for k, v in per_env.items()} }", file=sys.stderr
+        )
+        return out
     out = evaluate_model(
         env_id,
         model,

@@ -68,6 +68,14 @@ CASES: dict[str, object] = {
     "catalog_seed": 1,
     "num_test": 50,
     "human_goals": None,
+    "task_split": "test",
+    # reasoning-gym and the mixture
+    "task": "basic_arithmetic",
+    "config": {"AgentR1/RG-ChainSum-v0": {"min_terms": 3, "max_terms": 3}, "*": {}},
+    "tool": "none",
+    "partial_credit": False,
+    "envs": [{"id": "AgentR1/RG-GSMSymbolic-v0", "weight": 2}, {"id": "AgentR1/Calculator-v0", "name": "calc"}],
+    "test_fraction": 0.3,
 }
 
 

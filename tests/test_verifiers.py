@@ -132,5 +132,5 @@ def test_taskset_yields_the_env_prompts_and_rejects_unknown_envs():
         _, info = env.reset(seed=3 + i)
         assert [m.content for m in task.data.prompt] == [m["content"] for m in info["messages"]]
         assert task.data.info == {"env_id": "AgentR1/HotpotQA-v0", "env_kwargs": {}, "seed": 3 + i}
-    with pytest.raises(ConfigError, match="unknown env id"):
+    with pytest.raises(ConfigError, match="env-id: no env"):
         AgentR1Taskset(AgentR1TasksetConfig(id="agentr1-verifiers", env_id="AgentR1/Nope-v0"))

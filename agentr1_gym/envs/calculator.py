@@ -12,7 +12,6 @@ The oracle evaluates the solution steps with the calculator, then answers.
 from __future__ import annotations
 
 import hashlib
-import re
 from fractions import Fraction
 from typing import Any
 
@@ -22,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from agentr1_gym.env import ToolEnv
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.formats import ToolCall
+from agentr1_gym.matching import parse_number, parse_numbers
 from agentr1_gym.rewards import ProcessReward
 from agentr1_gym.tools.base import ToolResult
 from agentr1_gym.tools.calculator import CalculatorTool, evaluate, format_number
@@ -60,39 +60,6 @@ class MathTask(BaseModel):
     answer: Fraction
     steps: tuple[str, ...]  # calculator expressions of the solution, in order
     kind: str
-
-
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:\s*/\s*-?\d+(?:\.\d+)?)?|-?\.\d+")
-#: longest digit string read as a number (longer ones are not an answer anyone means; they also keep
-#: Fraction's parsing bounded)
-MAX_NUMBER_CHARS = 60
-
-
-def parse_numbers(text: str) -> list[Fraction | None]:
-    """Every number in a text, in order (``None`` for one that cannot be read: too long, or ``a/0``): integers,
-    decimals, ``a/b`` fractions; ``$``, ``%`` and ``,`` thousands separators ignored."""
-    cleaned = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
-    out: list[Fraction | None] = []
-    for match in _NUMBER.finditer(cleaned):
-        token = match.group(0).replace(" ", "")
-        if len(token) > MAX_NUMBER_CHARS:
-            out.append(None)
-            continue
-        try:
-            if "/" in token:
-                num, den = token.split("/")
-                out.append(Fraction(num) / Fraction(den) if Fraction(den) != 0 else None)
-            else:
-                out.append(Fraction(token))
-        except (ValueError, ZeroDivisionError):
-            out.append(None)
-    return out
-
-
-def parse_number(text: str) -> Fraction | None:
-    """The last number in a text (see :func:`parse_numbers`)."""
-    numbers = parse_numbers(text)
-    return numbers[-1] if numbers else None
 
 
 def answer_matches(text: str, gold: Fraction) -> bool:
@@ -222,7 +189,7 @@ class CalculatorEnv(ToolEnv):
         self._needed: set[Fraction] = set()
         self._oracle_step = 0
 
-    def _generate_task(self, rng: np.random.Generator, options: dict[str, Any]) -> MathTask:
+    def generate_task(self, rng: np.random.Generator, options: dict[str, Any]) -> MathTask:
         kind = options.get("kind") or self.kinds[int(rng.integers(len(self.kinds)))]
         if kind not in _GENERATORS:
             raise ConfigError(f"options['kind'] must be one of {sorted(_GENERATORS)}")
@@ -233,30 +200,30 @@ class CalculatorEnv(ToolEnv):
             id=f"{kind}-{digest}", question=question, answer=answer, steps=tuple(steps), kind=kind
         )
 
-    def _on_reset(self) -> None:
+    def on_reset(self) -> None:
         self._needed = {evaluate(s) for s in self.task.steps}
         self._oracle_step = 0
 
-    def _task_prompt(self, task: MathTask) -> str:
+    def task_prompt(self, task: MathTask) -> str:
         return (
             "Solve the problem below. Use the calculator for every computation, one step per turn, and give "
             f"the final number as your final answer.\n\nProblem: {task.question}"
         )
 
-    def _score(self, answer: str | None) -> dict[str, float]:
+    def score_answer(self, answer: str | None) -> dict[str, float]:
         return {"correct": float(answer is not None and answer_matches(answer, self.task.answer))}
 
-    def _gold_answers(self, task: MathTask) -> tuple[str, ...]:
+    def task_answers(self, task: MathTask) -> tuple[str, ...]:
         return (format_number(task.answer).split(" ")[0],)
 
-    def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
+    def process_reward_units(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
         value = result.metadata.get("value")
         if value is not None and value in self._needed:
             self._needed.discard(value)
             return {"progress": 1.0}
         return {}
 
-    def _process_caps(self) -> dict[str, float]:
+    def process_reward_caps(self) -> dict[str, float]:
         return {"progress": float(len({evaluate(s) for s in self.task.steps}))}
 
     def oracle_action(self) -> str:
@@ -266,4 +233,4 @@ class CalculatorEnv(ToolEnv):
         if self._oracle_step < len(steps):
             self._oracle_step += 1
             return self.call_text("calculator", expression=steps[self._oracle_step - 1])
-        return self.answer_text(self._gold_answers(self.task)[0])
+        return self.answer_text(self.task_answers(self.task)[0])

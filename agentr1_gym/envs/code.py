@@ -150,10 +150,10 @@ class HumanEvalEnv(ToolEnv):
         self._doctest_ok = False
         self._oracle_ran = False
 
-    def _on_reset(self) -> None:
+    def on_reset(self) -> None:
         self._ran_ok = self._doctest_ok = self._oracle_ran = False
 
-    def _task_prompt(self, task: CodeTask) -> str:
+    def task_prompt(self, task: CodeTask) -> str:
         return CODE_PROMPT.format(prompt=task.prompt)
 
     # ---- rewards -----------------------------------------------------------------------------------------
@@ -167,17 +167,17 @@ class HumanEvalEnv(ToolEnv):
             code = task.prompt + _as_body(code)  # a completion of the prompt, HumanEval-style
         return code
 
-    def _score(self, answer: str | None) -> dict[str, float]:
+    def score_answer(self, answer: str | None) -> dict[str, float]:
         if answer is None:
             return {"pass": 0.0}
         return {
             "pass": float(grade_answer(self.sandbox, self.task, self._full_program(extract_code(answer)))[0])
         }
 
-    def _gold_answers(self, task: CodeTask) -> tuple[str, ...]:
+    def task_answers(self, task: CodeTask) -> tuple[str, ...]:
         return (task.prompt + task.canonical_solution,)
 
-    def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
+    def process_reward_units(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
         out: dict[str, float] = {}
         if result.metadata.get("exit_code") == 0 and not self._ran_ok:
             self._ran_ok = True
@@ -193,7 +193,7 @@ class HumanEvalEnv(ToolEnv):
             out["doctest"] = 1.0
         return out
 
-    def _process_caps(self) -> dict[str, float]:
+    def process_reward_caps(self) -> dict[str, float]:
         return {"execution": 1.0, "doctest": 1.0 if self.examples_validated() else 0.0}
 
     # ---- scripted policies -------------------------------------------------------------------------------

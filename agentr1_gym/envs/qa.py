@@ -89,21 +89,21 @@ class QAEnvBase(ToolEnv):
         self._title_index: dict[str, str] | None = None
 
     # ---- ToolEnv hooks -----------------------------------------------------------------------------------
-    def _task_prompt(self, task: QATask) -> str:
+    def task_prompt(self, task: QATask) -> str:
         return QA_PROMPT.format(question=task.question)
 
-    def _on_reset(self) -> None:
+    def on_reset(self) -> None:
         self._gold = {_norm_title(t) for t in self.task.supporting_titles}
         self._seen_gold = set()
         self._oracle_tries = {}
 
-    def _score(self, answer: str | None) -> dict[str, float]:
+    def score_answer(self, answer: str | None) -> dict[str, float]:
         return qa_metrics(answer, self.task.answers)
 
-    def _gold_answers(self, task: QATask) -> tuple[str, ...]:
+    def task_answers(self, task: QATask) -> tuple[str, ...]:
         return tuple(task.answers)
 
-    def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
+    def process_reward_units(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
         new = 0
         for title in result.metadata.get("titles", ()):
             key = _norm_title(title)
@@ -115,7 +115,7 @@ class QAEnvBase(ToolEnv):
     def _retrieval_unit(self) -> float:
         return min(1.0, self.retrieval_units / max(1, len(self._gold)))
 
-    def _process_caps(self) -> dict[str, float]:
+    def process_reward_caps(self) -> dict[str, float]:
         return {"retrieval": len(self._gold) * self._retrieval_unit()}
 
     # ---- evaluation helpers ------------------------------------------------------------------------------

@@ -193,7 +193,7 @@ class SyntheticMultihopEnv(QAEnvBase):
     def _oracle_query(self, title: str, attempt: int) -> str:
         return title  # an entity's name finds its document; the oracle reads nothing it could not know
 
-    def _generate_task(self, rng: np.random.Generator, options: dict[str, Any]) -> QATask:
+    def generate_task(self, rng: np.random.Generator, options: dict[str, Any]) -> QATask:
         drawn = int(
             rng.integers(self.min_hops, self.max_hops + 1)
         )  # drawn either way: seeds keep their tasks

@@ -317,17 +317,17 @@ class TextGameEnv(ToolEnv):
             )
         return pool[int(self.np_random.integers(len(pool)))]
 
-    def _on_reset(self) -> None:
+    def on_reset(self) -> None:
         path = self.task.path if isinstance(self.task, GameFile) else str(game_path(self.task))
         self._intro = self.game.start(path)
 
-    def _task_prompt(self, task: Any) -> str:
+    def task_prompt(self, task: Any) -> str:
         return GAME_PROMPT.format(intro=self._intro)
 
-    def _gold_answers(self, task: Any) -> tuple[str, ...]:
+    def task_answers(self, task: Any) -> tuple[str, ...]:
         return ()
 
-    def _score(self, answer: str | None) -> dict[str, float]:
+    def score_answer(self, answer: str | None) -> dict[str, float]:
         s = self.game.state
         won = bool(s is not None and s.won)
         return {
@@ -336,11 +336,11 @@ class TextGameEnv(ToolEnv):
             "lost": float(bool(s is not None and s.lost)),
         }
 
-    def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
+    def process_reward_units(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
         gain = float(result.metadata.get("points", 0.0))
         return {"points": gain} if gain > 0 else {}
 
-    def _process_caps(self) -> dict[str, float]:
+    def process_reward_caps(self) -> dict[str, float]:
         return {"points": 1.0}
 
     def state_key(self) -> str:
@@ -359,6 +359,11 @@ class TextGameEnv(ToolEnv):
             list(self.game.state.admissible_commands or ["look"]) if self.game.state is not None else ["look"]
         )
         return self.call_text("act", command=options[int(self.np_random.integers(len(options)))])
+
+    def split_kwargs(self, split: str) -> dict[str, Any]:
+        """Generated games have their own held-out pool (``split="test"``); a user's game files split like any
+        fixed task list."""
+        return {"task_split": split} if self.levels == () else {"split": split}
 
     def close(self) -> None:
         self.game.close()

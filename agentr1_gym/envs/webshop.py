@@ -370,19 +370,23 @@ class WebShopEnv(ToolEnv):
         self.world = ShopWorld(products, shared_bm25(corpus))
         settings.setdefault("max_turns", 15)
         super().__init__([ShopSearchTool(self.world), ClickTool(self.world)], **settings)
+
+    def split_kwargs(self, split: str) -> dict[str, Any]:
+        """The shop's own split: the first ``num_test`` goals are held out."""
+        return {"split": split}
         self._oracle_by_title = False
 
-    def _task_prompt(self, task: ShopGoal) -> str:
+    def task_prompt(self, task: ShopGoal) -> str:
         return SHOP_PROMPT.format(instruction=task.instruction)
 
-    def _on_reset(self) -> None:
+    def on_reset(self) -> None:
         self.world.reset(self.task)
         self._oracle_by_title = False
 
-    def _gold_answers(self, task: ShopGoal) -> tuple[str, ...]:
+    def task_answers(self, task: ShopGoal) -> tuple[str, ...]:
         return ()
 
-    def _score(self, answer: str | None) -> dict[str, float]:
+    def score_answer(self, answer: str | None) -> dict[str, float]:
         keys = ("full_match", "reward", "r_type", "r_att", "r_option", "r_price", "bought")
         if self.world.bought is None:
             return dict.fromkeys(keys, 0.0)
@@ -391,10 +395,10 @@ class WebShopEnv(ToolEnv):
         parts = {k: parts[k] for k in ("r_type", "r_att", "r_option", "r_price")}
         return {"full_match": float(reward >= 1.0), "reward": reward, **parts, "bought": 1.0}
 
-    def _process_rewards(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
+    def process_reward_units(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
         return {"purchase": result.metadata["purchase"]} if "purchase" in result.metadata else {}
 
-    def _process_caps(self) -> dict[str, float]:
+    def process_reward_caps(self) -> dict[str, float]:
         return {"purchase": 1.0}
 
     def state_key(self) -> tuple:

@@ -58,6 +58,16 @@ class Tool(ABC):
     description: ClassVar[str]
     Args: ClassVar[type[BaseModel]]
 
+    @staticmethod
+    def from_function(
+        fn: Any, *, name: str | None = None, description: str | None = None, timeout_s: float | None = None
+    ) -> Tool:
+        """A tool that calls a plain typed function (sync or async): the schema comes from its type hints and
+        docstring (see :mod:`agentr1_gym.tools.function`)."""
+        from agentr1_gym.tools.function import from_function
+
+        return from_function(fn, name=name, description=description, timeout_s=timeout_s)
+
     def schema(self) -> dict[str, Any]:
         """The tool in OpenAI function-calling format (what chat templates' ``tools=`` take); a fresh copy."""
         return copy.deepcopy(self.schema_view())
@@ -86,6 +96,10 @@ class Tool(ABC):
     def execute_batch(self, batch: Sequence[BaseModel]) -> list[ToolResult]:
         """Run several calls; the default runs them one by one."""
         return [self.execute(a) for a in batch]
+
+    def close(self) -> None:
+        """Release what the tool holds (a connection); the owning env's ``close()`` calls it. Idempotent."""
+        return None
 
 
 def describe_validation_error(tool: str, exc: ValidationError) -> str:

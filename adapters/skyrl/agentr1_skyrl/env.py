@@ -126,6 +126,15 @@ def skyrl_dataset(
         extra: dict[str, Any] = {"seed": int(seed), "env_kwargs": dict(env_kwargs or {})}
         if max_turns is not None:
             extra["max_turns"] = int(max_turns)
-        rows.append({"prompt": info["messages"], "env_class": env_id, "extra_info": extra})
+        if env_id in agentr1_gym.env_ids():
+            rows.append({"prompt": info["messages"], "env_class": env_id, "extra_info": extra})
+        else:  # a user's env (any registered id, or module:id): the generic entry reads the id from the row
+            rows.append(
+                {
+                    "prompt": info["messages"],
+                    "env_class": GENERIC_ID,
+                    "extra_info": {**extra, "env_id": env_id},
+                }
+            )
     env.close()
     return rows

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentr1_gym.cli import positive_seconds
-from agentr1_gym.errors import ConfigError
+from agentr1_gym.errors import ConfigError, NoOracleError
 from agentr1_trl.runs import (
     RUN_FILE,
     check_checkpoint_matches,
@@ -64,35 +64,76 @@ EVAL_SEED = 100_000
 EVAL_EPISODES = 100
 
 
+def split_env_kwargs(env: Any, env_kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The env kwargs to train with and to evaluate with: an env with a fixed task list trains on its training
+    part and is evaluated on its held-out part (``ToolEnv.kwargs_for_split``); a split the user gave is kept for
+    training. Procedural envs train and evaluate on the same kwargs (held-out seeds are held-out tasks)."""
+    train = env.kwargs_for_split(env_kwargs, "train")
+    held = env.kwargs_for_split(env_kwargs, "test")
+    if held != train and "envs" not in env_kwargs:
+        own = env.split_kwargs("test")
+        print(
+            f"training on the env's training tasks, evaluating on its held-out tasks "
+            f"({', '.join(f'{k}={v}' for k, v in own.items())})",
+            flush=True,
+        )
+    return train, held
+
+
 def held_out_eval(
-    config: Any, model: Any, tokenizer: Any, episodes: int, label: str, generator: Any = None
+    config: Any,
+    model: Any,
+    tokenizer: Any,
+    episodes: int,
+    label: str,
+    generator: Any = None,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """Greedy evaluation of the policy on the held-out seeds (None when ``episodes`` is 0)."""
+    """Greedy evaluation of the policy on the held-out seeds (None when ``episodes`` is 0), with ``env_kwargs``
+    (default: the training env's), which for envs with a fixed task list select its held-out part."""
     if episodes <= 0:
         return None
     from agentr1_trl.evaluate import evaluate_model
 
+    kwargs = config.env_kwargs if env_kwargs is None else env_kwargs
+    runs = [("", config.env_id, kwargs)]
+    if "envs" in kwargs:  # a mixture: each env on its own held-out seeds, reported apart
+        from agentr1_gym.envs.mixture import _short
+
+        shared = {k: v for k, v in kwargs.items() if k != "envs"}
+        runs = [
+            (e.get("name") or _short(e["id"]), e["id"], {**shared, **(e.get("kwargs") or {})})
+            for e in (x if isinstance(x, dict) else {"id": x} for x in kwargs["envs"])
+        ]
     was_training = model.training
     model.eval()
-    result = evaluate_model(
-        config.env_id,
-        model,
-        tokenizer,
-        episodes=episodes,
-        seed=EVAL_SEED,
-        env_kwargs=config.env_kwargs,
-        max_new_tokens=config.max_new_tokens_per_turn,
-        generator=generator,
-        max_episode_tokens=config.max_episode_tokens,
-    )
+    results = {}
+    for name, env_id, env_kw in runs:
+        result = evaluate_model(
+            env_id,
+            model,
+            tokenizer,
+            episodes=episodes,
+            seed=EVAL_SEED,
+            env_kwargs=env_kw,
+            max_new_tokens=config.max_new_tokens_per_turn,
+            generator=generator,
+            max_episode_tokens=config.max_episode_tokens,
+        )
+        results[name] = result
+        print(
+            f"held-out {label}{' on ' + name if name else ''} ({episodes} episodes, seeds {EVAL_SEED}+, greedy): "
+            f"success {result['success']:.3f}, format-valid {result.get('format_ok', 0.0):.3f}, mean return "
+            f"{result['return']:.3f}",
+            flush=True,
+        )
     if was_training:
         model.train()
-    print(
-        f"held-out {label} ({episodes} episodes, seeds {EVAL_SEED}+, greedy): success {result['success']:.3f}, "
-        f"format-valid {result.get('format_ok', 0.0):.3f}, mean return {result['return']:.3f}",
-        flush=True,
-    )
-    return result
+    if len(runs) == 1:
+        return results[""]
+    keys = ("success", "score", "format_ok", "return", "turns")
+    mean = {k: float(sum(r.get(k, 0.0) for r in results.values()) / len(results)) for k in keys}
+    return {**mean, "episodes": episodes * len(results), "per_env": results}
 
 
 def _value(text: str) -> Any:
@@ -260,6 +301,13 @@ def _given_flags(args: argparse.Namespace) -> dict[str, Any]:
             given[key] = value
     if args.env_kwargs is not None:
         given["env_kwargs"] = _env_kwargs(args.env_kwargs, given.get("env_id", MAIN_JOB_ENV))
+    if getattr(args, "mix", None):
+        if "env_id" in given:
+            raise ConfigError("give --mix or --env, not both")
+        from agentr1_gym.envs.mixture import parse_mix
+
+        given["env_id"] = "AgentR1/Mixture-v0"
+        given["env_kwargs"] = {**given.get("env_kwargs", {}), "envs": parse_mix(args.mix)}
     if args.vllm_server:
         given.update(generation_backend="vllm", vllm_mode="server", vllm_server_urls=list(args.vllm_server))
     return given
@@ -368,11 +416,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     # the env id and its kwargs are checked now (UnknownEnvError with the closest ids, BadArgumentError with
     # the closest keyword), not after the model has loaded
-    agentr1_gym.make(settings["env_id"], **settings["env_kwargs"]).close()
+    probe = agentr1_gym.make(settings["env_id"], **settings["env_kwargs"])
+    train_kwargs, eval_kwargs = split_env_kwargs(probe.unwrapped, settings["env_kwargs"])
+    probe.close()
     output_dir = Path(settings["output_dir"])
     from agentr1_trl.checkpoints import resolve_resume
 
     config = build_config(Config, settings)
+    config.env_kwargs = train_kwargs  # a fixed task list trains on its training part, evaluates on the rest
+    args.eval_env_kwargs = eval_kwargs
     resume_from = resolve_resume(resume, output_dir)
     if resume is not None and resume_from is None:
         print(f"no complete checkpoint in {output_dir} yet: starting from the beginning")
@@ -417,7 +469,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             samples = oracle_samples(
                 config.env_id, range(200_000, 200_000 + warm), tokenizer, env_kwargs=config.env_kwargs
             )
-        except AttributeError as exc:
+        except (AttributeError, NoOracleError) as exc:
             print(
                 f"error: --warm-start needs an env with oracle_action() ({exc}); use --warm-start 0",
                 file=sys.stderr,
@@ -464,13 +516,25 @@ def _train_and_report(
         before = json.loads(before_file.read_text(encoding="utf-8"))
     else:
         before = held_out_eval(
-            config, trainer.model, tokenizer, args.eval_episodes, "before RL", trainer.rollout_generator()
+            config,
+            trainer.model,
+            tokenizer,
+            args.eval_episodes,
+            "before RL",
+            trainer.rollout_generator(),
+            getattr(args, "eval_env_kwargs", None),
         )
         if before is not None:
             before_file.write_text(json.dumps(before, indent=1), encoding="utf-8")
     trainer.train(resume_from_checkpoint=resume_from)
     after = held_out_eval(
-        config, trainer.model, tokenizer, args.eval_episodes, "after RL", trainer.rollout_generator()
+        config,
+        trainer.model,
+        tokenizer,
+        args.eval_episodes,
+        "after RL",
+        trainer.rollout_generator(),
+        getattr(args, "eval_env_kwargs", None),
     )
     if after is not None:
         (output_dir / "eval_after_rl.json").write_text(json.dumps(after, indent=1), encoding="utf-8")
@@ -503,7 +567,17 @@ def register(subparsers: Any) -> None:
         "on AgentR1/SyntheticMultihop-v0, a few minutes on a CPU)",
     )
     p.add_argument(
-        "--env", default=None, help="env id (default AgentR1/SyntheticMultihop-v0, the synthetic env)"
+        "--env",
+        default=None,
+        help="env id (default AgentR1/SyntheticMultihop-v0, the synthetic env): any registered agentr1 env, or "
+        "'your_module:Namespace/Name-v0' for one your module registers",
+    )
+    p.add_argument(
+        "--mix",
+        default=None,
+        metavar="ID=W,ID=W",
+        help="train on a weighted mixture of envs (AgentR1/Mixture-v0): each GRPO group is one env's task; "
+        "metrics and the held-out evaluation are reported per env",
     )
     p.add_argument(
         "--env-kwargs",

@@ -34,7 +34,8 @@ NAIVE_RAG_INSTRUCTION = "Using the search results above, give the final answer i
 
 def _summary(rows: list[dict[str, float]]) -> dict[str, float]:
     keys = sorted({k for r in rows for k in r})
-    return {k: float(np.mean([r.get(k, 0.0) for r in rows])) for k in keys}
+    # every episode has the env's metrics; a mixture's per-env metrics ("<name>/success") are means over that env's
+    return {k: float(np.mean([r[k] for r in rows if k in r])) for k in keys}
 
 
 def evaluate_model(

@@ -317,6 +317,11 @@ class AgentTrainer(TRLAgentTrainer):
             values = [t.metrics[key] for t in trajs if key in t.metrics]
             if values:
                 self.log_metric(f"env/{key}", sum(values) / len(values))
+        # a mixture tags each episode's metrics with its env ("<name>/success"): logged per env, over its episodes
+        tagged = sorted({k for t in trajs for k in t.metrics if "/" in k and k.rsplit("/", 1)[1] in ENV_METRICS})
+        for key in tagged:
+            values = [t.metrics[key] for t in trajs if key in t.metrics]
+            self.log_metric(f"env/{key}", sum(values) / len(values))
         self.log_metric("env/return", sum(t.episode_return for t in trajs) / n)
         self.log_metric("env/turns", sum(t.num_turns for t in trajs) / n)
         self.log_metric("env/process_reward", sum(sum(t.rewards[:-1]) for t in trajs) / n)

@@ -51,11 +51,10 @@ class AgentR1Taskset(vf.Taskset[AgentR1Task, AgentR1TasksetConfig]):
 
     def __init__(self, config: AgentR1TasksetConfig) -> None:
         super().__init__(config)
-        if config.env_id not in agentr1_gym.env_ids():
-            raise ConfigError(
-                f"unknown env id {config.env_id!r} for --env.taskset.env-id; registered: "
-                + ", ".join(agentr1_gym.env_ids())
-            )
+        try:
+            agentr1_gym.resolve_env_id(config.env_id)  # any registered id, or module:id
+        except agentr1_gym.UnknownEnvError as exc:
+            raise ConfigError(f"--env.taskset.env-id: {exc}") from None
         if config.num_tasks is not None:
             self._bounded = True
 

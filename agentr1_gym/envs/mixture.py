@@ -1,0 +1,288 @@
+"""``AgentR1/Mixture-v0``: one env over a weighted mixture of envs, so that one GRPO/PPO run trains on several.
+
+>>> env = gym.make("AgentR1/Mixture-v0", envs=[
+...     {"id": "AgentR1/RG-ChainSum-v0", "weight": 1},
+...     {"id": "AgentR1/Calculator-v0", "weight": 1, "kwargs": {"max_turns": 6}, "name": "calc"},
+... ])
+
+Each reset picks a component by weight from the reset seed, then resets it with that seed: the same seed gives the
+same component and the same task, so a GRPO group (one seed, G samples) is always one env's task, and a run's
+held-out seeds are held out in every component. ``options={"env": name}`` picks a component by name. Everything
+else (the chat, the tools of the episode, rewards, the oracle, ``state_key``) is the component's; ``info["env"]``
+names it, and the end-of-episode metrics repeat the component's metrics under ``"<name>/<metric>"`` so trainers
+and evaluators report each env separately (``env/<name>/success`` in training logs). Settings given to the mixture
+itself (``max_turns``, ``tool_format``, ...) apply to every component; a component's own ``kwargs`` win.
+
+The CLI: ``agentr1 train --mix AgentR1/RG-ChainSum-v0=1,AgentR1/Calculator-v0=1`` (or ``env_id`` and
+``env_kwargs.envs`` in a YAML config); its held-out evaluation runs per component.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import numpy as np
+
+from agentr1_gym.env import EnvSettings, ToolEnv
+from agentr1_gym.errors import ConfigError
+
+__all__ = ["DEFAULT_ENVS", "MixtureEnv", "parse_mix"]
+
+#: the mixture ``gym.make("AgentR1/Mixture-v0")`` builds without ``envs=``: two math envs with a calculator
+DEFAULT_ENVS = ("AgentR1/RG-ChainSum-v0", "AgentR1/Calculator-v0")
+
+
+def parse_mix(text: str) -> list[dict[str, Any]]:
+    """``"ID=W,ID=W"`` (weights optional, default 1) -> the ``envs`` list of :class:`MixtureEnv`."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        env_id, _, weight = part.rpartition("=") if "=" in part else (part, "", "1")
+        try:
+            w = float(weight)
+        except ValueError:
+            raise ConfigError(f"--mix: {part!r}: the weight after '=' must be a number") from None
+        out.append({"id": env_id.strip(), "weight": w})
+    if len(out) < 2:
+        raise ConfigError(f"--mix needs at least two envs as ID=WEIGHT,ID=WEIGHT; got {text!r}")
+    return out
+
+
+def _short(env_id: str) -> str:
+    name = env_id.split(":")[-1].split("/")[-1]
+    return name.rsplit("-v", 1)[0] if name.rsplit("-v", 1)[-1].isdigit() else name
+
+
+class MixtureEnv(ToolEnv):
+    """A weighted mixture of agentr1 envs (see the module docstring).
+
+    Args:
+        envs: the components: ``{"id": ..., "weight": 1.0, "kwargs": {...}, "name": ...}`` each (``name``
+            defaults to the id's short name), or plain ids (weight 1); default :data:`DEFAULT_ENVS`.
+    """
+
+    reset_options = ("env",)
+
+    def __init__(self, *, envs: list[dict[str, Any] | str] | None = None, **settings: Any) -> None:
+        from agentr1_gym.registration import make
+
+        if envs is None:
+            envs = list(DEFAULT_ENVS)
+        if not isinstance(envs, (list, tuple)) or len(envs) < 2:
+            raise ConfigError(f"envs: a list of at least two components, got {envs!r:.120}")
+        given = {k: v for k, v in settings.items()}
+        try:
+            EnvSettings(**given)  # the shared settings are checked once, naming the field
+        except Exception as exc:
+            raise ConfigError(f"bad mixture setting: {str(exc).splitlines()[0]}") from None
+        self.entries: list[dict[str, Any]] = []
+        self.components: list[ToolEnv] = []
+        for i, entry in enumerate(envs):
+            if isinstance(entry, str):
+                entry = {"id": entry}
+            if not isinstance(entry, dict) or "id" not in entry:
+                raise ConfigError(
+                    f"envs[{i}]: a dict with 'id' (and 'weight', 'kwargs', 'name'), got {entry!r:.80}"
+                )
+            unknown = set(entry) - {"id", "weight", "kwargs", "name"}
+            if unknown:
+                raise ConfigError(
+                    f"envs[{i}]: unknown field(s) {sorted(unknown)}; fields: id, weight, kwargs, name"
+                )
+            weight = entry.get("weight", 1.0)
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+                raise ConfigError(
+                    f"envs[{i}] ({entry['id']}): weight must be a positive number, got {weight!r}"
+                )
+            kwargs = dict(entry.get("kwargs") or {})
+            name = str(entry.get("name") or _short(entry["id"]))
+            if entry["id"].split(":")[-1] == "AgentR1/Mixture-v0":
+                raise ConfigError(f"envs[{i}]: a mixture cannot contain a mixture")
+            env = make(entry["id"], **{**given, **kwargs}).unwrapped
+            self.entries.append({"id": entry["id"], "weight": float(weight), "kwargs": kwargs, "name": name})
+            self.components.append(env)  # type: ignore[arg-type]
+        names = [e["name"] for e in self.entries]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"envs: two components are named alike {names}; give them distinct 'name's")
+        weights = np.array([e["weight"] for e in self.entries])
+        self.weights = weights / weights.sum()
+        self.current: ToolEnv = self.components[0]
+        self.current_index = 0
+        self.settings = EnvSettings(**given)
+        self.observation_space = self.current.observation_space
+        self.action_space = self.current.action_space
+        self.render_mode = self.settings.render_mode
+
+    # ---- what the current component is -----------------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        return [e["name"] for e in self.entries]
+
+    def _choose(self, seed: int | None, options: dict[str, Any]) -> int:
+        name = options.get("env")
+        if name is not None:
+            if name not in self.names:
+                close = difflib.get_close_matches(str(name), self.names, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"options['env'] {name!r}{hint}: this mixture has {self.names}")
+            return self.names.index(name)
+        key = seed if seed is not None else options.get("task_index")
+        if key is not None and (isinstance(key, bool) or not isinstance(key, (int, np.integer)) or key < 0):
+            what = "seed" if seed is not None else "options['task_index']"
+            raise ConfigError(f"{what} must be an int >= 0, got {key!r}")
+        rng = np.random.default_rng([int(key), 7]) if key is not None else self.np_random
+        return int(rng.choice(len(self.components), p=self.weights))
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super(ToolEnv, self).reset(seed=seed)
+        options = dict(options or {})
+        self.current_index = self._choose(seed, options)
+        self.current = self.components[self.current_index]
+        options.pop("env", None)
+        if "task_index" in options and self.current.num_tasks is not None:
+            options["task_index"] = int(options["task_index"]) % self.current.num_tasks
+        if seed is None and "task_index" not in options:
+            # unseeded: the component's seed comes from the mixture's generator, so reset(seed=s) then reset()
+            # repeats exactly (as Gymnasium requires of every env)
+            seed = int(self.np_random.integers(2**31 - 1))
+        obs, info = self.current.reset(seed=seed, options=options or None)
+        info.update(env=self.names[self.current_index], task_id=self.task_id())
+        return obs, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.current.step(action)
+        info.update(env=self.names[self.current_index], task_id=self.task_id())
+        if "metrics" in info:
+            info["metrics"] = self._tag(info["metrics"])
+        return obs, reward, terminated, truncated, info
+
+    def _tag(self, metrics: dict[str, float]) -> dict[str, float]:
+        name = self.names[self.current_index]
+        return {**metrics, **{f"{name}/{k}": v for k, v in metrics.items() if "/" not in k}}
+
+    def close_episode(
+        self, answer: str | None = None, *, terminated: bool = False
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        components, metrics = self.current.close_episode(answer, terminated=terminated)
+        return components, self._tag(metrics)
+
+    def close(self) -> None:
+        for env in self.components:
+            env.close()
+
+    # ---- the ToolEnv API, delegated ----------------------------------------------------------------------------
+    def task_prompt(self, task: Any) -> str:
+        return self.current.task_prompt(task)
+
+    def score_answer(self, answer: str | None) -> dict[str, float]:
+        return self.current.score_answer(answer)
+
+    def task_answers(self, task: Any) -> tuple[str, ...]:
+        return self.current.task_answers(task)
+
+    def oracle_action(self) -> str:
+        return self.current.oracle_action()
+
+    def random_action(self) -> str:
+        return self.current.random_action()
+
+    def max_episode_reward(self) -> float:
+        return self.current.max_episode_reward()
+
+    def is_success(self, metrics: dict[str, float]) -> bool:
+        return self.current.is_success(metrics)
+
+    def task_text(self) -> str:
+        return self.current.task_text()
+
+    def task_id(self) -> str:
+        return f"{self.names[self.current_index]}:{self.current.task_id()}"
+
+    def state_key(self) -> Any:
+        key = self.current.state_key()
+        return None if key is None else (self.current_index, key)
+
+    def call_text(self, name: str, **arguments: Any) -> str:
+        return self.current.call_text(name, **arguments)
+
+    def answer_text(self, answer: str) -> str:
+        return self.current.answer_text(answer)
+
+    def render(self) -> str | None:
+        return self.current.render()
+
+    def split_kwargs(self, split: str) -> dict[str, Any]:
+        """Each component's own split, in the ``envs`` list (the CLI merges what the user gave into it)."""
+        envs = []
+        for entry, env in zip(self.entries, self.components, strict=True):
+            own = env.split_kwargs(split)  # type: ignore[arg-type]
+            kwargs = {**own, **entry["kwargs"]} if split == "train" else {**entry["kwargs"], **own}
+            envs.append({**entry, "kwargs": kwargs})
+        return {"envs": envs}
+
+    def kwargs_for_split(self, env_kwargs: dict[str, Any], split: Any) -> dict[str, Any]:
+        return {**env_kwargs, **self.split_kwargs(split)}
+
+    @property
+    def num_tasks(self) -> int | None:
+        return None
+
+    @property
+    def gold_answers(self) -> tuple[str, ...]:
+        return self.current.gold_answers
+
+    @property
+    def done(self) -> bool:
+        return self.current.done
+
+    @property
+    def task(self) -> Any:  # type: ignore[override]
+        return self.current.task
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return self.current.messages
+
+    @property
+    def turn(self) -> int:  # type: ignore[override]
+        return self.current.turn
+
+    @property
+    def tools(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.current.tools
+
+    @property
+    def tool_format(self) -> Any:  # type: ignore[override]
+        return self.current.tool_format
+
+    @property
+    def max_turns(self) -> int:  # type: ignore[override]
+        return self.current.max_turns
+
+    @property
+    def reward_config(self) -> Any:  # type: ignore[override]
+        return self.current.reward_config
+
+    @property
+    def final_answer(self) -> bool:  # type: ignore[override]
+        return self.current.final_answer
+
+    @property
+    def answer_metric(self) -> str:
+        return self.current.answer_metric
+
+    @property
+    def answer_metrics(self) -> tuple[str, ...]:  # type: ignore[override]
+        return self.current.answer_metrics
+
+    @property
+    def success_metric(self) -> str:  # type: ignore[override]
+        return self.current.success_metric
+
+    @property
+    def process_rewards(self) -> tuple[Any, ...]:  # type: ignore[override]
+        return self.current.process_rewards

@@ -1,0 +1,115 @@
+"""Public answer matchers for reward functions: numeric, text, and the one that picks between them.
+
+:func:`agentr1_gym.rewards.exact_match` is HotpotQA's official metric: it strips punctuation, so it scores "1.5"
+against "15" and "-3" against "3" as equal. That is right for QA parity and wrong for numbers; use these for your
+own tasks. Every matcher returns 1.0 or 0.0 and takes one gold answer or several.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from fractions import Fraction
+
+__all__ = ["answer_match", "numeric_match", "parse_number", "parse_numbers", "text_match"]
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:\s*/\s*-?\d+(?:\.\d+)?)?|-?\.\d+")
+#: longest digit string read as a number (longer ones are not an answer anyone means; they also keep
+#: Fraction's parsing bounded)
+MAX_NUMBER_CHARS = 60
+_ONLY_NUMBER = re.compile(r"\s*[$€£]?\s*" + _NUMBER.pattern.join("()") + r"\s*%?\s*\.?\s*")
+
+
+def parse_numbers(text: str) -> list[Fraction | None]:
+    """Every number in a text, in order (``None`` for one that cannot be read: too long, or ``a/0``): integers,
+    decimals, ``a/b`` fractions; ``$``, ``%`` and ``,`` thousands separators ignored."""
+    cleaned = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
+    out: list[Fraction | None] = []
+    for match in _NUMBER.finditer(cleaned):
+        token = match.group(0).replace(" ", "")
+        if len(token) > MAX_NUMBER_CHARS:
+            out.append(None)
+            continue
+        try:
+            if "/" in token:
+                num, den = token.split("/")
+                out.append(Fraction(num) / Fraction(den) if Fraction(den) != 0 else None)
+            else:
+                out.append(Fraction(token))
+        except (ValueError, ZeroDivisionError):
+            out.append(None)
+    return out
+
+
+def parse_number(text: str) -> Fraction | None:
+    """The last number in a text (see :func:`parse_numbers`)."""
+    numbers = parse_numbers(text)
+    return numbers[-1] if numbers else None
+
+
+def _golds(gold: object) -> list[object]:
+    return [gold] if isinstance(gold, (str, int, float, Fraction)) else list(gold)  # type: ignore[call-overload]
+
+
+def _as_fraction(value: object) -> Fraction | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, Fraction)):
+        return Fraction(value)
+    if isinstance(value, float):
+        return Fraction(value).limit_denominator(10**9)
+    text = str(value)
+    if not _ONLY_NUMBER.fullmatch(re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)):
+        return None
+    return parse_number(text)
+
+
+def numeric_match(
+    prediction: str,
+    gold: str | float | Fraction | Iterable[str | float | Fraction],
+    *,
+    rel_tol: float = 1e-4,
+    abs_tol: float = 1e-6,
+) -> float:
+    """1.0 when the prediction holds at least one number and *every* number in it equals a gold number (within
+    ``max(abs_tol, rel_tol * |gold|)``), so hedging ("15, or maybe 12") never pays. Understands ``3/4``, ``$``,
+    ``%`` and thousands separators; signs and decimal points count ("-3" is not "3", "1.5" is not "15")."""
+    numbers = parse_numbers(prediction)
+    if not numbers or any(v is None for v in numbers):
+        return 0.0
+    for g in _golds(gold):
+        target = _as_fraction(g) if not isinstance(g, str) else parse_number(g)
+        if target is None:
+            continue
+        tol = max(abs_tol, rel_tol * abs(float(target)))
+        if all(abs(float(v - target)) <= tol for v in numbers if v is not None):
+            return 1.0
+    return 0.0
+
+
+_EDGE = re.compile(r"^[\s\"'`.,;:!?()\[\]{}]+|[\s\"'`.,;:!?()\[\]{}]+$")
+
+
+def _norm(text: str, case_sensitive: bool) -> str:
+    text = " ".join(str(text).split())
+    text = _EDGE.sub("", text)
+    return text if case_sensitive else text.casefold()
+
+
+def text_match(prediction: str, gold: str | Iterable[str], *, case_sensitive: bool = False) -> float:
+    """1.0 when the prediction equals a gold answer after collapsing whitespace and stripping quotes, brackets
+    and punctuation at the ends (and case, unless ``case_sensitive``). Inner punctuation counts: "1.5" != "15"."""
+    pred = _norm(prediction, case_sensitive)
+    return float(any(pred == _norm(str(g), case_sensitive) for g in _golds(gold)))
+
+
+def answer_match(prediction: str, gold: str | float | Iterable[str | float]) -> float:
+    """:func:`numeric_match` for gold answers that are a number (``42``, ``"3/4"``, ``"$1,200"``), else
+    :func:`text_match`: the default matcher of dataset envs."""
+    for g in _golds(gold):
+        if _as_fraction(g) is not None:
+            if numeric_match(prediction, g):
+                return 1.0
+        elif text_match(prediction, str(g)):
+            return 1.0
+    return 0.0

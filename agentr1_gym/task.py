@@ -1,0 +1,533 @@
+"""Your own task without subclassing: a dataset, a prompt template, tools and reward functions.
+
+>>> from agentr1_gym import register_task, tool
+>>> @tool
+... def lookup(city: str) -> str:
+...     '''The country a city is in.
+...
+...     Args:
+...         city: a city name
+...     '''
+...     return {"Paris": "France", "Lima": "Peru"}.get(city, "unknown city")
+>>> spec = register_task(
+...     "Docs/Capitals-v0",
+...     [{"question": "Which country is Paris in?", "answer": "France"},
+...      {"question": "Which country is Lima in?", "answer": "Peru"}],
+...     prompt="{question}",
+...     tools=[lookup],
+... )
+>>> import gymnasium as gym
+>>> env = gym.make("Docs/Capitals-v0", max_turns=3)
+
+**Answer-shaped** tasks end on the model's ``<answer>``; the default reward is :func:`~agentr1_gym.matching.answer_match`
+of the answer against the row's ``answer`` field. **World-shaped** tasks pass ``world=`` a class: each episode
+builds ``world(task_row)``; its public methods are the tools (typed and documented like :func:`tool` functions);
+the episode ends when a call leaves ``world.done`` true; reward functions read the world's final state; an optional
+``state_key()`` method gives step-level credit the world's state.
+
+Reward functions are plain functions whose parameters are named from ``answer`` (the final answer, ``None`` when
+there is none), ``task`` (the dataset row), ``world`` (world tasks) and ``messages`` (the chat). Each returns a
+number in [0, 1] (or a bool). Several are weighted (``{"name": (fn, weight)}``); each is reported as a metric of
+that name, and ``score`` is their weighted mean. An episode succeeds when ``score >= success_threshold``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import string
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentr1_gym.env import ToolEnv
+from agentr1_gym.errors import ConfigError, NoOracleError
+from agentr1_gym.matching import answer_match
+from agentr1_gym.tools.base import Tool, ToolResult
+from agentr1_gym.tools.function import FunctionTool, _to_result, _tool_class, from_function, public_methods
+
+__all__ = [
+    "REWARD_PARAMETERS",
+    "RewardFunctionError",
+    "TaskEnv",
+    "TaskSpec",
+    "load_rows",
+    "make_task",
+    "register_task",
+]
+
+#: the parameter names a reward function may take
+REWARD_PARAMETERS = ("answer", "task", "world", "messages")
+#: metric names the env sets itself (a reward component cannot take them)
+_RESERVED = ("score", "success", "format_ok", "turns")
+#: world methods that are not tools
+_WORLD_API = ("state_key",)
+#: registered tasks: env id -> spec
+_TASKS: dict[str, TaskSpec] = {}
+
+
+class RewardFunctionError(ConfigError):
+    """A reward function returned something that is not a number in [0, 1], or raised (a bug in the task's code,
+    never the model's fault). The message names the function and the task."""
+
+
+# ---- datasets ------------------------------------------------------------------------------------------------
+def load_rows(dataset: Any) -> list[dict[str, Any]]:
+    """The rows of a dataset as dicts: a list or iterable of mappings, a JSONL (or JSON list) file path, or a
+    Hugging Face ``datasets.Dataset``. Bad files raise a one-line :class:`ConfigError` naming the line."""
+    if isinstance(dataset, (str, Path)):
+        path = Path(dataset)
+        if not path.is_file():
+            raise ConfigError(f"dataset file not found: {path}")
+        text = path.read_text(encoding="utf-8", errors="strict")
+        if path.suffix == ".json":
+            try:
+                rows = json.loads(text)
+            except ValueError as exc:
+                raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+            if not isinstance(rows, list):
+                raise ConfigError(f"{path}: a JSON dataset is a list of objects, got {type(rows).__name__}")
+        else:
+            rows = []
+            for n, line in enumerate(text.splitlines(), 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except ValueError as exc:
+                        raise ConfigError(f"{path}, line {n}: not valid JSON ({exc})") from None
+        source = str(path)
+    elif isinstance(dataset, Mapping):
+        raise ConfigError("dataset: a list of rows (dicts), not a single dict")
+    elif isinstance(dataset, Iterable):
+        rows = list(dataset)
+        source = "dataset"
+    else:
+        raise ConfigError(
+            f"dataset: a list of dicts, a JSONL path or a datasets.Dataset, got {type(dataset).__name__}"
+        )
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise ConfigError(f"{source}: row {i} is a {type(row).__name__}, not an object with named fields")
+        out.append(dict(row))
+    if not out:
+        raise ConfigError(f"{source}: the dataset has no rows")
+    return out
+
+
+def _template_fields(template: str) -> list[str]:
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ConfigError(f"prompt template {template[:60]!r}: {exc}") from None
+    names = []
+    for _, name, _, _ in parsed:
+        if name is None:
+            continue
+        root = name.split(".", 1)[0].split("[", 1)[0]
+        if not root or root.isdigit():
+            raise ConfigError(
+                f"prompt template {template[:60]!r}: fields are named after dataset columns, got {{{name}}}"
+            )
+        names.append(root)
+    return names
+
+
+# ---- rewards -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RewardFn:
+    name: str
+    fn: Callable[..., Any]
+    weight: float
+    params: tuple[str, ...]  # the REWARD_PARAMETERS it takes
+
+    def __call__(self, values: dict[str, Any], task_id: str) -> float:
+        try:
+            out = self.fn(**{p: values[p] for p in self.params})
+        except Exception as exc:
+            raise RewardFunctionError(
+                f"reward function {self.name!r} raised {type(exc).__name__}: {exc} (task {task_id!r}, answer "
+                f"{str(values.get('answer'))[:80]!r}); reward functions must score any answer, including None and "
+                "garbage"
+            ) from exc
+        if isinstance(out, bool):
+            return float(out)
+        if not isinstance(out, (int, float)) or not math.isfinite(out) or not 0.0 <= out <= 1.0:
+            raise RewardFunctionError(
+                f"reward function {self.name!r} returned {out!r} for task {task_id!r}; a reward function returns "
+                "a number in [0, 1] or a bool (scale components with weights)"
+            )
+        return float(out)
+
+
+def _reward_fn(name: str, fn: Any, weight: Any, has_world: bool) -> RewardFn:
+    if not callable(fn):
+        raise ConfigError(f"reward {name!r}: expected a function, got {type(fn).__name__}")
+    if (
+        isinstance(weight, bool)
+        or not isinstance(weight, (int, float))
+        or not math.isfinite(weight)
+        or weight <= 0
+    ):
+        raise ConfigError(f"reward {name!r}: its weight must be a positive number, got {weight!r}")
+    if name in _RESERVED:
+        raise ConfigError(f"reward {name!r}: that metric name is the env's own; name the component otherwise")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        raise ConfigError(f"reward {name!r}: cannot read the function's signature") from None
+    params: list[str] = []
+    takes_all = False
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            takes_all = True
+        elif p.kind is p.VAR_POSITIONAL:
+            continue
+        elif p.name in REWARD_PARAMETERS:
+            if p.kind is p.POSITIONAL_ONLY:
+                raise ConfigError(
+                    f"reward {name!r}: parameter {p.name!r} is positional-only; rewards are called by keyword"
+                )
+            params.append(p.name)
+        elif p.default is p.empty:
+            raise ConfigError(
+                f"reward function {name!r} takes parameter {p.name!r}; reward functions take any of "
+                f"{', '.join(REWARD_PARAMETERS)} (by name)"
+            )
+    if takes_all:
+        params = list(REWARD_PARAMETERS)
+    if "world" in params and not has_world and not takes_all:
+        raise ConfigError(f"reward {name!r} takes 'world', but the task has no world= class")
+    return RewardFn(name, fn, float(weight), tuple(params))
+
+
+def _rewards(reward: Any, answer_field: str | None, has_world: bool) -> tuple[RewardFn, ...]:
+    if reward is None:
+        if has_world or answer_field is None:
+            raise ConfigError("reward=: a world task (or one without an answer field) needs reward functions")
+
+        def correct(answer: str | None, task: dict[str, Any]) -> float:
+            return 0.0 if answer is None else answer_match(answer, _golds(task.get(answer_field)))
+
+        return (RewardFn("correct", correct, 1.0, ("answer", "task")),)
+    if callable(reward) and not isinstance(reward, (list, tuple, dict)):
+        name = getattr(reward, "__name__", "")
+        reward = {name if name and name != "<lambda>" else "reward": reward}
+    if isinstance(reward, Mapping):
+        items = []
+        for name, value in reward.items():
+            fn, weight = value if isinstance(value, tuple) else (value, 1.0)
+            items.append(_reward_fn(str(name), fn, weight, has_world))
+    elif isinstance(reward, Sequence):
+        items = []
+        for fn in reward:
+            name = getattr(fn, "__name__", "")
+            if not name or name == "<lambda>":
+                raise ConfigError(
+                    "reward=[...]: each function is reported under its name; name lambdas with a dict: "
+                    "reward={'name': fn}"
+                )
+            items.append(_reward_fn(name, fn, 1.0, has_world))
+    else:
+        raise ConfigError(
+            f"reward=: a function, a list of functions or a dict of them, got {type(reward).__name__}"
+        )
+    names = [r.name for r in items]
+    if not items:
+        raise ConfigError("reward=: no reward functions given")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"reward=: two reward components have the same name: {names}")
+    return tuple(items)
+
+
+def _golds(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+# ---- the spec and the env ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TaskSpec:
+    """A validated task (what :func:`make_task` returns); :class:`TaskEnv` runs it."""
+
+    rows: tuple[dict[str, Any], ...]
+    prompt: str | Callable[[dict[str, Any]], str]
+    tools: tuple[Tool, ...]
+    rewards: tuple[RewardFn, ...]
+    answer_field: str | None
+    id_field: str
+    world: type | None
+    oracle: Callable[[ToolEnv], str] | None
+    success_threshold: float
+    max_turns: int
+    final_answer: bool
+    description: str = ""
+    world_tools: tuple[type[FunctionTool], ...] = field(default=())
+
+    def make(self, **settings: Any) -> TaskEnv:
+        """A :class:`TaskEnv` of this task (unregistered; :func:`register_task` gives it an id)."""
+        return TaskEnv(self, **settings)
+
+
+def make_task(
+    dataset: Any,
+    *,
+    prompt: str | Callable[[dict[str, Any]], str],
+    tools: Sequence[Tool | Callable[..., Any]] = (),
+    reward: Any = None,
+    world: type | None = None,
+    answer_field: str | None = "answer",
+    id_field: str = "id",
+    oracle: Callable[[ToolEnv], str] | None = None,
+    success_threshold: float = 1.0,
+    max_turns: int = 6,
+    final_answer: bool | None = None,
+    description: str = "",
+) -> TaskSpec:
+    """Validate a task made of parts (see the module docstring); every mistake is a one-line
+    :class:`ConfigError` naming the field.
+
+    Args:
+        dataset: the tasks: a list or iterable of dicts, a JSONL path or a ``datasets.Dataset``.
+        prompt: a ``str.format`` template over the row's fields (``"{question}"``) or a function of the row.
+        tools: :class:`Tool` instances or plain typed functions (made tools with :meth:`Tool.from_function`).
+        reward: a reward function, a list of them, or ``{"name": fn}`` / ``{"name": (fn, weight)}``; default:
+            :func:`~agentr1_gym.matching.answer_match` against ``answer_field``.
+        world: world-shaped tasks: a class built from each row; its public methods are tools; ``done`` ends it.
+        answer_field: the row field holding the gold answer(s) (``None``: no gold answers).
+        id_field: the row field holding the task's id (else its index).
+        oracle: ``oracle(env) -> str``, the next turn of a policy that knows the answer (for warm starts and
+            tests; build turns with ``env.call_text(tool, **args)`` / ``env.answer_text(text)``). Default for
+            answer tasks with gold answers: answer at once.
+        success_threshold: an episode succeeds when its ``score`` is at least this.
+        max_turns: the default episode length (``gym.make(id, max_turns=...)`` overrides it).
+        final_answer: whether ``<answer>`` ends the episode (default: True without a world, False with one).
+        description: one line for ``agentr1 list``.
+    """
+    rows = tuple(load_rows(dataset))
+    if isinstance(prompt, str):
+        for name in _template_fields(prompt):
+            for i, row in enumerate(rows):
+                if name not in row:
+                    rid = row.get(id_field, i)
+                    raise ConfigError(
+                        f"dataset row {i} (id {rid!r}) lacks the field {name!r} that the prompt template needs "
+                        f"(its fields: {sorted(row)[:10]})"
+                    )
+    elif not callable(prompt):
+        raise ConfigError(f"prompt=: a format string or a function of the row, got {type(prompt).__name__}")
+    if world is not None and not isinstance(world, type):
+        raise ConfigError(f"world=: a class (built from each row as world(task)), got {type(world).__name__}")
+    if not 0.0 < success_threshold <= 1.0:
+        raise ConfigError(f"success_threshold must be in (0, 1], got {success_threshold!r}")
+    if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+        raise ConfigError(f"max_turns must be an int >= 1, got {max_turns!r}")
+    built: list[Tool] = []
+    for i, t in enumerate(tools):
+        if isinstance(t, Tool):
+            built.append(t)
+        elif callable(t):
+            built.append(from_function(t))
+        else:
+            raise ConfigError(f"tools[{i}]: a Tool or a typed function, got {type(t).__name__}")
+    world_tools: list[type[FunctionTool]] = []
+    if world is not None:
+        for name in public_methods(world, _WORLD_API):
+            method = getattr(world, name)
+            if inspect.iscoroutinefunction(method):
+                raise ConfigError(
+                    f"world {world.__name__}.{name}: world methods are called synchronously; use def"
+                )
+            world_tools.append(_tool_class(method, None, None, skip_first=True))
+        if not world_tools and not built:
+            raise ConfigError(
+                f"world {world.__name__} has no public methods to act with (and no tools= given)"
+            )
+    names = [t.name for t in built] + [t.name for t in world_tools]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:
+        raise ConfigError(
+            f"tool name {clashes[0]!r} is used twice (tools= and world methods must have distinct names)"
+        )
+    if answer_field is not None and reward is None and world is None:
+        missing = [i for i, row in enumerate(rows) if row.get(answer_field) is None]
+        if missing:
+            raise ConfigError(
+                f"dataset row {missing[0]} lacks the answer field {answer_field!r} that the default reward needs "
+                "(pass answer_field= or reward=)"
+            )
+    rewards = _rewards(reward, answer_field, world is not None)
+    if oracle is not None and not callable(oracle):
+        raise ConfigError(f"oracle=: a function oracle(env) -> str, got {type(oracle).__name__}")
+    return TaskSpec(
+        rows=rows,
+        prompt=prompt,
+        tools=tuple(built),
+        rewards=rewards,
+        answer_field=answer_field,
+        id_field=id_field,
+        world=world,
+        oracle=oracle,
+        success_threshold=float(success_threshold),
+        max_turns=max_turns,
+        final_answer=(world is None) if final_answer is None else bool(final_answer),
+        description=description,
+        world_tools=tuple(world_tools),
+    )
+
+
+def register_task(
+    env_id: str, dataset: Any = None, *, spec: TaskSpec | None = None, **parts: Any
+) -> TaskSpec:
+    """Register a task under ``env_id`` (``"Namespace/Name-v0"``): ``gym.make(env_id)`` and everything downstream
+    (``check_env``, ``agentr1 eval/play/train`` with ``your_module:Namespace/Name-v0``, both trainers) then work.
+    Takes :func:`make_task`'s arguments, or a ready ``spec=``. Registering the same id again replaces the task."""
+    from gymnasium.envs.registration import register, registry
+
+    from agentr1_gym.registration import USER_DESCRIPTIONS
+
+
+    if spec is None:
+        if dataset is None:
+            raise ConfigError("register_task needs a dataset (or spec=)")
+        spec = make_task(dataset, **parts)
+    elif dataset is not None or parts:
+        raise ConfigError("register_task: pass either spec= or make_task's arguments, not both")
+    if not isinstance(env_id, str) or "/" not in env_id or not env_id.rsplit("-v", 1)[-1].isdigit():
+        raise ConfigError(f"env id {env_id!r}: use the Gymnasium form 'Namespace/Name-v0'")
+    if env_id.startswith("AgentR1/"):
+        raise ConfigError(
+            f"env id {env_id!r}: the AgentR1/ namespace is the library's; use your own namespace"
+        )
+    entry = f"{__name__}:TaskEnv"
+    if env_id in registry and registry[env_id].entry_point != entry:
+        raise ConfigError(
+            f"env id {env_id!r} is already registered with Gymnasium by {registry[env_id].entry_point}"
+        )
+    _TASKS[env_id] = spec
+    USER_DESCRIPTIONS[env_id] = (
+        spec.description or f"{len(spec.rows)} tasks ({'world' if spec.world else 'answer'}-shaped)"
+    )
+    if env_id not in registry:
+        register(id=env_id, entry_point=entry, kwargs={"task": env_id})
+    return spec
+
+
+class _WorldCall:
+    """Calls one method of the env's current world; marks the result terminal when the world is done."""
+
+    def __init__(self, env: TaskEnv, name: str) -> None:
+        self.env, self.name = env, name
+
+    def __call__(self, **kwargs: Any) -> ToolResult:
+        world = self.env.world
+        out = _to_result(getattr(world, self.name)(**kwargs))
+        if getattr(world, "done", False) and not out.terminal:
+            out = ToolResult(out.content, out.success, out.metadata, terminal=True)
+        return out
+
+
+class TaskEnv(ToolEnv):
+    """The env of a :class:`TaskSpec` (``task``: a registered id or the spec itself)."""
+
+    def __init__(self, task: str | TaskSpec, **settings: Any) -> None:
+        if isinstance(task, str):
+            if task not in _TASKS:
+                raise ConfigError(
+                    f"no task registered as {task!r} in this process; import the module that calls register_task "
+                    f"(the 'your_module:{task}' form does it)"
+                )
+            spec = _TASKS[task]
+        elif isinstance(task, TaskSpec):
+            spec = task
+        else:
+            raise ConfigError(f"task: a registered id or a TaskSpec, got {type(task).__name__}")
+        self.task_spec = spec
+        self._task_key = task if isinstance(task, str) else None
+        self.tasks = spec.rows
+        self.final_answer = spec.final_answer
+        self.answer_metrics = ("score", *(r.name for r in spec.rewards))
+        self.world: Any = None
+        tools = [*spec.tools, *(cls(_WorldCall(self, cls.name)) for cls in spec.world_tools)]
+        settings.setdefault("max_turns", spec.max_turns)
+        super().__init__(tools, **settings)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        if self._task_key is not None:  # a registered task travels by its id (its functions may be lambdas)
+            state["task_spec"] = None
+            state["tasks"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        key = state.get("_task_key")
+        if key is not None:
+            if key not in _TASKS:
+                raise ConfigError(
+                    f"no task registered as {key!r} in this process; import the module that calls register_task "
+                    f"(the 'your_module:{key}' form does it)"
+                )
+            state["task_spec"] = _TASKS[key]
+            state["tasks"] = _TASKS[key].rows
+        super().__setstate__(state)
+
+    def task_prompt(self, task: dict[str, Any]) -> str:
+        prompt = self.task_spec.prompt
+        if isinstance(prompt, str):
+            return prompt.format_map(task)
+        text = prompt(task)
+        if not isinstance(text, str):
+            raise ConfigError(
+                f"prompt function returned {type(text).__name__} for task {self.task_id()!r}, not str"
+            )
+        return text
+
+    def task_id(self) -> str:
+        if isinstance(self.task, dict) and self.task.get(self.task_spec.id_field) is not None:
+            return str(self.task[self.task_spec.id_field])
+        return str(getattr(self, "_task_index", ""))
+
+    def task_answers(self, task: dict[str, Any]) -> tuple[str, ...]:
+        field_ = self.task_spec.answer_field
+        return tuple(str(g) for g in _golds(task.get(field_))) if field_ else ()
+
+    def on_reset(self) -> None:
+        if self.task_spec.world is not None:
+            self.world = self.task_spec.world(dict(self.task))
+
+    def score_answer(self, answer: str | None) -> dict[str, float]:
+        values = {
+            "answer": answer,
+            "task": dict(self.task),
+            "world": self.world,
+            "messages": list(self.messages),
+        }
+        tid = self.task_id()
+        parts = {r.name: r(values, tid) for r in self.task_spec.rewards}
+        total = sum(r.weight for r in self.task_spec.rewards)
+        score = sum(parts[r.name] * r.weight for r in self.task_spec.rewards) / total
+        return {"score": score, **parts}
+
+    def is_success(self, metrics: dict[str, float]) -> bool:
+        return float(metrics.get("score", 0.0)) >= self.task_spec.success_threshold - 1e-9
+
+    def state_key(self) -> Any:
+        key = getattr(self.world, "state_key", None)
+        return key() if callable(key) else None
+
+    def oracle_action(self) -> str:
+        self._require_task("oracle_action()")
+        if self.task_spec.oracle is not None:
+            turn = self.task_spec.oracle(self)
+            if not isinstance(turn, str):
+                raise ConfigError(f"oracle returned {type(turn).__name__}, not the turn's text")
+            return turn
+        golds = self.gold_answers
+        if self.final_answer and golds:
+            return self.answer_text(golds[0])
+        raise NoOracleError(
+            f"task {self.spec.id if self.spec else ''!r} has no oracle: pass oracle= to make_task"
+        )

@@ -1,0 +1,345 @@
+"""Tools from plain typed functions: :func:`tool` (a decorator) and :meth:`Tool.from_function`.
+
+The JSON schema comes from the type hints (anything pydantic validates: ``int``, ``str``, ``Literal[...]``,
+``list[float]``, a pydantic model, ``X | None``), parameter descriptions from the docstring (Google
+``Args:`` sections, NumPy ``Parameters`` sections and Sphinx ``:param x:`` lines), and the tool's description
+from the docstring's first paragraph.
+
+>>> @tool
+... def add(a: int, b: int = 0) -> int:
+...     '''Add two integers.
+...
+...     Args:
+...         a: the first addend
+...         b: the second addend
+...     '''
+...     return a + b
+>>> add.schema()["function"]["parameters"]["properties"]["a"]
+{'description': 'the first addend', 'type': 'integer'}
+
+Calling it: the env validates the model's arguments against the schema (a bad call is an ``invalid_call`` with a
+one-line observation), then calls the function. Sync and ``async def`` functions both work (coroutines run on one
+background event loop, with ``timeout_s``). What the function returns becomes the observation: a ``str`` as is,
+``None`` as ``"(no output)"``, a :class:`ToolResult` as is (set ``terminal=True`` for a move that ends the world),
+anything else as JSON. A function that raises becomes a failed call whose observation names the exception, so the
+model can react; it earns no process reward. :class:`~agentr1_gym.errors.ToolInfrastructureError` (your backing
+service is down) propagates: that is never the model's fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+import sys
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, ClassVar, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from agentr1_gym.errors import ConfigError, ToolInfrastructureError
+from agentr1_gym.tools.base import Tool, ToolResult
+
+__all__ = ["FunctionTool", "run_coroutine", "tool", "tools_from_object"]
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+
+
+# ---- one background event loop for async tools (and MCP sessions) -------------------------------------------
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def _loop() -> asyncio.AbstractEventLoop:
+    global _LOOP
+    with _LOOP_LOCK:
+        if _LOOP is None or _LOOP.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="agentr1-async-tools", daemon=True).start()
+            _LOOP = loop
+        return _LOOP
+
+
+def run_coroutine(coro: Coroutine[Any, Any, Any], timeout_s: float | None = None) -> Any:
+    """Run a coroutine on the shared background loop and wait for it (``TimeoutError`` after ``timeout_s``;
+    the coroutine is cancelled then). Works whether or not the caller is itself inside an event loop."""
+    future = asyncio.run_coroutine_threadsafe(coro, _loop())
+    try:
+        return future.result(timeout_s)
+    except TimeoutError:
+        future.cancel()
+        raise
+
+
+# ---- docstrings --------------------------------------------------------------------------------------------
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """(the first paragraph, {parameter: description}) from a Google, NumPy or Sphinx docstring."""
+    doc = inspect.cleandoc(doc or "")
+    if not doc:
+        return "", {}
+    summary = " ".join(doc.split("\n\n", 1)[0].split())
+    params: dict[str, str] = {}
+    for name, text in re.findall(r":param\s+(?:[^:]*\s)?(\w+):\s*(.+(?:\n(?![ \t]*:)[ \t]+.+)*)", doc):
+        params[name] = " ".join(text.split())
+    lines = doc.splitlines()
+    i = 0
+    while i < len(lines):
+        head = lines[i].strip()
+        numpy = (
+            head in ("Parameters", "Args", "Arguments")
+            and i + 1 < len(lines)
+            and set(lines[i + 1].strip()) == {"-"}
+        )
+        if head in ("Args:", "Arguments:", "Parameters:") or numpy:
+            i += 2 if numpy else 1
+            current = None
+            base: int | None = None
+            while i < len(lines):
+                line = lines[i]
+                if not line.strip():
+                    i += 1
+                    continue
+                indent = len(line) - len(line.lstrip())
+                if base is None:
+                    base = indent
+                if indent < base or (
+                    numpy and indent == 0 and set(lines[min(i + 1, len(lines) - 1)].strip()) == {"-"}
+                ):
+                    break
+                if indent == base:
+                    m = re.match(r"\s*\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)", line)
+                    if numpy:
+                        m2 = re.match(r"\s*(\w+)\s*(?::.*)?$", line)
+                        current = m2.group(1) if m2 else None
+                        if current:
+                            params.setdefault(current, "")
+                    elif m:
+                        current = m.group(1)
+                        params[current] = m.group(2).strip()
+                    else:
+                        break
+                elif current:
+                    params[current] = (params.get(current, "") + " " + line.strip()).strip()
+                i += 1
+            continue
+        i += 1
+    return summary, params
+
+
+# ---- the tool ------------------------------------------------------------------------------------------------
+def _to_result(value: Any) -> ToolResult:
+    if isinstance(value, ToolResult):
+        return value
+    if value is None:
+        return ToolResult("(no output)")
+    if isinstance(value, str):
+        return ToolResult(value)
+    try:
+        return ToolResult(json.dumps(value, ensure_ascii=False, default=str))
+    except (TypeError, ValueError):
+        return ToolResult(str(value))
+
+
+class FunctionTool(Tool):
+    """A tool that calls a Python function (see the module docstring). Build one with :func:`tool` or
+    :meth:`Tool.from_function`; ``fn`` may be replaced per instance (:func:`tools_from_object` binds methods)."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Args: ClassVar[type[BaseModel]]
+    is_async: ClassVar[bool] = False
+    #: what the class was built from: (function, name, description, skip_first); pickling rebuilds it
+    origin: ClassVar[tuple[Any, ...]]
+
+    def __init__(self, fn: Callable[..., Any], timeout_s: float | None = None) -> None:
+        self.fn = fn
+        self.timeout_s = timeout_s
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        # a decorated module-level function: its name now holds this tool, so pickle it by reference
+        fn = self.origin[0]
+        module = sys.modules.get(getattr(fn, "__module__", "") or "")
+        if module is not None and getattr(module, getattr(fn, "__qualname__", ""), None) is self:
+            return fn.__qualname__
+        # otherwise the class is made at run time: pickle what it was made from
+        return (_rebuild, (self.origin, self.fn, self.timeout_s))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly (a decorated function stays callable)."""
+        return self.fn(*args, **kwargs)
+
+    def execute(self, args: BaseModel) -> ToolResult:
+        kwargs = {name: getattr(args, name) for name in type(args).model_fields}
+        try:
+            if self.is_async:
+                value = run_coroutine(self.fn(**kwargs), self.timeout_s)
+            else:
+                value = self.fn(**kwargs)
+        except ToolInfrastructureError:
+            raise
+        except TimeoutError:
+            return ToolResult(
+                f"Error: {self.name} did not finish within {self.timeout_s:g} s.",
+                success=False,
+                metadata={"exception": "TimeoutError"},
+            )
+        except Exception as exc:  # the model's call made the function fail: tell it why
+            text = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ""
+            return ToolResult(
+                f"Error: {type(exc).__name__}" + (f": {text}" if text else ""),
+                success=False,
+                metadata={"exception": type(exc).__name__},
+            )
+        return _to_result(value)
+
+
+_CLASSES: dict[tuple[Any, ...], type[FunctionTool]] = {}
+
+
+def _rebuild(origin: tuple[Any, ...], fn: Callable[..., Any], timeout_s: float | None) -> FunctionTool:
+    return _tool_class(*origin)(fn, timeout_s)
+
+
+def _tool_class(
+    fn: Callable[..., Any], name: str | None, description: str | None, skip_first: bool = False
+) -> type[FunctionTool]:
+    key = (fn, name, description, skip_first)
+    try:
+        cached = _CLASSES.get(key)
+    except TypeError:  # an unhashable callable
+        cached, key = None, None  # type: ignore[assignment]
+    if cached is not None:
+        return cached
+    made = _make_tool_class(fn, name, description, skip_first)
+    made.origin = (fn, name, description, skip_first)
+    if key is not None:
+        _CLASSES[key] = made
+    return made
+
+
+def _hints_from_callers(target: Any, tool_name: str, qual: str) -> dict[str, Any]:
+    localns: dict[str, Any] = {}
+    frame = sys._getframe(1)
+    for _ in range(12):
+        if frame is None:
+            break
+        localns = {**frame.f_locals, **localns}
+        frame = frame.f_back
+    try:
+        return get_type_hints(target, localns=localns)
+    except Exception as exc:
+        raise ConfigError(f"tool {tool_name!r} ({qual}): cannot read its type hints: {exc}") from None
+
+
+def _make_tool_class(
+    fn: Callable[..., Any], name: str | None, description: str | None, skip_first: bool
+) -> type[FunctionTool]:
+    target = inspect.unwrap(fn)
+    qual = getattr(target, "__qualname__", repr(target))
+    if not callable(target):
+        raise ConfigError(f"a tool is built from a function, got {type(fn).__name__}")
+    tool_name = name or getattr(target, "__name__", "")
+    if not _NAME.match(tool_name or ""):
+        raise ConfigError(
+            f"tool name {tool_name!r} (from {qual}) is not a valid function name: letters, digits, '_' and '-', "
+            "up to 64 characters, not starting with a digit; pass name="
+        )
+    summary, param_docs = _parse_docstring(getattr(target, "__doc__", None))
+    desc = description if description is not None else summary
+    if not desc:
+        raise ConfigError(
+            f"tool {tool_name!r} ({qual}) needs a description: give it a docstring or description="
+        )
+    try:
+        hints = get_type_hints(target)
+    except NameError:
+        # string annotations naming something imported inside a function (``from __future__ import
+        # annotations``): resolve them in the callers' scopes, as pydantic does for models
+        hints = _hints_from_callers(target, tool_name, qual)
+    except Exception as exc:
+        raise ConfigError(f"tool {tool_name!r} ({qual}): cannot read its type hints: {exc}") from None
+    params = list(inspect.signature(target).parameters.values())
+    if skip_first and params:
+        params = params[1:]
+    fields: dict[str, Any] = {}
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise ConfigError(
+                f"tool {tool_name!r} ({qual}): *{p.name} / **{p.name} cannot be described to a model; name each parameter"
+            )
+        if p.kind is p.POSITIONAL_ONLY:
+            raise ConfigError(
+                f"tool {tool_name!r} ({qual}): parameter {p.name!r} is positional-only; tools are called by keyword"
+            )
+        if p.name not in hints:
+            raise ConfigError(
+                f"tool {tool_name!r} ({qual}): parameter {p.name!r} has no type hint; the schema is built from hints "
+                f"(e.g. {p.name}: str)"
+            )
+        default = ... if p.default is p.empty else p.default
+        fields[p.name] = (hints[p.name], Field(default, description=param_docs.get(p.name) or None))
+    args = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)  # type: ignore[call-overload]
+    return type(
+        f"{tool_name}_tool",
+        (FunctionTool,),
+        {
+            "name": tool_name,
+            "description": desc,
+            "Args": args,
+            "is_async": inspect.iscoroutinefunction(target),
+            "__doc__": desc,
+            "__module__": getattr(target, "__module__", __name__),
+        },
+    )
+
+
+def from_function(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
+) -> FunctionTool:
+    """A :class:`Tool` that calls ``fn`` (see :mod:`agentr1_gym.tools.function`)."""
+    if isinstance(fn, FunctionTool):
+        return fn
+    if inspect.ismethod(fn):  # a bound method: one class per function, and the copy of an env rebinds it
+        return _tool_class(fn.__func__, name, description, skip_first=True)(fn, timeout_s)
+    return _tool_class(fn, name, description)(fn, timeout_s)
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
+) -> Any:
+    """Decorator: ``@tool`` or ``@tool(name=..., description=..., timeout_s=...)`` turns a typed function into a
+    :class:`Tool` (still callable as the function)."""
+    if fn is None:
+        return lambda f: from_function(f, name=name, description=description, timeout_s=timeout_s)
+    return from_function(fn, name=name, description=description, timeout_s=timeout_s)
+
+
+def tools_from_object(obj: Any, *, exclude: tuple[str, ...] = ()) -> list[FunctionTool]:
+    """One tool per public method of ``obj`` (TRL's ``environment_factory`` convention): the methods of its class
+    not starting with ``_``, in definition order, bound to ``obj``."""
+    return [
+        _tool_class(getattr(type(obj), n), None, None, skip_first=True)(getattr(obj, n))
+        for n in public_methods(type(obj), exclude)
+    ]
+
+
+def public_methods(cls: type, exclude: tuple[str, ...] = ()) -> list[str]:
+    """The names of ``cls``'s public methods (its own and inherited ones, not ``object``'s), in definition order."""
+    names: list[str] = []
+    for klass in reversed(cls.__mro__[:-1]):
+        for n, value in vars(klass).items():
+            if n.startswith("_") or n in exclude or n in names:
+                continue
+            if inspect.isfunction(value):
+                names.append(n)
+    return names
