@@ -76,7 +76,7 @@ def register_envs() -> None:
     register_worlds()
     _register(
         "AgentR1/Mixture-v0",
-        "agentr1_gym.envs.mixture:MixtureEnv",
+        "agentr1_gym.mixture:MixtureEnv",
         "A weighted mixture of envs (envs=[{id, weight, kwargs}]): one run trains on several; metrics per env.",
     )
     rg = "agentr1_gym.envs.reasoning_gym:ReasoningGymEnv"

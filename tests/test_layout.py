@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.spaces": 0,
     "agentr1_gym.cache": 0,
     "agentr1_gym.rewards": 1,
+    "agentr1_gym.matching": 1,
     "agentr1_gym.tools.base": 2,
     "agentr1_gym.formats": 3,
     "agentr1_gym.data": 4,
@@ -32,6 +33,8 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.wrappers": 7,
     "agentr1_gym.registration": 8,
     "agentr1_gym.evaluation": 9,
+    "agentr1_gym.task": 9,  # dataset tasks: registers them
+    "agentr1_gym.mixture": 9,  # builds its components with agentr1_gym.make
     "agentr1_gym.server": 9,
     "agentr1_gym.cli": 10,
     "agentr1_gym": 11,  # the package's __init__: the public API

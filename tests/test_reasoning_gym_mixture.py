@@ -103,7 +103,7 @@ def test_mixture_settings_apply_to_every_component_and_own_kwargs_win():
 
 
 def test_parse_mix_and_the_train_flag():
-    from agentr1_gym.envs.mixture import parse_mix
+    from agentr1_gym.mixture import parse_mix
 
     assert parse_mix("A/X-v0=2, B/Y-v0") == [{"id": "A/X-v0", "weight": 2.0}, {"id": "B/Y-v0", "weight": 1.0}]
     with pytest.raises(ConfigError, match="at least two envs"):

@@ -47,7 +47,8 @@ def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
 class Tool(ABC):
     """A tool callable by the agent.
 
-    Subclasses set ``name``, ``description`` and ``Args`` (a pydantic model whose fields are the arguments;
+    ``Tool.from_function(fn)`` (attached by :mod:`agentr1_gym.tools.function`, which every ``import agentr1_gym``
+    loads) makes a tool of a plain typed function. Subclasses set ``name``, ``description`` and ``Args`` (a pydantic model whose fields are the arguments;
     use ``model_config = ConfigDict(extra="forbid")``), and implement :meth:`execute`. Override
     :meth:`execute_batch` when the backend batches (retrieval does). A tool raises
     :class:`~agentr1_gym.errors.ToolInfrastructureError` when its backing service fails; a call that runs but
@@ -57,16 +58,6 @@ class Tool(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     Args: ClassVar[type[BaseModel]]
-
-    @staticmethod
-    def from_function(
-        fn: Any, *, name: str | None = None, description: str | None = None, timeout_s: float | None = None
-    ) -> Tool:
-        """A tool that calls a plain typed function (sync or async): the schema comes from its type hints and
-        docstring (see :mod:`agentr1_gym.tools.function`)."""
-        from agentr1_gym.tools.function import from_function
-
-        return from_function(fn, name=name, description=description, timeout_s=timeout_s)
 
     def schema(self) -> dict[str, Any]:
         """The tool in OpenAI function-calling format (what chat templates' ``tools=`` take); a fresh copy."""

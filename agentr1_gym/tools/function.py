@@ -343,3 +343,8 @@ def public_methods(cls: type, exclude: tuple[str, ...] = ()) -> list[str]:
             if inspect.isfunction(value):
                 names.append(n)
     return names
+
+
+# ``Tool.from_function``: attached here, not defined in the base module, so that the layers point down (the base
+# class knows nothing of this module); ``agentr1_gym.tools`` imports this module, so it is always attached
+Tool.from_function = staticmethod(from_function)  # type: ignore[attr-defined]

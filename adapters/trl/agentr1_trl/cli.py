@@ -98,7 +98,7 @@ def held_out_eval(
     kwargs = config.env_kwargs if env_kwargs is None else env_kwargs
     runs = [("", config.env_id, kwargs)]
     if "envs" in kwargs:  # a mixture: each env on its own held-out seeds, reported apart
-        from agentr1_gym.envs.mixture import _short
+        from agentr1_gym.mixture import _short
 
         shared = {k: v for k, v in kwargs.items() if k != "envs"}
         runs = [
@@ -304,7 +304,7 @@ def _given_flags(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "mix", None):
         if "env_id" in given:
             raise ConfigError("give --mix or --env, not both")
-        from agentr1_gym.envs.mixture import parse_mix
+        from agentr1_gym.mixture import parse_mix
 
         given["env_id"] = "AgentR1/Mixture-v0"
         given["env_kwargs"] = {**given.get("env_kwargs", {}), "envs": parse_mix(args.mix)}
