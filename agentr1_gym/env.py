@@ -263,6 +263,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
             raise ConfigError(f"tool names must be unique, got {names}")
+        tools = [t.for_env() for t in tools]
         self.settings = config
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
         self.tool_format = get_format(config.tool_format)

@@ -540,7 +540,38 @@ def markdown(result: dict) -> str:
                 f"{p['generation']} | {p['env']} | {p.get('score', '–')} | {p['update']} |"
             )
         lines.append("")
+    lines += mixture_table(result)
     return "\n".join(lines)
+
+
+def mixture_table(result: dict) -> list[str]:
+    """The mixture run against the single-env runs, per env, on each env's held-out seeds (equal wall time)."""
+    tasks = result["tasks"]
+    mix = tasks.get("mix")
+    if not mix or "grpo" not in mix["runs"]:
+        return []
+    single = {"AgentR1/RG-ChainSum-v0": "rg-chainsum", "AgentR1/Calculator-v0": "calculator"}
+    lines = [
+        "Mixture vs single-env runs (GRPO, equal wall time; per-env held-out success [95% CI]):",
+        "",
+        "| env | single: RL start | single: after | mixture: RL start | mixture: after |",
+        "|---|---|---|---|---|",
+    ]
+
+    def cell(m: dict) -> str:
+        lo, hi = wilson(m["success"], m["episodes"])
+        return f"{m['success']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+    for env_id, task in single.items():
+        alone = tasks.get(task)
+        start_m = mix["start"]["after_sft"]["per_env"][env_id]
+        after_m = mix["runs"]["grpo"]["after"]["per_env"][env_id]
+        if alone and "grpo" in alone["runs"]:
+            a0, a1 = cell(alone["start"]["after_sft"]), cell(alone["runs"]["grpo"]["after"])
+        else:
+            a0 = a1 = "–"
+        lines.append(f"| {env_id} | {a0} | {a1} | {cell(start_m)} | {cell(after_m)} |")
+    return [*lines, ""]
 
 
 def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:

@@ -130,3 +130,17 @@ def test_bad_servers_and_names_fail_at_construction():
         mcp_tools(STDIO, names=["mul"])
     with pytest.raises(ConfigError, match="streamable-HTTP URL"):
         mcp_tools("server.py")
+
+
+def test_envs_made_from_one_tool_list_each_hold_the_connection_until_closed():
+    tools = mcp_tools(STDIO, names=["add"])
+    register_task("Tests/MCPMany-v0", [{"q": "?", "answer": "1"}], prompt="{q}", tools=tools)
+    envs = [gym.make("Tests/MCPMany-v0") for _ in range(4)]  # as a trainer makes its batch of envs
+    assert _pool_users(STDIO) == 4  # the first env took over the tool list's claim
+    conn = next(c for c in MCPConnection._pool.values() if c.key[0] == "stdio")
+    for env in envs[:3]:
+        env.close()
+    envs[3].reset(seed=0)
+    assert "3" in envs[3].step(envs[3].unwrapped.call_text("add", a=1, b=2))[0] and not conn.closed
+    envs[3].close()
+    assert conn.closed and _pool_users(STDIO) == 0

@@ -88,6 +88,12 @@ class Tool(ABC):
         """Run several calls; the default runs them one by one."""
         return [self.execute(a) for a in batch]
 
+    def for_env(self) -> Tool:
+        """The instance an env uses (``ToolEnv.__init__`` asks each tool): the tool itself, shared by every env
+        it is given to. A tool that holds a connection returns a holder of its own, so that ``env.close()``
+        releases that env's claim and the connection closes with the last env using it."""
+        return self
+
     def close(self) -> None:
         """Release what the tool holds (a connection); the owning env's ``close()`` calls it. Idempotent."""
         return None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import copy
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -257,6 +258,7 @@ class MCPTool(Tool):
         self.timeout_s = timeout_s
         self._options = options
         self._conn: MCPConnection | None = connection
+        self._transferable = True  # the first env built with this tool takes over its claim on the connection
         self._validator: Any = None
 
     def schema_view(self) -> dict[str, Any]:
@@ -313,6 +315,17 @@ class MCPTool(Tool):
             )
         return ToolResult(text or "(no output)")
 
+    def for_env(self) -> MCPTool:
+        """A holder of this tool for one env: the first env takes over the claim :func:`mcp_tools` made, every
+        other env adds one; each env's ``close()`` releases its own."""
+        holder = copy.copy(self)
+        if self._conn is not None and self._transferable:
+            holder._conn, self._conn = self._conn, None
+        else:
+            holder._conn = MCPConnection.get(self.server, **self._options)
+        self._transferable = holder._transferable = False
+        return holder
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.release()
@@ -321,15 +334,17 @@ class MCPTool(Tool):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_conn"] = None  # reconnects (one shared connection per process) on first use
+        state["_transferable"] = False
         state["_validator"] = None
         return state
 
     def __deepcopy__(self, memo: dict[int, Any]) -> MCPTool:
         # an env copy shares the process's connection, and holds it until it closes
-        copy = MCPTool.__new__(MCPTool)
-        copy.__dict__.update(self.__dict__)
-        copy._conn = MCPConnection.get(self.server, **self._options) if self._conn is not None else None
-        return copy
+        clone = MCPTool.__new__(MCPTool)
+        clone.__dict__.update(self.__dict__)
+        clone._conn = MCPConnection.get(self.server, **self._options) if self._conn is not None else None
+        clone._transferable = False
+        return clone
 
 
 def _content_text(result: Any) -> str:
