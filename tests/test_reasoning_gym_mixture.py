@@ -136,3 +136,23 @@ def test_grpo_on_a_mixture_groups_by_env_and_logs_each(tmp_path):
     assert len(groups) == 4 and all(len(set(g)) == 1 for g in groups)  # a group is one env's task
     logged = {k for row in trainer.state.log_history for k in row}
     assert {f"env/{name}/success" for name in set(envs)} <= logged
+
+
+def test_the_train_command_plans_a_mixture_and_evaluates_each_env(capsys):
+    pytest.importorskip("trl")
+    import argparse
+
+    from agentr1_trl.cli import _plan, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["train", "--mix", "AgentR1/RG-ChainSum-v0=2,AgentR1/Calculator-v0", "--env-kwargs",
+                              '{"max_turns": 5}'])  # fmt: skip
+    settings, *_ = _plan(args)
+    assert settings["env_id"] == "AgentR1/Mixture-v0"
+    assert settings["env_kwargs"] == {
+        "max_turns": 5,
+        "envs": [{"id": "AgentR1/RG-ChainSum-v0", "weight": 2.0}, {"id": "AgentR1/Calculator-v0", "weight": 1.0}],
+    }
+    with pytest.raises(ConfigError, match="--mix or --env, not both"):
+        _plan(parser.parse_args(["train", "--mix", "A/B-v0,C/D-v0", "--env", "AgentR1/Calculator-v0"]))

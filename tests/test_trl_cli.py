@@ -173,6 +173,8 @@ def test_eval_model_baselines_and_value_guided(tmp_path, tiny_dir, capsys):
 #: one text-game family stands for the four, and HotpotQA for the three QA datasets, in the default run (the same
 #: env class each; the others run with -m slow)
 _STAND_INS = {"AgentR1/Musique-v0", "AgentR1/2WikiMultihopQA-v0"}
+# reasoning-gym: one curated id stands for the others (same env class), and the mixture covers two envs at once
+_STAND_INS |= {"AgentR1/ReasoningGym-v0", "AgentR1/RG-BasicArithmetic-v0", "AgentR1/RG-GSMSymbolic-v0"}
 _EVERY_ENV = [
     pytest.param(e, marks=pytest.mark.slow)
     if (e.startswith("AgentR1/TextWorld-") and "Cooking" not in e) or e in _STAND_INS
@@ -192,7 +194,11 @@ def test_train_and_eval_a_model_on_every_env(env_id, tmp_path, tiny_dir, capsys)
                   "max_new_tokens_per_turn=8", "max_episode_tokens=1536"):  # fmt: skip
         argv += ["--set", field]
     assert main(argv) == 0, capsys.readouterr().err
-    assert json.loads((out / "eval_after_rl.json").read_text())["episodes"] == 2
+    after = json.loads((out / "eval_after_rl.json").read_text())
+    if env_id == "AgentR1/Mixture-v0":  # evaluated per env (--eval-episodes each)
+        assert set(after["per_env"]) == {"RG-ChainSum", "Calculator"} and after["episodes"] == 4
+    else:
+        assert after["episodes"] == 2
     assert (out / "adapter" / "adapter_config.json").exists()
     summary = _eval(capsys, env_id, "--model", tiny_dir, "--adapter", str(out / "adapter"), "--episodes", "2",
                     "--max-new-tokens", "8")  # fmt: skip
