@@ -43,6 +43,10 @@ from _common import emit, machine_info
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+MIX_ENVS = [
+    {"id": "AgentR1/SyntheticMultihop-v0", "kwargs": {"min_hops": 1, "max_hops": 1, "max_turns": 3}},
+    {"id": "AgentR1/RG-ChainSum-v0", "kwargs": {"max_turns": 4}},
+]
 TASKS: dict[str, dict[str, Any]] = {
     "synthetic": {"env": "AgentR1/SyntheticMultihop-v0"},
     "hotpotqa": {
@@ -78,11 +82,12 @@ TASKS: dict[str, dict[str, Any]] = {
         "train_kwargs": {"max_turns": 6},
         "eval_kwargs": {"max_turns": 6},
     },
-    # one run over two envs (AgentR1/Mixture-v0); evaluated per env, on the single-env runs' held-out seeds
+    # one run over two envs (AgentR1/Mixture-v0), each with its single-env run's settings ("synthetic" at --hops 1,
+    # "rg-chainsum"); evaluated per env, on the single-env runs' held-out seeds
     "mix": {
         "env": "AgentR1/Mixture-v0",
-        "train_kwargs": {"envs": ["AgentR1/RG-ChainSum-v0", "AgentR1/Calculator-v0"], "max_turns": 6},
-        "eval_kwargs": {"envs": ["AgentR1/RG-ChainSum-v0", "AgentR1/Calculator-v0"], "max_turns": 6},
+        "train_kwargs": {"envs": MIX_ENVS},
+        "eval_kwargs": {"envs": MIX_ENVS},
     },
 }
 TW_IDS = {
@@ -194,11 +199,11 @@ def _evaluate(args: argparse.Namespace, model: Any, tok: Any, **kw: Any) -> dict
         shared = {k: v for k, v in eval_kwargs.items() if k != "envs"}
         per_env = {}
         for component in eval_kwargs["envs"]:
-            per_env[component] = evaluate_model(
-                component,
+            per_env[component["id"]] = evaluate_model(
+                component["id"],
                 model,
                 tok,
-                env_kwargs=shared,
+                env_kwargs={**shared, **component.get("kwargs", {})},
                 seed=args.eval_seed,
                 max_new_tokens=args.max_new_tokens,
                 progress=args.progress,
@@ -550,7 +555,7 @@ def mixture_table(result: dict) -> list[str]:
     mix = tasks.get("mix")
     if not mix or "grpo" not in mix["runs"]:
         return []
-    single = {"AgentR1/RG-ChainSum-v0": "rg-chainsum", "AgentR1/Calculator-v0": "calculator"}
+    single = {"AgentR1/SyntheticMultihop-v0": "synthetic", "AgentR1/RG-ChainSum-v0": "rg-chainsum"}
     lines = [
         "Mixture vs single-env runs (GRPO, equal wall time; per-env held-out success [95% CI]):",
         "",

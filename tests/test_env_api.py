@@ -74,7 +74,10 @@ CASES: dict[str, object] = {
     "config": {"AgentR1/RG-ChainSum-v0": {"min_terms": 3, "max_terms": 3}, "*": {}},
     "tool": "none",
     "partial_credit": False,
-    "envs": [{"id": "AgentR1/RG-GSMSymbolic-v0", "weight": 2}, {"id": "AgentR1/Calculator-v0", "name": "calc"}],
+    "envs": [
+        {"id": "AgentR1/RG-GSMSymbolic-v0", "weight": 2},
+        {"id": "AgentR1/Calculator-v0", "name": "calc"},
+    ],
     "test_fraction": 0.3,
 }
 

@@ -152,7 +152,10 @@ def test_the_train_command_plans_a_mixture_and_evaluates_each_env(capsys):
     assert settings["env_id"] == "AgentR1/Mixture-v0"
     assert settings["env_kwargs"] == {
         "max_turns": 5,
-        "envs": [{"id": "AgentR1/RG-ChainSum-v0", "weight": 2.0}, {"id": "AgentR1/Calculator-v0", "weight": 1.0}],
+        "envs": [
+            {"id": "AgentR1/RG-ChainSum-v0", "weight": 2.0},
+            {"id": "AgentR1/Calculator-v0", "weight": 1.0},
+        ],
     }
     with pytest.raises(ConfigError, match="--mix or --env, not both"):
         _plan(parser.parse_args(["train", "--mix", "A/B-v0,C/D-v0", "--env", "AgentR1/Calculator-v0"]))

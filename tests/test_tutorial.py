@@ -76,6 +76,8 @@ def test_the_python_blocks_and_the_eval_command_run_as_written(tmp_path):
         assert '"success": 1.0' in done.stdout
 
 
+@pytest.mark.slow  # SmolLM2-135M for real (about a minute): .ci/run runs it after the default suite
+@pytest.mark.timeout(900)
 def test_the_train_command_runs_as_written(tmp_path):
     """The tutorial's `agentr1 train` (SmolLM2-135M, one step) from the directory holding capitals.py."""
     pytest.importorskip("trl")

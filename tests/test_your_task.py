@@ -515,3 +515,24 @@ def test_world_task_ends_when_the_world_says_and_scores_its_state():
     # each episode gets a fresh world
     env.reset(options={"task_index": 1})
     assert env.unwrapped.world.tries == 0 and env.unwrapped.world.code == "917"
+
+
+def test_ppo_trains_on_a_users_task_from_the_cli_and_evaluates_its_held_out_part(tmp_path, tiny_dir, capsys):
+    pytest.importorskip("trl")
+    from agentr1_gym.cli import main
+
+    out = tmp_path / "run"
+    argv = ["train", "--env", "_user_task:UserOrg/Capitals-v0", "--algo", "ppo", "--model", tiny_dir, "--max-steps",
+            "1", "--lora-r", "2", "--warm-start", "2", "--eval-episodes", "2", "--output-dir", str(out)]  # fmt: skip
+    for field in (
+        "per_device_train_batch_size=2",
+        "num_generations=2",
+        "use_cpu=true",
+        "max_new_tokens_per_turn=8",
+    ):
+        argv += ["--set", field]
+    assert main(argv) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert "evaluating on its held-out tasks (task_split=test)" in printed
+    assert json.loads((out / "eval_after_rl.json").read_text())["episodes"] == 2
+    assert (out / "adapter" / "value_head.pt").exists()
