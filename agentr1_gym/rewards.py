@@ -52,7 +52,9 @@ def _as_list(gold: str | Iterable[str]) -> list[str]:
 
 
 def exact_match(prediction: str, gold: str | Iterable[str]) -> float:
-    """1.0 if the normalised prediction equals a normalised gold answer."""
+    """1.0 if the normalised prediction equals a normalised gold answer (HotpotQA's official EM: punctuation is
+    stripped, so "1.5" matches "15" and "-3" matches "3"; for numbers and your own tasks use
+    :mod:`agentr1_gym.matching`)."""
     pred = normalize_answer(prediction)
     return float(any(pred == normalize_answer(g) for g in _as_list(gold)))
 

@@ -159,3 +159,26 @@ def test_the_train_command_plans_a_mixture_and_evaluates_each_env(capsys):
     }
     with pytest.raises(ConfigError, match="--mix or --env, not both"):
         _plan(parser.parse_args(["train", "--mix", "A/B-v0,C/D-v0", "--env", "AgentR1/Calculator-v0"]))
+
+
+def test_a_yaml_config_names_a_mixture(tmp_path):
+    pytest.importorskip("trl")
+    import argparse
+
+    from agentr1_trl.cli import _plan, register
+
+    config = tmp_path / "mix.yaml"
+    config.write_text(
+        "env_id: AgentR1/Mixture-v0\n"
+        "env_kwargs:\n"
+        "  max_turns: 5\n"
+        "  envs:\n"
+        "    - {id: AgentR1/RG-ChainSum-v0, weight: 3}\n"
+        "    - {id: AgentR1/Calculator-v0, name: calc}\n"
+    )
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    settings, *_ = _plan(parser.parse_args(["train", "--config", str(config)]))
+    assert settings["env_id"] == "AgentR1/Mixture-v0"
+    env = gym.make(settings["env_id"], **settings["env_kwargs"]).unwrapped
+    assert env.names == ["RG-ChainSum", "calc"] and list(env.weights) == [0.75, 0.25]
