@@ -22,7 +22,7 @@ from agentr1_gym.errors import (
     UnknownEnvError,
 )
 from agentr1_gym.formats import HermesFormat, ParsedAction, SearchR1Format, ToolCall, ToolCallFormat
-from agentr1_gym.registration import env_ids, make, register_envs
+from agentr1_gym.registration import env_ids, make, register_envs, resolve_env_id
 from agentr1_gym.rewards import ProcessReward, RewardConfig
 from agentr1_gym.spaces import FreeText
 from agentr1_gym.task import TaskEnv, make_task, register_task
@@ -57,6 +57,7 @@ __all__ = [
     "make",
     "make_task",
     "register_task",
+    "resolve_env_id",
     "tool",
 ]
 
