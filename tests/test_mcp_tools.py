@@ -144,3 +144,30 @@ def test_envs_made_from_one_tool_list_each_hold_the_connection_until_closed():
     assert "3" in envs[3].step(envs[3].unwrapped.call_text("add", a=1, b=2))[0] and not conn.closed
     envs[3].close()
     assert conn.closed and _pool_users(STDIO) == 0
+
+
+def test_fuzz_mcp_tools_and_no_reward_without_the_answer():
+    import math
+    import random
+
+    from test_fuzz_steps import _adversarial
+
+    tools = mcp_tools(STDIO, names=["add", "lookup"], timeout_s=5.0)
+    register_task("Tests/MCPFuzz-v0", [{"q": "2+3?", "answer": "5"}], prompt="{q}", tools=tools, max_turns=4)
+    env = gym.make("Tests/MCPFuzz-v0")
+    rng = random.Random(0)
+    env.reset(seed=0)
+    for i in range(300):
+        action = _adversarial(rng, ["add", "lookup"])
+        if rng.random() < 0.4:  # well-formed calls with hostile values under the server's own parameter names
+            value = rng.choice(["", "x" * 50_000, -(10**30), None, [1], {"a": 1}, "\x00", 1e308, "🙂"])
+            action = env.unwrapped.call_text(rng.choice(["add", "lookup"]), a=value, b=value, city=value)
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert isinstance(obs, str) and math.isfinite(reward), action[:200]
+        if terminated or truncated:
+            env.reset(seed=i)
+    # calling tools until the turns run out earns no more than answering wrong at once
+    env.reset(seed=0)
+    total = sum(env.step(env.unwrapped.call_text("add", a=2, b=3))[1] for _ in range(4))
+    assert total <= 0.0
+    env.close()

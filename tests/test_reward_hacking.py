@@ -162,6 +162,31 @@ TEXTGAME_POLICIES = {
     ),
     "the walkthrough but the last move": _walkthrough_but_the_last_move,
 }
+def _rg_steps_then_wrong(env, turn):
+    steps = env._solution_steps()
+    if turn < len(steps) and turn < env.max_turns - 1:
+        return env.call_text("calculator", expression=steps[turn])
+    return env.answer_text(str(float(env.task["answer"]) + 1))
+
+
+#: reasoning-gym (curated ids, the dataset's partial credit) and the mixture
+RG_POLICIES = {
+    "compute every solution step, then answer something else": _rg_steps_then_wrong,
+    "answer any number (partial credit)": lambda env, turn: env.answer_text("0"),
+    "hedge with every number in the problem": lambda env, turn: env.answer_text(
+        " ".join(re.findall(r"\d+", env.task["question"]))
+    ),
+    "repeat one calculation": lambda env, turn: (
+        env.call_text("calculator", expression="2 + 2") if turn < env.max_turns - 1 else env.answer_text("4")
+    ),
+}
+MIXTURE_POLICIES = {
+    "answer a wrong number": lambda env, turn: env.answer_text("-1"),
+    "repeat one calculation until the end": lambda env, turn: env.call_text("calculator", expression="1 + 1"),
+}
+    ),
+}
+
 #: text games long enough that a move or two does not win them
 TEXTGAME_ENVS = {
     "AgentR1/TextWorld-Simple-v0": {},
@@ -209,6 +234,17 @@ CASES = (
         ("AgentR1/WebShop-v0", p, name, WEBSHOP_POLICIES[name], 30, {"split": "test"})
         for p in PRESETS
         for name in WEBSHOP_POLICIES
+    ]
+    + [
+        (e, p, name, RG_POLICIES[name], 20, {})
+        for e in ("AgentR1/RG-ChainSum-v0", "AgentR1/RG-GSMSymbolic-v0")
+        for p in PRESETS
+        for name in RG_POLICIES
+    ]
+    + [
+        ("AgentR1/Mixture-v0", p, name, MIXTURE_POLICIES[name], 20, {})
+        for p in PRESETS
+        for name in MIXTURE_POLICIES
     ]
     + [
         (e, p, name, TEXTGAME_POLICIES[name], 3, {"max_turns": 12, "num_games": 3, **level})

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import math
 import pickle
+import random
 import sqlite3
 import subprocess
 import sys
@@ -536,3 +538,54 @@ def test_ppo_trains_on_a_users_task_from_the_cli_and_evaluates_its_held_out_part
     assert "evaluating on its held-out tasks (task_split=test)" in printed
     assert json.loads((out / "eval_after_rl.json").read_text())["episodes"] == 2
     assert (out / "adapter" / "value_head.pt").exists()
+
+
+# ---- fuzz and reward hacking on the new surfaces: function tools, dataset and world tasks --------------------
+def _fuzz(env: gym.Env, steps: int, seed: int) -> None:
+    from test_fuzz_steps import _adversarial
+
+    rng = random.Random(seed)
+    tools = [t["function"]["name"] for t in env.reset(seed=0)[1]["tools"]]
+    episode = 0
+    for _ in range(steps):
+        action = _adversarial(rng, tools)
+        if (
+            rng.random() < 0.3
+        ):  # well-formed calls with hostile arguments under the tools' own parameter names
+            tool = rng.choice(tools)
+            params = list(env.unwrapped.tools[tool].schema_view()["function"]["parameters"]["properties"])
+            value = rng.choice(["", "x" * 50_000, -(10**30), None, [1], {"a": 1}, "\x00", 1e308, "🙂"])
+            action = env.unwrapped.call_text(tool, **{p: value for p in params})
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert isinstance(obs, str) and math.isfinite(reward), action[:200]
+        if terminated or truncated:
+            episode += 1
+            env.reset(seed=episode)
+    env.close()
+
+
+def test_fuzz_a_dataset_task_with_function_tools_and_a_world_task():
+    register_task("Tests/FuzzVault-v0", [{"code": "42"}, {"code": "917"}], prompt="Open the vault.", world=Vault,
+                  reward=lambda world: float(world.opened), max_turns=6)  # fmt: skip
+    _fuzz(agentr1_gym.make("_user_task:UserOrg/Capitals-v0"), 1500, 1)
+    _fuzz(gym.make("Tests/FuzzVault-v0"), 1500, 2)
+
+
+def test_a_world_task_pays_nothing_it_was_not_solved_for():
+    register_task("Tests/HackVault-v0", [{"code": "42"}, {"code": "917"}], prompt="Open the vault.", world=Vault,
+                  reward=lambda world: float(world.opened), max_turns=6)  # fmt: skip
+    env = gym.make("Tests/HackVault-v0").unwrapped
+    policies = {
+        "probe every digit, never open": lambda turn: env.call_text("probe", position=turn % 2),
+        "guess codes": lambda turn: env.call_text("open", code=str(turn)),
+        "answer instead of acting": lambda turn: env.answer_text("42"),
+    }
+    for name, policy in policies.items():
+        for i in range(2):
+            env.reset(options={"task_index": i})
+            total, done, turn = 0.0, False, 0
+            while not done:
+                _, reward, terminated, truncated, info = env.step(policy(turn))
+                total, done, turn = total + reward, terminated or truncated, turn + 1
+            assert info["metrics"]["success"] == 0.0, name
+            assert total <= 0.05 * env.max_episode_reward(), (name, total)
