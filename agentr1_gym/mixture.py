@@ -72,9 +72,9 @@ class MixtureEnv(ToolEnv):
             envs = list(DEFAULT_ENVS)
         if not isinstance(envs, (list, tuple)) or len(envs) < 2:
             raise ConfigError(f"envs: a list of at least two components, got {envs!r:.120}")
-        given = {k: v for k, v in settings.items()}
+        given = dict(settings)
         try:
-            EnvSettings(**given)  # the shared settings are checked once, naming the field
+            self.settings = EnvSettings(**given)  # the shared settings are checked once, naming the field
         except Exception as exc:
             raise ConfigError(f"bad mixture setting: {str(exc).splitlines()[0]}") from None
         self.entries: list[dict[str, Any]] = []
@@ -110,7 +110,6 @@ class MixtureEnv(ToolEnv):
         self.weights = weights / weights.sum()
         self.current: ToolEnv = self.components[0]
         self.current_index = 0
-        self.settings = EnvSettings(**given)
         self.observation_space = self.current.observation_space
         self.action_space = self.current.action_space
         self.render_mode = self.settings.render_mode

@@ -389,7 +389,6 @@ def register_task(
 
     from agentr1_gym.registration import USER_DESCRIPTIONS
 
-
     if spec is None:
         if dataset is None:
             raise ConfigError("register_task needs a dataset (or spec=)")

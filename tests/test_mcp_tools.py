@@ -162,7 +162,7 @@ def test_fuzz_mcp_tools_and_no_reward_without_the_answer():
         if rng.random() < 0.4:  # well-formed calls with hostile values under the server's own parameter names
             value = rng.choice(["", "x" * 50_000, -(10**30), None, [1], {"a": 1}, "\x00", 1e308, "🙂"])
             action = env.unwrapped.call_text(rng.choice(["add", "lookup"]), a=value, b=value, city=value)
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs, reward, terminated, truncated, _ = env.step(action)
         assert isinstance(obs, str) and math.isfinite(reward), action[:200]
         if terminated or truncated:
             env.reset(seed=i)

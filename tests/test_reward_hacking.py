@@ -162,6 +162,8 @@ TEXTGAME_POLICIES = {
     ),
     "the walkthrough but the last move": _walkthrough_but_the_last_move,
 }
+
+
 def _rg_steps_then_wrong(env, turn):
     steps = env._solution_steps()
     if turn < len(steps) and turn < env.max_turns - 1:
@@ -183,8 +185,6 @@ RG_POLICIES = {
 MIXTURE_POLICIES = {
     "answer a wrong number": lambda env, turn: env.answer_text("-1"),
     "repeat one calculation until the end": lambda env, turn: env.call_text("calculator", expression="1 + 1"),
-}
-    ),
 }
 
 #: text games long enough that a move or two does not win them

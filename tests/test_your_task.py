@@ -556,7 +556,7 @@ def _fuzz(env: gym.Env, steps: int, seed: int) -> None:
             params = list(env.unwrapped.tools[tool].schema_view()["function"]["parameters"]["properties"])
             value = rng.choice(["", "x" * 50_000, -(10**30), None, [1], {"a": 1}, "\x00", 1e308, "🙂"])
             action = env.unwrapped.call_text(tool, **{p: value for p in params})
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs, reward, terminated, truncated, _ = env.step(action)
         assert isinstance(obs, str) and math.isfinite(reward), action[:200]
         if terminated or truncated:
             episode += 1

@@ -164,6 +164,7 @@ class ReasoningGymEnv(ToolEnv):
     def on_reset(self) -> None:
         self._scorer = self._dataset(self.task["seed"])
         self._needed = self._step_values()
+        self._step_count = len(self._needed)  # the episode's progress cap (the set shrinks as steps are paid)
 
     def _step_values(self) -> set[Any]:
         if self.tool != "calculator":
@@ -186,7 +187,7 @@ class ReasoningGymEnv(ToolEnv):
         return {}
 
     def process_reward_caps(self) -> dict[str, float]:
-        return {"progress": float(len(self._step_values()))}
+        return {"progress": float(self._step_count)}
 
     def task_prompt(self, task: RGTask) -> str:
         how = {
