@@ -109,10 +109,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
         seed=args.seed,
         env_kwargs=_parse_kv(args.env_arg),
         progress=not args.no_progress,
+        save_episodes=args.save_episodes,
     )
     if not args.returns:
         summary.pop("returns")
     print(json.dumps({"env": args.env_id, "policy": args.policy, **summary}, indent=2))
+    return 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from agentr1_gym.viewer import load_run, serve, write_view
+
+    run = load_run(args.run)
+    out = write_view(run, args.output, source=args.run)
+    print(
+        f"wrote {out}: {len(run['metrics'])} logged steps, {len(run['episodes'])} saved episodes, "
+        f"{len(run['evals'])} evaluations"
+    )
+    if args.serve:
+        serve(out, args.port)
     return 0
 
 
@@ -308,7 +323,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --vllm-server: the total deadline of one call to a server, retries included (default 600)",
     )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument(
+        "--save-episodes",
+        default=None,
+        metavar="FILE",
+        help="append every episode, turn by turn (with --model: its tokens and action mask too), to this JSONL "
+        "file; `agentr1 view FILE` shows them",
+    )
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser(
+        "view",
+        help="write a run's viewer: one self-contained HTML page with its metric curves, held-out evaluations "
+        "and saved episodes (action-mask colouring, token-level credit)",
+    )
+    p.add_argument(
+        "run", metavar="RUN", help="a run directory (agentr1 train's --output-dir) or an episodes JSONL file"
+    )
+    p.add_argument(
+        "-o", "--output", default=None, help="the HTML file to write (default RUN/view.html, or FILE.html)"
+    )
+    p.add_argument("--serve", action="store_true", help="also serve the page on localhost until Ctrl-C")
+    p.add_argument("--port", type=int, default=8000, help="with --serve: the port (default 8000; 0: any free)")
+    p.set_defaults(func=cmd_view)
 
     p = sub.add_parser(
         "serve-retriever",

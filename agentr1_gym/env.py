@@ -163,7 +163,7 @@ class ToolEnv(gym.Env[str, str], ABC):
     * ``info``: ``messages`` (the chat so far, OpenAI-style dicts), ``tools`` (JSON schemas, on reset),
       ``task_id``, ``turn``, and after a step ``reward_components`` (sums to the reward), ``process_reward``,
       ``outcome_reward``, ``action_error`` (None, or what was wrong with the turn), ``num_tool_calls``,
-      ``truncated_reason`` and, at episode end, ``metrics`` (``score``, ``success``, ``format_ok``, ``turns`` and
+      ``tool_calls`` (the parsed calls, ``{"name", "arguments"}``), ``truncated_reason`` and, at episode end, ``metrics`` (``score``, ``success``, ``format_ok``, ``turns`` and
       the env's answer metrics).
     * termination: a final answer (answer-shaped tasks), or a tool call after which the world says the episode is
       over (world-shaped tasks: a game won or lost, an item bought; :attr:`ToolResult.terminal`); truncation:
@@ -596,6 +596,7 @@ class ToolEnv(gym.Env[str, str], ABC):
             "turn": self.turn,
             "action_error": action_error,
             "num_tool_calls": len(parsed.calls),
+            "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in parsed.calls],
             "truncated_reason": truncated_reason,
         }
         if terminated or truncated:

@@ -13,6 +13,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agentr1_gym.episodes import append_episodes, scripted_record, turn_record
 from agentr1_gym.errors import ConfigError
 
 __all__ = ["POLICIES", "Policy", "evaluate", "oracle_policy", "random_policy", "success"]
@@ -58,8 +59,12 @@ def evaluate(
     seed: int = 0,
     progress: bool = True,
     env_kwargs: dict[str, Any] | None = None,
+    save_episodes: str | None = None,
 ) -> dict[str, Any]:
     """Run ``episodes`` episodes (episode ``i`` is reset with seed ``seed + i``) and summarise them.
+
+    ``save_episodes``: append every episode, turn by turn, to this JSONL file (:mod:`agentr1_gym.episodes`; what
+    ``agentr1 view`` shows).
 
     Returns means of ``return`` (the episode return), ``success``, ``score``, ``format_ok``, ``turns`` and the env's
     answer metrics (``em``, ``f1``, ``sub_em`` for QA; ``pass`` for code; ``correct`` for math), plus
@@ -79,14 +84,35 @@ def evaluate(
 
     returns: list[float] = []
     metrics: dict[str, list[float]] = {}
+    records: list[dict[str, Any]] = []
+    env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
     for i in tqdm(range(episodes), desc="eval", disable=not progress, unit="ep"):
         obs, info = env.reset(seed=seed + i)
-        total, done = 0.0, False
+        prompt, task_id = obs, str(info.get("task_id", ""))
+        total, done, turns = 0.0, False, []
         while not done:
-            obs, reward, terminated, truncated, info = env.step(policy(obs, info, env.unwrapped))
+            action = policy(obs, info, env.unwrapped)
+            obs, reward, terminated, truncated, info = env.step(action)
             total += float(reward)
             done = terminated or truncated
+            if save_episodes is not None:
+                turns.append(turn_record(action, reward, info, obs))
         returns.append(total)
+        if save_episodes is not None:
+            records.append(
+                scripted_record(
+                    source="eval",
+                    index=i,
+                    env_id=env_id,
+                    seed=seed + i,
+                    task_id=task_id,
+                    prompt=prompt,
+                    turns=turns,
+                    metrics=dict(info.get("metrics", {})),
+                    terminated=bool(terminated),
+                    truncated_reason=str(info.get("truncated_reason", "")),
+                )
+            )
         m = dict(info.get("metrics", {}))
         for key, value in m.items():
             metrics.setdefault(key, []).append(float(value))
@@ -95,4 +121,6 @@ def evaluate(
     if "pass" in metrics:  # code envs: one sample per task, so the pass rate is pass@1
         summary["pass@1"] = summary["pass"]
     summary["returns"] = returns
+    if save_episodes is not None:
+        append_episodes(save_episodes, records)
     return summary

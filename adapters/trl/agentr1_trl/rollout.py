@@ -74,6 +74,9 @@ class Trajectory:
     #: per turn, when recorded (``collect_rollouts(record_state_keys=True)``): the env's ``state_key()`` before
     #: the turn (None for answer-shaped envs, whose state is the history)
     state_keys: list[Any] = field(default_factory=list)
+    #: per step: the env's observation (the tool responses; "" at the end) and the turn's parsed tool calls
+    observations: list[str] = field(default_factory=list)
+    tool_calls: list[list[dict[str, Any]]] = field(default_factory=list)
 
     @property
     def episode_return(self) -> float:
@@ -249,9 +252,12 @@ class EpisodeRecorder:
         self._action = text
         return text
 
-    def add_step(self, reward: float, terminated: bool, truncated: bool, info: dict[str, Any]) -> None:
-        """Record the env's answer to the last action: reward, components, error; then either the end of the
-        episode (with the env's ``metrics``) or the observation tokens that lead to the next turn."""
+    def add_step(
+        self, reward: float, terminated: bool, truncated: bool, info: dict[str, Any], observation: str = ""
+    ) -> None:
+        """Record the env's answer to the last action: reward, components, error, the observation text and the
+        parsed tool calls; then either the end of the episode (with the env's ``metrics``) or the observation
+        tokens that lead to the next turn."""
         if self._action is None:
             raise RuntimeError(
                 "add_step() needs a recorded turn first: call add_generation() and step its action"
@@ -261,6 +267,8 @@ class EpisodeRecorder:
         traj.rewards.append(float(reward))
         traj.reward_components.append({k: float(v) for k, v in info.get("reward_components", {}).items()})
         traj.action_errors.append(info.get("action_error"))
+        traj.observations.append(str(observation))
+        traj.tool_calls.append(list(info.get("tool_calls") or []))
         if terminated or truncated or traj.truncated_reason:
             traj.metrics = {k: float(v) for k, v in info.get("metrics", {}).items()}
             reason = "" if terminated else traj.truncated_reason or info.get("truncated_reason") or "env"
@@ -417,8 +425,8 @@ def collect_rollouts(
             action = episodes[i].add_generation(gen.ids, gen.logprobs, key)
             if action is not None:
                 actions[i] = action
-        for i, (_obs, reward, terminated, truncated, info) in batch.step(actions).items():
-            episodes[i].add_step(reward, terminated, truncated, info)
+        for i, (obs, reward, terminated, truncated, info) in batch.step(actions).items():
+            episodes[i].add_step(reward, terminated, truncated, info, obs)
     if isinstance(batch, _ListBatch):  # episodes the token budget ended are scored like any truncation
         for env, ep in zip(batch.envs, episodes):
             if not ep.traj.metrics and not env.unwrapped.done:

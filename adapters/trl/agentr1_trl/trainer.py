@@ -27,7 +27,9 @@ import torch
 
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.episodes import EPISODES_FILE, append_episodes
 from agentr1_trl.config import AgentTrainerConfig
+from agentr1_trl.episodes import advantage_rows, token_stats, trajectory_records
 from agentr1_trl.generation import GenerationBackend, HFGenerator, SamplingConfig
 from agentr1_trl.generation.vllm import VLLMGenerator, vllm_available
 from agentr1_trl.losses import LossTerms, policy_loss, truncated_is_weights
@@ -208,6 +210,44 @@ class AgentTrainer(TRLAgentTrainer):
             vocab_size=self._vocab_size(),
             record_state_keys=self.records_state_keys(),
         )
+
+    # ---- saved episodes (the run viewer) -------------------------------------------------------------------
+    def on_scored(self, batch: dict[str, Any], trajectories: list[Trajectory], seeds: list[int]) -> None:
+        args: AgentTrainerConfig = self.args
+        every, step = args.save_episodes_steps, self.state.global_step + 1
+        if not (self.model.training and every > 0 and self.accelerator.is_main_process):
+            return
+        if (step - 1) % every != 0 and step != args.max_steps:
+            return
+        start = time.perf_counter()
+        n = min(args.save_episodes_count, len(trajectories))
+        lengths = [len(t.completion_ids) for t in trajectories[:n]]
+        advantages = advantage_rows(batch["advantages"][:n], batch["action_mask"][:n], lengths)
+        model = self.accelerator.unwrap_model(self.model)
+        was_training = model.training
+        model.eval()  # no dropout: the probabilities the update sees
+        try:
+            stats = [
+                token_stats(model, t.prompt_ids, t.completion_ids, temperature=self.temperature)
+                if t.prefix_stable and t.completion_ids
+                else None
+                for t in trajectories[:n]
+            ]
+        finally:
+            model.train(was_training)
+        records = trajectory_records(
+            trajectories[:n],
+            self.processing_class,
+            source="train",
+            step=step,
+            env_id=args.env_id,
+            seeds=seeds[:n],
+            group_size=self.num_generations,
+            advantages=advantages,
+            stats=stats,
+        )
+        append_episodes(os.path.join(args.output_dir, EPISODES_FILE), records)
+        self.log_metric("time/save_episodes_s", time.perf_counter() - start)
 
     def records_state_keys(self) -> bool:
         """Whether rollouts keep each turn's starting world state (step-level estimators that group by it)."""

@@ -231,6 +231,9 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
     def load_extra(self, checkpoint: str) -> None:
         """Load what :meth:`save_extra` saved."""
 
+    def on_scored(self, batch: dict[str, Any], trajectories: list[Trajectory], seeds: list[int]) -> None:
+        """Called with each scored batch (advantages in place, one row per episode, before any per-turn rows)."""
+
     # ---- services for subclasses -------------------------------------------------------------------------
     @property
     def mode(self) -> str:
@@ -362,6 +365,7 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         trajectories = [row.pop("trajectory") for row in inputs]
         output["action_mask"] = output.pop("tool_mask")
         output = self.score_batch(output, trajectories)
+        self.on_scored(output, trajectories, [seed_of_prompt(row["prompt"]) for row in inputs])
         if not all(t.prefix_stable for t in trajectories):
             output = self._per_turn_rows(output, trajectories)
         return output

@@ -1,0 +1,120 @@
+"""Episodes as the run viewer's records (:mod:`agentr1_gym.episodes`): trajectories plus what training did with
+their tokens (the advantage each token got, the train/inference importance ratio, the policy's entropy)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from agentr1_trl.rollout import Trajectory
+
+__all__ = ["advantage_rows", "token_stats", "trajectory_records"]
+
+
+@torch.no_grad()
+def token_stats(
+    model: Any, prompt_ids: Sequence[int], completion_ids: Sequence[int], *, temperature: float = 1.0, chunk: int = 256
+) -> tuple[list[float], list[float]]:
+    """The policy's log-prob (at ``temperature``) of each completion token and its entropy there, from one forward
+    pass over the episode; the vocabulary projection runs ``chunk`` positions at a time (the full logits of a long
+    episode are never built)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(prompt_ids) + list(completion_ids)], device=device)
+    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1, output_hidden_states=True)
+    start = len(prompt_ids) - 1
+    states = out.hidden_states[-1][0, start : ids.size(1) - 1]  # the final-norm state before each completion token
+    targets = ids[0, len(prompt_ids) :]
+    head = model.get_output_embeddings()
+    logps, entropy = [], []
+    for s in range(0, states.size(0), chunk):
+        logits = head(states[s : s + chunk]).float() / temperature
+        logp = F.log_softmax(logits, dim=-1)
+        logps.append(logp.gather(1, targets[s : s + chunk, None])[:, 0])
+        entropy.append(-(logp.exp() * logp).sum(-1))
+    return torch.cat(logps).tolist(), torch.cat(entropy).tolist()
+
+
+def advantage_rows(advantages: torch.Tensor, mask: torch.Tensor, lengths: Sequence[int]) -> list[list[float]]:
+    """Each row's per-token advantage over its completion: a per-episode advantage ``(B,)`` spread over the tokens
+    the loss trains (``mask``), a per-token one ``(B, width)`` as it is; 0 off the mask."""
+    adv = advantages.detach().float().cpu()
+    m = mask.detach().float().cpu()
+    full = adv[:, None].expand_as(m) * m if adv.dim() == 1 else adv[:, : m.size(1)] * m
+    return [full[i, :n].tolist() for i, n in enumerate(lengths)]
+
+
+def trajectory_records(
+    trajs: Sequence[Trajectory],
+    tokenizer: Any,
+    *,
+    source: str,
+    step: int | None,
+    env_id: str,
+    seeds: Sequence[int | None],
+    group_size: int | None = None,
+    advantages: Sequence[Sequence[float] | None] | None = None,
+    stats: Sequence[tuple[list[float], list[float]] | None] | None = None,
+    indices: Sequence[int] | None = None,
+) -> list[dict[str, Any]]:
+    """One record per trajectory (see :mod:`agentr1_gym.episodes`). ``advantages``: per episode, the advantage of
+    each completion token; ``stats``: per episode, the trainer's log-probs and entropies of its completion tokens
+    (:func:`token_stats`); None where there is none."""
+    records = []
+    for j, t in enumerate(trajs):
+        index = indices[j] if indices is not None else j
+        n = len(t.completion_ids)
+        adv = advantages[j] if advantages is not None else None
+        st = stats[j] if stats is not None else None
+        ratio = entropy = None
+        if st is not None:
+            logps, ent = st
+            ratio = [
+                (math.exp(min(lp - sp, 50.0)) if m else None)
+                for lp, sp, m in zip(logps, t.logprobs, t.action_mask)
+            ]
+            entropy = [(e if m else None) for e, m in zip(ent, t.action_mask)]
+        turns = []
+        for k in range(len(t.actions)):
+            turns.append(
+                {
+                    "action": t.actions[k],
+                    "tool_calls": t.tool_calls[k] if k < len(t.tool_calls) else [],
+                    "observation": t.observations[k] if k < len(t.observations) else "",
+                    "reward": t.rewards[k] if k < len(t.rewards) else 0.0,
+                    "reward_components": t.reward_components[k] if k < len(t.reward_components) else {},
+                    "action_error": t.action_errors[k] if k < len(t.action_errors) else None,
+                }
+            )
+        records.append(
+            {
+                "source": source,
+                "step": step,
+                "index": index,
+                "group": (index // group_size) if group_size else None,
+                "env_id": env_id,
+                "task_id": t.task_id,
+                "seed": seeds[j],
+                "prompt": tokenizer.decode(t.prompt_ids, skip_special_tokens=False),
+                "turns": turns,
+                "success": float(t.metrics.get("success", 0.0)),
+                "return": t.episode_return,
+                "ended": "terminated" if t.terminated else (t.truncated_reason or "truncated"),
+                "metrics": dict(t.metrics),
+                "tokens": {
+                    "ids": list(t.completion_ids),
+                    "text": tokenizer.batch_decode([[i] for i in t.completion_ids]),
+                    "action_mask": list(t.action_mask),
+                    "turn_ends": list(t.turn_ends),
+                    "timeline": not t.prefix_stable,  # the turns' generated ids only (no single sequence)
+                    "logprob": list(t.logprobs),
+                    "advantage": list(adv)[:n] if adv is not None else None,
+                    "ratio": ratio,
+                    "entropy": entropy,
+                },
+            }
+        )
+    return records

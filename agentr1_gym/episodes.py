@@ -1,0 +1,127 @@
+"""Saved episodes: one JSON object per line, what ``agentr1 view`` shows.
+
+Training (``save_episodes_steps``), the held-out evaluations of ``agentr1 train`` and ``agentr1 eval
+--save-episodes FILE`` write the same record. Token fields are present where a model generated the episode
+(``tokens`` is None for scripted policies):
+
+.. code-block:: text
+
+    {"schema": 1,
+     "source": "train" | "held-out before RL" | "held-out after RL" | "eval",
+     "step": optimizer step the episode trained (train) or the step it was evaluated at,
+     "index": position in its batch, "group": GRPO group (train), "env_id", "task_id", "seed",
+     "prompt": the first user message,
+     "turns": [{"action", "tool_calls": [{"name", "arguments"}], "observation", "reward",
+                "reward_components": {...}, "action_error": str | None}, ...],
+     "success", "return", "ended": "terminated" | "max_turns" | "token_budget" | ..., "metrics": {...},
+     "tokens": None | {"ids", "text" (one piece per token), "action_mask",
+                       "turn_ends" (index of each turn's last generated token),
+                       "advantage" (per token, 0 off the mask), "logprob" (the sampler's),
+                       "ratio" (exp(trainer log-prob - sampler log-prob), action tokens),
+                       "entropy" (the policy's, action tokens)}}
+
+Any of ``advantage``, ``ratio`` and ``entropy`` may be None (an evaluation has no advantage; an episode whose chat
+template is not prefix-stable has no single sequence to score).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EPISODES_FILE", "SCHEMA", "append_episodes", "read_episodes", "scripted_record", "turn_record"]
+
+#: the file a training run writes its saved episodes to (in its output directory)
+EPISODES_FILE = "episodes.jsonl"
+SCHEMA = 1
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN/inf: they become None (a number a browser can show stays a number)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
+def append_episodes(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
+    """Append records (one JSON line each) to ``path``; returns how many were written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("a", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(_finite({"schema": SCHEMA, **record}), ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+def read_episodes(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The records of an episodes file. A line that is not a JSON object (a run killed mid-write leaves a partial
+    last line) is skipped."""
+    with Path(path).open(encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and "turns" in record:
+                yield record
+
+
+def _ended(terminated: bool, truncated_reason: str) -> str:
+    return "terminated" if terminated else (truncated_reason or "truncated")
+
+
+def scripted_record(
+    *,
+    source: str,
+    index: int,
+    env_id: str,
+    seed: int | None,
+    task_id: str,
+    prompt: str,
+    turns: list[dict[str, Any]],
+    metrics: dict[str, float],
+    terminated: bool,
+    truncated_reason: str = "",
+    step: int | None = None,
+) -> dict[str, Any]:
+    """The record of an episode without tokens (a scripted policy's)."""
+    return {
+        "source": source,
+        "step": step,
+        "index": index,
+        "group": None,
+        "env_id": env_id,
+        "task_id": task_id,
+        "seed": seed,
+        "prompt": prompt,
+        "turns": turns,
+        "success": float(metrics.get("success", 0.0)),
+        "return": float(sum(t["reward"] for t in turns)),
+        "ended": _ended(terminated, truncated_reason),
+        "metrics": {k: float(v) for k, v in metrics.items()},
+        "tokens": None,
+    }
+
+
+def turn_record(action: str, reward: float, info: dict[str, Any], observation: str) -> dict[str, Any]:
+    """One turn of a record, from the env's ``step`` answer."""
+    return {
+        "action": action,
+        "tool_calls": list(info.get("tool_calls") or []),
+        "observation": observation,
+        "reward": float(reward),
+        "reward_components": {k: float(v) for k, v in (info.get("reward_components") or {}).items()},
+        "action_error": info.get("action_error"),
+    }

@@ -1,0 +1,399 @@
+"""The run viewer: ``agentr1 view RUN`` writes one self-contained HTML page (no network, no server needed).
+
+It shows, for a run directory of ``agentr1 train`` (or an episodes file of ``agentr1 eval --save-episodes``):
+
+* every logged metric's curve (``metrics.jsonl``, or the newest checkpoint's ``trainer_state.json`` while the run
+  is still going), with the held-out evaluations before and after RL marked on the success curve;
+* the held-out evaluations side by side (``eval_before_rl.json``, ``eval_after_rl.json``);
+* the saved episodes (``episodes.jsonl``, :mod:`agentr1_gym.episodes`) of a chosen step, turn by turn: each
+  token coloured by what training did with it (observation tokens, outside the action mask, grey; action tokens by
+  their advantage, importance ratio, entropy or log-prob), tool calls, tool responses and reward components;
+* filters for successful and failed episodes, and two steps side by side.
+
+The page's data sits in it as JSON; its script draws everything. Standard library only.
+"""
+
+from __future__ import annotations
+
+import html
+import http.server
+import json
+import socketserver
+from pathlib import Path
+from typing import Any
+
+from agentr1_gym.episodes import EPISODES_FILE, read_episodes
+from agentr1_gym.errors import ConfigError
+
+__all__ = ["OBS_RGB", "heat_rgb", "load_run", "render_html", "serve", "write_view"]
+
+#: the background of tokens outside the action mask (the env's tokens: tool responses, chat scaffolding)
+OBS_RGB = (228, 228, 228)
+EVAL_FILES = {"before RL": "eval_before_rl.json", "after RL": "eval_after_rl.json"}
+
+
+def heat_rgb(value: float | None, scale: float, diverging: bool = True) -> tuple[int, int, int]:
+    """The colour of an action token (what the page's script computes, here for tests and other renderers):
+    white at 0 (or no value), green for positive and red for negative values (diverging), or blue growing
+    with the value (sequential), saturating at ``scale``."""
+    if value is None or scale <= 0:
+        return (255, 255, 255)
+    t = min(abs(value) / scale, 1.0)
+    if not diverging:
+        return (round(255 - 130 * t), round(255 - 80 * t), 255)
+    if value >= 0:
+        return (round(255 - 130 * t), round(255 - 25 * t), round(255 - 130 * t))
+    return (255, round(255 - 130 * t), round(255 - 130 * t))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not a readable JSON file ({exc})") from None
+
+
+def _metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's logged rows: ``metrics.jsonl`` when the run finished, else the newest checkpoint's log."""
+    rows: list[dict[str, Any]] = []
+    path = run_dir / "metrics.jsonl"
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    else:
+        states = sorted(
+            run_dir.glob("checkpoint-*/trainer_state.json"),
+            key=lambda p: int(p.parent.name.rsplit("-", 1)[1]) if p.parent.name.rsplit("-", 1)[1].isdigit() else -1,
+        )
+        if states:
+            rows = list(_read_json(states[-1]).get("log_history", []))
+    out = []
+    for row in rows:
+        if not isinstance(row, dict) or "step" not in row:
+            continue
+        numeric = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if len(numeric) > 2:  # more than step and epoch
+            out.append(numeric)
+    return out
+
+
+def load_run(path: str | Path) -> dict[str, Any]:
+    """What the page shows, from a run directory or an episodes JSONL file: ``title``, ``metrics`` (logged rows),
+    ``evals`` (label -> summary), ``episodes`` (records; a resumed run's repeats keep the newest)."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: no such run directory or episodes file")
+    evals: dict[str, Any] = {}
+    config: dict[str, Any] = {}
+    if path.is_dir():
+        metrics = _metrics(path)
+        for label, name in EVAL_FILES.items():
+            if (path / name).is_file():
+                evals[label] = _read_json(path / name)
+        if (path / "run_config.json").is_file():
+            config = _read_json(path / "run_config.json")
+        episodes_file = path / EPISODES_FILE
+        if not metrics and not evals and not episodes_file.is_file():
+            raise ConfigError(
+                f"{path}: not a run directory (no metrics.jsonl, checkpoint, evaluation or {EPISODES_FILE}); "
+                "give an `agentr1 train` output directory or an episodes file"
+            )
+    else:
+        metrics, episodes_file = [], path
+    episodes: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    if episodes_file.is_file():
+        for record in read_episodes(episodes_file):
+            episodes[(record.get("source"), record.get("step"), record.get("index"))] = record
+    settings = config.get("settings", {}) if isinstance(config, dict) else {}
+    title = path.name
+    if settings.get("env_id"):
+        title = f"{path.name}: {str(config.get('algo', '')).upper()} on {settings['env_id']} ({config.get('model', '')})"
+    return {
+        "title": title,
+        "config": config,
+        "metrics": metrics,
+        "evals": evals,
+        "episodes": list(episodes.values()),
+        "obs_rgb": list(OBS_RGB),
+    }
+
+
+def render_html(run: dict[str, Any]) -> str:
+    """The page: the run as JSON inside a document whose script draws it."""
+    data = json.dumps(run, ensure_ascii=False, allow_nan=False, default=str).replace("</", "<\\/")
+    return _PAGE.replace("__TITLE__", html.escape(run["title"])).replace("__DATA__", data)
+
+
+def write_view(run: dict[str, Any], output: str | Path | None = None, source: str | Path | None = None) -> Path:
+    """Write the page; the default place is ``RUN/view.html`` for a run directory, ``FILE.html`` for a file."""
+    if output is None:
+        base = Path(source) if source is not None else None
+        if base is None:
+            raise ConfigError("write_view needs an output path or the run's path")
+        output = base / "view.html" if base.is_dir() else base.with_suffix(".html")
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_html(run), encoding="utf-8")
+    return out
+
+
+def serve(page: str | Path, port: int = 8000) -> None:
+    """Serve ``page`` on http://127.0.0.1:PORT/ until interrupted."""
+    page = Path(page).resolve()
+    body = page.read_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802  (the stdlib's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with socketserver.TCPServer(("127.0.0.1", port), Handler) as httpd:
+        print(f"serving {page} on http://127.0.0.1:{httpd.server_address[1]}/ (Ctrl-C stops)", flush=True)
+        try:
+            httpd.serve_forever()
+        except KeyboardInterrupt:
+            pass
+
+
+_PAGE = r"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
+<style>
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
+header{padding:14px 22px;background:#23262e;color:#fff}header h1{font-size:18px;margin:0}
+header .sub{color:#b8bcc8;font-size:12px;margin-top:3px}
+section{padding:12px 22px}h2{font-size:16px;margin:8px 0}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(250px,1fr));gap:10px}
+.chart{background:#fff;border:1px solid #ddd;border-radius:6px;padding:6px}.chart .name{font-size:12px;font-weight:600}
+.chart .range{font-size:11px;color:#666}
+table.evals{border-collapse:collapse;background:#fff}table.evals td,table.evals th{border:1px solid #ddd;padding:3px 9px;text-align:right}
+table.evals th:first-child,table.evals td:first-child{text-align:left}
+.controls{display:flex;gap:14px;align-items:center;flex-wrap:wrap;margin-bottom:8px}
+.panes{display:flex;gap:14px;align-items:flex-start}.pane{flex:1;min-width:0}
+.pane-head{display:flex;gap:8px;align-items:center;margin-bottom:6px;flex-wrap:wrap}
+.episode{background:#fff;border:1px solid #ddd;border-radius:6px;margin-bottom:10px;padding:8px 10px}
+.episode.success{border-left:5px solid #3a9d4f}.episode.failure{border-left:5px solid #c8443a}
+.ep-head{font-weight:600;font-size:13px}.ep-head .meta{font-weight:400;color:#555}
+details.prompt{font-size:12px;color:#444;margin:4px 0}details.prompt pre{white-space:pre-wrap;max-height:240px;overflow:auto}
+.turn{border-top:1px dashed #ddd;padding-top:5px;margin-top:5px}.turn-head{font-size:12px;color:#555}
+.tokens{font:12.5px/1.6 ui-monospace,monospace;white-space:pre-wrap;word-break:break-word}
+.tok{border-radius:2px}.tok.act{border-bottom:2px solid #3b4a6b}.tok.obs{color:#555}
+.plain{font:12.5px/1.5 ui-monospace,monospace;white-space:pre-wrap;margin:2px 0}.plain.obs{background:rgb(228,228,228);color:#555}
+.calls,.rewards{font-size:12px;margin:2px 0}.err{color:#b3261e;font-size:12px}
+.legend span{display:inline-block;padding:0 6px;margin-right:4px;border-radius:2px;font-size:12px}
+.empty{color:#777;font-style:italic}
+</style></head><body>
+<header><h1 id="title"></h1><div class="sub" id="subtitle"></div></header>
+<section id="evals-section"><h2>Held-out evaluations</h2><div id="evals"></div></section>
+<section><h2>Metrics</h2><div class="charts" id="charts"></div></section>
+<section><h2>Episodes</h2>
+<div class="controls">
+ <label>colour action tokens by <select id="colour">
+  <option value="advantage">advantage</option><option value="ratio">importance ratio</option>
+  <option value="entropy">entropy</option><option value="logprob">surprise (-log-prob)</option></select></label>
+ <label>show <select id="filter"><option value="all">all</option><option value="success">successes</option>
+  <option value="failure">failures</option></select></label>
+ <label><input type="checkbox" id="compare"> two steps side by side</label>
+ <span class="legend"><span style="background:rgb(228,228,228)">observation (mask 0)</span><span style="background:rgb(125,230,125)">+</span><span style="background:rgb(255,125,125)">&minus;</span><span style="border-bottom:2px solid #3b4a6b">action (mask 1)</span></span>
+</div>
+<div class="panes"><div class="pane" id="pane-a"></div><div class="pane" id="pane-b" hidden></div></div>
+</section>
+<script type="application/json" id="run-data">__DATA__</script>
+<script>
+"use strict";
+const RUN = JSON.parse(document.getElementById("run-data").textContent);
+const OBS = "rgb(" + RUN.obs_rgb.join(", ") + ")";
+const $ = (id) => document.getElementById(id);
+function el(tag, attrs, text) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) { if (k === "class") e.className = v; else e.setAttribute(k, v); }
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+function fmt(v) { return (typeof v === "number") ? (Math.abs(v) >= 100 || Number.isInteger(v) ? String(Math.round(v * 1000) / 1000) : v.toFixed(3)) : String(v); }
+
+$("title").textContent = RUN.title;
+const cfg = RUN.config && RUN.config.settings ? RUN.config.settings : null;
+$("subtitle").textContent = cfg ? ("max_steps " + cfg.max_steps + " · lr " + cfg.learning_rate + " · groups of " +
+  cfg.num_generations + " · " + (RUN.config.engine || "")) : (RUN.episodes.length + " saved episodes");
+
+// ---- evaluations ----
+(function evals() {
+  const labels = Object.keys(RUN.evals);
+  if (!labels.length) { $("evals-section").hidden = true; return; }
+  const keys = [...new Set(labels.flatMap((l) => Object.keys(RUN.evals[l]).filter((k) => typeof RUN.evals[l][k] === "number")))];
+  const t = el("table", {class: "evals"});
+  const head = el("tr"); head.append(el("th", {}, "metric")); labels.forEach((l) => head.append(el("th", {}, l))); t.append(head);
+  for (const k of keys) {
+    const tr = el("tr"); tr.append(el("td", {}, k));
+    labels.forEach((l) => tr.append(el("td", {}, k in RUN.evals[l] ? fmt(RUN.evals[l][k]) : "")));
+    t.append(tr);
+  }
+  $("evals").append(t);
+})();
+
+// ---- curves ----
+(function charts() {
+  const rows = RUN.metrics;
+  if (!rows.length) { $("charts").append(el("div", {class: "empty"}, "no logged metrics")); return; }
+  const skip = new Set(["step", "epoch"]);
+  const keys = [...new Set(rows.flatMap((r) => Object.keys(r)))].filter((k) => !skip.has(k)).sort((a, b) => {
+    const pa = a.startsWith("env/") ? 0 : 1, pb = b.startsWith("env/") ? 0 : 1; return pa - pb || a.localeCompare(b); });
+  const NS = "http://www.w3.org/2000/svg", W = 240, H = 90, P = 4;
+  for (const k of keys) {
+    const pts = rows.filter((r) => typeof r[k] === "number").map((r) => [r.step, r[k]]);
+    if (!pts.length) continue;
+    const extra = [];
+    if (k === "env/success") for (const [l, e] of Object.entries(RUN.evals)) if (typeof e.success === "number")
+      extra.push([l.startsWith("before") ? 0 : Math.max(...rows.map((r) => r.step)), e.success, l]);
+    const all = pts.concat(extra);
+    const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
+    const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+    const sx = (x) => P + (x1 > x0 ? (x - x0) / (x1 - x0) : 0.5) * (W - 2 * P);
+    const sy = (y) => H - P - (y1 > y0 ? (y - y0) / (y1 - y0) : 0.5) * (H - 2 * P);
+    const box = el("div", {class: "chart", "data-metric": k});
+    box.append(el("div", {class: "name"}, k));
+    const svg = document.createElementNS(NS, "svg"); svg.setAttribute("width", W); svg.setAttribute("height", H);
+    const line = document.createElementNS(NS, "polyline");
+    line.setAttribute("points", pts.map((p) => sx(p[0]) + "," + sy(p[1])).join(" "));
+    line.setAttribute("fill", "none"); line.setAttribute("stroke", "#3366cc"); line.setAttribute("stroke-width", "1.5");
+    svg.append(line);
+    for (const p of pts) { const c = document.createElementNS(NS, "circle"); c.setAttribute("cx", sx(p[0])); c.setAttribute("cy", sy(p[1]));
+      c.setAttribute("r", 2); c.setAttribute("fill", "#3366cc"); const tt = document.createElementNS(NS, "title");
+      tt.textContent = "step " + p[0] + ": " + fmt(p[1]); c.append(tt); svg.append(c); }
+    for (const p of extra) { const c = document.createElementNS(NS, "rect"); c.setAttribute("x", sx(p[0]) - 4); c.setAttribute("y", sy(p[1]) - 4);
+      c.setAttribute("width", 8); c.setAttribute("height", 8); c.setAttribute("fill", "#e07b00"); const tt = document.createElementNS(NS, "title");
+      tt.textContent = "held-out " + p[2] + ": " + fmt(p[1]); c.append(tt); svg.append(c); }
+    box.append(svg);
+    box.append(el("div", {class: "range"}, "steps " + x0 + "–" + x1 + " · min " + fmt(y0) + " · max " + fmt(y1) + " · last " + fmt(pts[pts.length - 1][1])));
+    $("charts").append(box);
+  }
+})();
+
+// ---- episodes ----
+const SNAPS = [];
+(function snapshots() {
+  const seen = new Map();
+  for (const e of RUN.episodes) {
+    const key = e.source + "|" + (e.step === null || e.step === undefined ? "" : e.step);
+    if (!seen.has(key)) { seen.set(key, {key, source: e.source, step: e.step, episodes: []}); SNAPS.push(seen.get(key)); }
+    seen.get(key).episodes.push(e);
+  }
+  const order = (s) => (s.source === "train" ? 1 : s.source.includes("before") ? 0 : 2);
+  SNAPS.sort((a, b) => (a.step ?? 0) - (b.step ?? 0) || order(a) - order(b));
+  SNAPS.forEach((s) => s.episodes.sort((a, b) => a.index - b.index));
+})();
+
+function colourValue(mode, tokens, i) {
+  const pick = (arr) => (arr && arr[i] !== null && arr[i] !== undefined) ? arr[i] : null;
+  if (mode === "advantage") return pick(tokens.advantage);
+  if (mode === "ratio") { const r = pick(tokens.ratio); return r === null || r <= 0 ? null : Math.log(r); }
+  if (mode === "entropy") return pick(tokens.entropy);
+  const lp = pick(tokens.logprob); return lp === null ? null : -lp;
+}
+function heat(v, scale, diverging) {
+  if (v === null || !(scale > 0)) return "rgb(255, 255, 255)";
+  const t = Math.min(Math.abs(v) / scale, 1);
+  const r = (x) => Math.round(x);
+  if (!diverging) return "rgb(" + r(255 - 130 * t) + ", " + r(255 - 80 * t) + ", 255)";
+  if (v >= 0) return "rgb(" + r(255 - 130 * t) + ", " + r(255 - 25 * t) + ", " + r(255 - 130 * t) + ")";
+  return "rgb(255, " + r(255 - 130 * t) + ", " + r(255 - 130 * t) + ")";
+}
+function scaleOf(mode, episodes) {
+  let m = 0;
+  for (const e of episodes) { const t = e.tokens; if (!t) continue;
+    for (let i = 0; i < t.ids.length; i++) { if (!t.action_mask[i]) continue; const v = colourValue(mode, t, i); if (v !== null) m = Math.max(m, Math.abs(v)); } }
+  return m;
+}
+function turnFooter(turn, k) {
+  const box = el("div");
+  if (turn.tool_calls && turn.tool_calls.length) box.append(el("div", {class: "calls"}, "tool calls: " + turn.tool_calls.map((c) => c.name + "(" + JSON.stringify(c.arguments) + ")").join("; ")));
+  const comps = Object.entries(turn.reward_components || {}).map(([n, v]) => n + " " + fmt(v)).join(", ");
+  box.append(el("div", {class: "rewards"}, "reward " + fmt(turn.reward) + (comps ? " (" + comps + ")" : "")));
+  if (turn.action_error) box.append(el("div", {class: "err"}, "action error: " + turn.action_error));
+  return box;
+}
+function renderEpisode(e, mode, scale) {
+  const ok = e.success > 0;
+  const card = el("div", {class: "episode " + (ok ? "success" : "failure"), "data-index": e.index, "data-success": ok ? "1" : "0"});
+  const head = el("div", {class: "ep-head"}, "#" + e.index + (e.group !== null && e.group !== undefined ? " · group " + e.group : "") + " · " + (ok ? "success" : "failure") + " ");
+  head.append(el("span", {class: "meta"}, "return " + fmt(e["return"]) + " · " + e.turns.length + " turns · ended: " + e.ended + (e.task_id ? " · task " + e.task_id : "") + (e.seed !== null && e.seed !== undefined ? " · seed " + e.seed : "")));
+  card.append(head);
+  const det = el("details", {class: "prompt"}); det.append(el("summary", {}, "prompt")); det.append(el("pre", {}, e.prompt || "")); card.append(det);
+  const t = e.tokens;
+  if (t && !t.timeline) {
+    let start = 0;
+    e.turns.forEach((turn, k) => {
+      const end = k < t.turn_ends.length ? t.turn_ends[k] : t.ids.length - 1;
+      const stop = k + 1 < t.turn_ends.length ? (() => { let j = end + 1; while (j < t.ids.length && !t.action_mask[j]) j++; return j; })() : t.ids.length;
+      const box = el("div", {class: "turn"}); box.append(el("div", {class: "turn-head"}, "turn " + (k + 1)));
+      const toks = el("div", {class: "tokens"});
+      for (let i = start; i < stop; i++) {
+        const act = t.action_mask[i] === 1;
+        const v = act ? colourValue(mode, t, i) : null;
+        const s = el("span", {class: "tok " + (act ? "act" : "obs"), "data-mask": act ? "1" : "0", "data-i": i}, t.text[i]);
+        if (act && v !== null) s.setAttribute("data-value", String(v));
+        s.style.background = act ? heat(v, scale, mode === "advantage" || mode === "ratio") : OBS;
+        const tip = ["token " + t.ids[i], "mask " + (act ? 1 : 0)];
+        for (const [n, arr] of [["advantage", t.advantage], ["ratio", t.ratio], ["entropy", t.entropy], ["log-prob", t.logprob]])
+          if (arr && arr[i] !== null && arr[i] !== undefined && (act || n === "advantage")) tip.push(n + " " + fmt(arr[i]));
+        s.title = tip.join(" · ");
+        toks.append(s);
+      }
+      box.append(toks); box.append(turnFooter(turn, k)); card.append(box);
+      start = stop;
+    });
+  } else {
+    e.turns.forEach((turn, k) => {
+      const box = el("div", {class: "turn"}); box.append(el("div", {class: "turn-head"}, "turn " + (k + 1)));
+      box.append(el("div", {class: "plain act"}, turn.action));
+      if (turn.observation) box.append(el("div", {class: "plain obs"}, turn.observation));
+      box.append(turnFooter(turn, k)); card.append(box);
+    });
+  }
+  return card;
+}
+function snapLabel(s) { return (s.source === "train" ? "train step " + s.step : s.source + (s.step !== null && s.step !== undefined ? " (step " + s.step + ")" : "")) + " · " + s.episodes.length + " episodes"; }
+function setupPane(pane, initial) {
+  const head = el("div", {class: "pane-head"});
+  const sel = el("select", {class: "snapshot"});
+  SNAPS.forEach((s, i) => { const o = el("option", {value: i}, snapLabel(s)); sel.append(o); });
+  sel.value = String(initial);
+  const stats = el("span", {class: "stats"});
+  head.append(sel, stats); pane.append(head);
+  const list = el("div", {class: "episodes"}); pane.append(list);
+  const draw = () => {
+    list.textContent = "";
+    const snap = SNAPS[Number(sel.value)];
+    if (!snap) { list.append(el("div", {class: "empty"}, "no saved episodes")); return; }
+    const mode = $("colour").value, filter = $("filter").value;
+    const shown = snap.episodes.filter((e) => filter === "all" || (filter === "success") === (e.success > 0));
+    const scale = scaleOf(mode, snap.episodes);
+    list.setAttribute("data-scale", String(scale)); list.setAttribute("data-mode", mode);
+    const wins = snap.episodes.filter((e) => e.success > 0).length;
+    stats.textContent = "success " + wins + "/" + snap.episodes.length + (scale ? " · colour scale ±" + fmt(scale) : "");
+    if (!shown.length) list.append(el("div", {class: "empty"}, "no episodes match the filter"));
+    shown.forEach((e) => list.append(renderEpisode(e, mode, scale)));
+  };
+  sel.addEventListener("change", draw);
+  pane.draw = draw; draw();
+}
+const firstTrain = Math.max(0, SNAPS.findIndex((s) => s.source === "train"));
+let lastTrain = -1; SNAPS.forEach((s, i) => { if (s.source === "train") lastTrain = i; });
+setupPane($("pane-a"), firstTrain);
+setupPane($("pane-b"), lastTrain >= 0 ? lastTrain : SNAPS.length - 1);
+const redraw = () => { $("pane-a").draw(); $("pane-b").draw(); };
+$("colour").addEventListener("change", redraw); $("filter").addEventListener("change", redraw);
+$("compare").addEventListener("change", () => { $("pane-b").hidden = !$("compare").checked; });
+if (location.hash === "#compare") { $("compare").checked = true; $("pane-b").hidden = false; }
+document.body.setAttribute("data-ready", "1");
+</script></body></html>
+"""
