@@ -182,7 +182,7 @@ table.evals th:first-child,table.evals td:first-child{text-align:left}
 .episode{background:#fff;border:1px solid #ddd;border-radius:6px;margin-bottom:10px;padding:8px 10px}
 .episode.success{border-left:5px solid #3a9d4f}.episode.failure{border-left:5px solid #c8443a}
 .ep-head{font-weight:600;font-size:13px}.ep-head .meta{font-weight:400;color:#555}
-details.prompt{font-size:12px;color:#444;margin:4px 0}details.prompt pre{white-space:pre-wrap;max-height:240px;overflow:auto}
+#more-metrics{margin-top:8px}details.prompt{font-size:12px;color:#444;margin:4px 0}details.prompt pre{white-space:pre-wrap;max-height:240px;overflow:auto}
 .turn{border-top:1px dashed #ddd;padding-top:5px;margin-top:5px}.turn-head{font-size:12px;color:#555}
 .tokens{font:12.5px/1.6 ui-monospace,monospace;white-space:pre-wrap;word-break:break-word}
 .tok{border-radius:2px}.tok.act{border-bottom:2px solid #3b4a6b}.tok.obs{color:#555}
@@ -193,7 +193,8 @@ details.prompt{font-size:12px;color:#444;margin:4px 0}details.prompt pre{white-s
 </style></head><body>
 <header><h1 id="title"></h1><div class="sub" id="subtitle"></div></header>
 <section id="evals-section"><h2>Held-out evaluations</h2><div id="evals"></div></section>
-<section><h2>Metrics</h2><div class="charts" id="charts"></div></section>
+<section><h2>Metrics</h2><div class="charts" id="charts"></div>
+<details id="more-metrics"><summary>every other logged metric</summary><div class="charts" id="charts-more"></div></details></section>
 <section><h2>Episodes</h2>
 <div class="controls">
  <label>colour action tokens by <select id="colour">
@@ -274,7 +275,7 @@ $("subtitle").textContent = cfg ? ("max_steps " + cfg.max_steps + " · lr " + cf
       tt.textContent = "held-out " + p[2] + ": " + fmt(p[1]); c.append(tt); svg.append(c); }
     box.append(svg);
     box.append(el("div", {class: "range"}, "steps " + x0 + "–" + x1 + " · min " + fmt(y0) + " · max " + fmt(y1) + " · last " + fmt(pts[pts.length - 1][1])));
-    $("charts").append(box);
+    $(k.startsWith("env/") ? "charts" : "charts-more").append(box);
   }
 })();
 

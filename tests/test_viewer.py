@@ -1,0 +1,288 @@
+"""Saved episodes and the run viewer: what training writes (tokens, action mask, per-token credit), what
+``agentr1 eval --save-episodes`` writes, and the page ``agentr1 view`` builds, checked in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from agentr1_trl import ScriptedGenerator
+from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
+from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
+from agentr1_trl.testing import alternating_script, record_rollouts, tiny_model, tiny_tokenizer
+from peft import LoraConfig
+
+from agentr1_gym.cli import main as cli
+from agentr1_gym.episodes import EPISODES_FILE, append_episodes, read_episodes
+from agentr1_gym.viewer import OBS_RGB, heat_rgb, load_run, render_html, write_view
+
+SETTINGS = dict(
+    per_device_train_batch_size=4,
+    num_generations=4,
+    max_steps=3,
+    learning_rate=5e-2,
+    logging_steps=1,
+    report_to="none",
+    max_new_tokens_per_turn=16,
+    max_episode_tokens=1536,
+    save_strategy="no",
+    use_cpu=True,
+    bf16=False,
+    seed=0,
+    env_kwargs={"max_turns": 3},
+    save_episodes_steps=2,
+)
+
+
+def _train(out: Path, trainer_cls=AgentGRPOTrainer, config_cls=AgentGRPOConfig, scripted=True, **kw):
+    tok = tiny_tokenizer()
+    trainer = trainer_cls(
+        tiny_model(tok, seed=0),
+        config_cls(output_dir=str(out), **{**SETTINGS, **kw}),
+        tok,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        generator=ScriptedGenerator(tok, alternating_script) if scripted else None,
+    )
+    seen = record_rollouts(trainer)
+    trainer.train()
+    with (out / "metrics.jsonl").open("w") as f:  # what agentr1 train writes at the end
+        for row in trainer.state.log_history:
+            f.write(json.dumps(row) + "\n")
+    return trainer, tok, seen
+
+
+@pytest.fixture(scope="module")
+def grpo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("grpo-run")
+    trainer, tok, seen = _train(out)
+    (out / "eval_before_rl.json").write_text(json.dumps({"success": 0.25, "return": -0.1, "episodes": 4}))
+    (out / "eval_after_rl.json").write_text(json.dumps({"success": 0.5, "return": 0.2, "episodes": 4}))
+    return out, tok, seen
+
+
+def _records(out: Path):
+    return list(read_episodes(out / EPISODES_FILE))
+
+
+def test_training_saves_the_first_every_nth_and_last_step(grpo_run):
+    out, _, _ = grpo_run
+    records = _records(out)
+    # max_steps=3, every 2 steps: steps 1 and 3 (the last), the batch's first 4 episodes (one group) each
+    assert sorted({r["step"] for r in records}) == [1, 3]
+    assert all(r["source"] == "train" and r["group"] == 0 for r in records)
+    assert sorted(r["index"] for r in records if r["step"] == 1) == [0, 1, 2, 3]
+
+
+def test_saved_tokens_are_the_trajectories_with_mask_and_grpo_credit(grpo_run):
+    out, tok, seen = grpo_run
+    first_batch = seen[:4]
+    for rec, traj in zip(sorted((r for r in _records(out) if r["step"] == 1), key=lambda r: r["index"]), first_batch):
+        t = rec["tokens"]
+        assert t["ids"] == traj.completion_ids and t["action_mask"] == traj.action_mask
+        assert len(t["text"]) == len(t["ids"]) and t["turn_ends"] == traj.turn_ends
+        assert [turn["action"] for turn in rec["turns"]] == traj.actions
+        assert rec["return"] == pytest.approx(traj.episode_return)
+        # GRPO: one advantage per episode on every action token, nothing on the env's tokens
+        on = {round(a, 6) for a, m in zip(t["advantage"], t["action_mask"]) if m}
+        off = {a for a, m in zip(t["advantage"], t["action_mask"]) if not m}
+        assert len(on) == 1 and off <= {0.0}
+        assert all((r is None) == (m == 0) for r, m in zip(t["ratio"], t["action_mask"]))
+        assert all(e is None or e >= 0 for e in t["entropy"])
+    # the alternating script: answering episodes (return 0) beat junk ones (penalties), and the group's
+    # advantages sum to zero
+    advs = [next(a for a, m in zip(r["tokens"]["advantage"], r["tokens"]["action_mask"]) if m)
+            for r in sorted((r for r in _records(out) if r["step"] == 1), key=lambda r: r["index"])]  # fmt: skip
+    rets = [t.episode_return for t in first_batch]
+    assert sum(advs) == pytest.approx(0.0, abs=1e-5)
+    assert (advs[0] > advs[1]) == (rets[0] > rets[1]) and advs[0] != advs[1]
+
+
+def test_turns_carry_tool_calls_observations_and_rewards(tmp_path):
+    tok = tiny_tokenizer()
+
+    def search_then_answer(prompt_ids, i):
+        turn = tok.decode(prompt_ids).count("<|im_start|>assistant") - 1
+        return '<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>' if turn == 0 else "<answer>x</answer>"
+
+    trainer = AgentGRPOTrainer(
+        tiny_model(tok, seed=0),
+        AgentGRPOConfig(output_dir=str(tmp_path), **{**SETTINGS, "max_steps": 1, "max_new_tokens_per_turn": 64}),
+        tok,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        generator=ScriptedGenerator(tok, search_then_answer),
+    )
+    trainer.train()
+    rec = _records(tmp_path)[0]
+    first = rec["turns"][0]
+    assert first["tool_calls"] == [{"name": "search", "arguments": {"query": "x"}}]
+    assert first["observation"] and first["action_error"] is None
+    assert "retrieval" in first["reward_components"] or first["reward"] == pytest.approx(sum(first["reward_components"].values()))
+    assert rec["ended"] in ("terminated", "max_turns")
+
+
+def test_hf_rollouts_have_an_importance_ratio_of_one(tmp_path):
+    """The sampler and the trainer are the same weights here: the ratio the viewer shows must be 1."""
+    _train(tmp_path, scripted=False, generation_backend="hf", max_steps=1)
+    ratios = [x for r in _records(tmp_path) for x in r["tokens"]["ratio"] if x is not None]
+    assert ratios and max(abs(math.log(x)) for x in ratios) < 1e-3
+
+
+def test_ppo_saves_per_token_gae_credit(tmp_path):
+    _train(tmp_path, AgentPPOTrainer, AgentPPOConfig, max_steps=1)
+    records = _records(tmp_path)
+    assert records
+    varied = 0
+    for rec in records:
+        t = rec["tokens"]
+        on = [a for a, m in zip(t["advantage"], t["action_mask"]) if m]
+        assert all(a == 0.0 for a, m in zip(t["advantage"], t["action_mask"]) if not m)
+        varied += len({round(a, 6) for a in on}) > 1  # GAE: each token its own advantage
+    assert varied >= 1
+
+
+def test_eval_save_episodes_and_view_cli(tmp_path, capsys):
+    path = tmp_path / "oracle.jsonl"
+    assert cli(["eval", "AgentR1/SyntheticMultihop-v0", "--episodes", "3", "--no-progress", "--save-episodes", str(path)]) == 0
+    records = list(read_episodes(path))
+    assert [r["index"] for r in records] == [0, 1, 2] and all(r["tokens"] is None for r in records)
+    assert all(r["success"] == 1.0 and r["ended"] == "terminated" for r in records)
+    calls = [c["name"] for r in records for turn in r["turns"] for c in turn["tool_calls"]]
+    assert calls and set(calls) <= {"search"}
+    assert all(turn["observation"] for r in records for turn in r["turns"][:-1])
+    capsys.readouterr()
+    assert cli(["view", str(path)]) == 0
+    page = path.with_suffix(".html").read_text()
+    assert "3 saved episodes" in capsys.readouterr().out and '"tokens": null' in page
+
+
+def test_view_errors_are_one_line(tmp_path, capsys):
+    assert cli(["view", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "missing" in err[0]
+    assert cli(["view", str(tmp_path)]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+
+
+def test_partial_last_line_and_resumed_repeats(tmp_path):
+    path = tmp_path / EPISODES_FILE
+    base = {"source": "train", "step": 1, "index": 0, "turns": [], "success": 0.0, "return": 0.0}
+    append_episodes(path, [base, {**base, "index": 1}])
+    append_episodes(path, [{**base, "success": 1.0}])  # a resumed run saved step 1 again
+    with path.open("a") as f:
+        f.write('{"source": "train", "st')  # killed mid-write
+    run = load_run(tmp_path)
+    assert len(run["episodes"]) == 2
+    assert next(e for e in run["episodes"] if e["index"] == 0)["success"] == 1.0
+
+
+def test_page_escapes_script_endings(tmp_path):
+    run = {"title": "t</script>", "config": {}, "metrics": [], "evals": {}, "obs_rgb": list(OBS_RGB),
+           "episodes": [{"source": "eval", "step": None, "index": 0, "turns": [{"action": "</script><b>x"}]}]}  # fmt: skip
+    page = render_html(run)
+    assert page.count("</script>") == 2  # the two script elements' own ends, nothing from the data
+
+
+def test_serve(grpo_run, tmp_path):
+    out, _, _ = grpo_run
+    page = write_view(load_run(out), tmp_path / "v.html")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentr1_gym.cli", "view", str(out), "-o", str(page), "--serve", "--port", "0"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        url = None
+        deadline = time.time() + 60
+        while url is None and time.time() < deadline:
+            line = proc.stdout.readline()
+            m = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
+            url = m.group(1) if m else None
+        assert url, "agentr1 view --serve printed no URL"
+        assert urllib.request.urlopen(url, timeout=10).read().decode() == page.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+# ---- the page in a real browser ----------------------------------------------------------------------------------
+def _browser():
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not binary or not driver:
+        pytest.skip("headless Chromium not installed (apt-get install chromium chromium-driver; .ci/run does)")
+    options = Options()
+    options.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(driver), options=options)
+
+
+def _rgb(css: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", css)[:3])
+
+
+def test_viewer_in_headless_chromium(grpo_run, tmp_path):
+    out, _, _ = grpo_run
+    page = write_view(load_run(out), source=out)
+    records = _records(out)
+    browser = _browser()
+    try:
+        browser.get(page.as_uri())
+        body = browser.find_element("tag name", "body")
+        assert body.get_attribute("data-ready") == "1", browser.get_log("browser")
+        # curves: every env metric, and the held-out evaluations on the success curve
+        charts = {c.get_attribute("data-metric") for c in browser.find_elements("css selector", "#charts .chart")}
+        assert {"env/success", "env/return", "env/turns"} <= charts
+        assert len(browser.find_elements("css selector", '[data-metric="env/success"] rect')) == 2
+        assert "0.500" in browser.find_element("id", "evals").text
+        # pane A: the first saved step, every episode, every token, coloured by its mask and advantage
+        step1 = sorted((r for r in records if r["step"] == 1), key=lambda r: r["index"])
+        cards = browser.find_elements("css selector", "#pane-a .episode")
+        assert [int(c.get_attribute("data-index")) for c in cards] == [r["index"] for r in step1]
+        scale = float(browser.find_element("css selector", "#pane-a .episodes").get_attribute("data-scale"))
+        assert scale == pytest.approx(max(abs(a) for r in step1 for a in r["tokens"]["advantage"]), rel=1e-6)
+        for card, rec in zip(cards, step1):
+            spans = card.find_elements("css selector", ".tok")
+            t = rec["tokens"]
+            assert len(spans) == len(t["ids"])
+            masks = [int(s.get_attribute("data-mask")) for s in spans]
+            assert masks == t["action_mask"]
+            colours = browser.execute_script(
+                "return Array.from(arguments[0].querySelectorAll('.tok')).map(s => getComputedStyle(s).backgroundColor)",
+                card,
+            )
+            for colour, mask, adv in zip(colours, masks, t["advantage"]):
+                expected = heat_rgb(adv, scale) if mask else OBS_RGB
+                assert _rgb(colour) == expected
+        # the success filter, and two steps side by side
+        from selenium.webdriver.support.ui import Select
+
+        Select(browser.find_element("id", "filter")).select_by_value("success")
+        shown = browser.find_elements("css selector", "#pane-a .episode")
+        assert len(shown) == sum(r["success"] > 0 for r in step1)
+        Select(browser.find_element("id", "filter")).select_by_value("all")
+        browser.find_element("id", "compare").click()
+        pane_b = browser.find_element("id", "pane-b")
+        assert pane_b.is_displayed()
+        assert "train step 3" in Select(pane_b.find_element("css selector", "select")).first_selected_option.text
+        assert len(pane_b.find_elements("css selector", ".episode")) == sum(r["step"] == 3 for r in records)
+        shot = Path(os.environ.get("AGENTR1_VIEWER_SCREENSHOT", str(tmp_path / "viewer.png")))
+        assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+    finally:
+        browser.quit()
