@@ -10,6 +10,8 @@ import pytest
 os.environ.setdefault("AGENTR1_CACHE", tempfile.mkdtemp(prefix="agentr1-test-cache-"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# trackio (report_to="trackio") keeps its local database here, read when trackio is imported
+os.environ.setdefault("TRACKIO_DIR", tempfile.mkdtemp(prefix="agentr1-test-trackio-"))
 
 
 def _small_game_pools() -> None:

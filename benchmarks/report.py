@@ -1,0 +1,291 @@
+"""The results pages of the docs site and the README's results table, generated from ``benchmarks/results/*.json``.
+
+    python benchmarks/report.py            # rewrite docs/results/*.md and the README's results block
+    python benchmarks/report.py --check    # exit 1 if any of them is not what the JSON says (tests run this)
+
+No number on those pages is typed by hand: every one is read from a result file here. Each page says what its
+benchmark measures (the script's docstring), how to rerun it, shows its figure (``benchmarks/results/NAME.png``,
+published beside the pages through the ``docs/results/data`` link) and the numbers, and ends with the whole JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PAGES = ROOT / "docs" / "results"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- results:begin (benchmarks/report.py) -->", "<!-- results:end -->"
+
+#: result file -> the script that writes it (and its title on the site)
+SCRIPTS = {
+    "main_job": ("main_job.py", "The main job, three seeds"),
+    "learning": ("learning.py", "Learning: GRPO, PPO and the no-action-mask ablation"),
+    "learning_fast": ("learning.py", "Learning at the faster settings"),
+    "learning_old_settings": ("learning.py", "Learning at the old settings"),
+    "ablation_1hop": ("learning.py", "Mask ablations, 1 hop"),
+    "ablation_1hop_v2": ("learning.py", "Mask ablations, 1 hop (v2)"),
+    "ablation_2hop": ("learning.py", "Mask ablations, 2 hops"),
+    "ablation_2hop_v2": ("learning.py", "Mask ablations, 2 hops (v2)"),
+    "worlds": ("learning.py", "Worlds: a text game and the shop"),
+    "reasoning_gym_learning": ("learning.py", "A reasoning-gym task with a calculator"),
+    "mixture": ("learning.py", "A mixture of envs against single-env runs"),
+    "step_credit": ("learning.py", "Step-level credit: GiGPO and per-turn RLOO"),
+    "lr_selection": ("learning.py", "Learning-rate selection on validation seeds"),
+    "table3": ("table3.py", "Table 3 of the paper in miniature"),
+    "retrieval": ("retrieval.py", "Retrieval backends against rank_bm25 and Pyserini"),
+    "rollout": ("rollout.py", "Rollout engines: Hugging Face generate against vLLM"),
+    "sandbox": ("sandbox.py", "Sandboxed code runs: warm pool against a fresh subprocess"),
+    "env_step": ("env_step.py", "Env step overhead"),
+    "trainer_step": ("trainer_step.py", "Trainer step against TRL's GRPOTrainer (tiny model)"),
+    "trainer_step_smollm2": ("trainer_step.py", "Trainer step against TRL's GRPOTrainer (SmolLM2)"),
+    "update_step": ("update_step.py", "What one update costs, per setting"),
+}
+
+
+def _num(v: Any, digits: int = 3) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(_num(c) if not isinstance(c, str) else c for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def _docstring(script: str) -> str:
+    """The first paragraph of a benchmark script's docstring."""
+    path = ROOT / "benchmarks" / script
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    return doc.split("\n\n")[0].replace("\n", " ")
+
+
+def _flatten(value: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, Any]]:
+    """Scalar leaves as (dotted key, value), skipping long lists (they are in the JSON at the end)."""
+    if isinstance(value, dict) and depth < 4:
+        out = []
+        for k, v in value.items():
+            if k in ("machine", "args", "curve", "step_times", "returns", "losses", "commands"):
+                continue
+            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k), depth + 1)
+        return out
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return [(prefix, value)]
+    return []
+
+
+# ---- per-benchmark highlights -------------------------------------------------------------------------------------
+def _learning(data: dict[str, Any]) -> str:
+    parts = []
+    for task, t in data["tasks"].items():
+        start = t.get("start", {})
+        rl_start = (start.get("after_sft") or {}).get("success")
+        rows = []
+        if start.get("plain"):
+            p = start["plain"]
+            rows.append(["base model", p.get("success"), p.get("format_ok"), p.get("return"), p.get("episodes"), "", ""])
+        if start.get("after_sft"):
+            p = start["after_sft"]
+            rows.append(["after the warm start (RL start)", p.get("success"), p.get("format_ok"), p.get("return"),
+                         p.get("episodes"), "", ""])  # fmt: skip
+        for algo, run in t.get("runs", {}).items():
+            after = run.get("after") or {}
+            train = run.get("train") or {}
+            ratio = (after.get("success") / rl_start) if rl_start and after.get("success") is not None else None
+            rows.append([f"{algo}", after.get("success"), after.get("format_ok"), after.get("return"),
+                         after.get("episodes"), train.get("steps"),
+                         f"{ratio:.2f}x" if ratio is not None else ""])  # fmt: skip
+            for extra in ("sampled", "value_guided"):
+                if isinstance(run.get(extra), dict):
+                    e = run[extra]
+                    rows.append([f"{algo} ({extra.replace('_', '-')})", e.get("success"), e.get("format_ok"),
+                                 e.get("return"), e.get("episodes"), "", ""])  # fmt: skip
+        env = start.get("env") or next((r.get("env") for r in t.get("runs", {}).values()), task)
+        parts.append(
+            f"### {task} (`{env}`)\n\nHeld-out evaluation (greedy):\n\n"
+            + _table(["policy", "success", "format-valid", "return", "episodes", "RL steps", "x RL start"], rows)
+        )
+    return "\n\n".join(parts)
+
+
+def _main_job(data: dict[str, Any]) -> str:
+    if "runs" not in data:
+        return ""
+    rows = []
+    for seed, run in zip(data["seeds"], data["runs"]):
+        rows.append([str(seed), run["before_rl"]["success"], run["after_rl"]["success"],
+                     f"{run['success_ratio']:.2f}x" if run.get("success_ratio") else "",
+                     run["wall_clock_s"] / 60, run["peak_rss_gb"], run["steps"],
+                     run["per_step_mean"].get("step_time")])  # fmt: skip
+    first = data["runs"][0]
+    settings = first["run_config"]["settings"]
+    return (
+        f"`{data['command']}` on {data['machine']['cpus']} cores, once per seed "
+        f"({first['run_config']['model']}, {settings['env_id']}, {settings['max_steps']} GRPO steps, "
+        f"{first['run_config']['warm_start']} warm-start transcripts, {first['before_rl']['episodes']} held-out "
+        f"episodes; {first['run_config'].get('engine', '')}):\n\n"
+        + _table(["seed", "held-out success before RL", "after RL", "ratio", "wall clock (min)", "peak RSS (GB)",
+                  "steps", "s per step"], rows)  # fmt: skip
+    )
+
+
+def _table3(data: dict[str, Any]) -> str:
+    rows = []
+    datasets = data["args"]["datasets"]
+    for name, per in data["rows"].items():
+        row = [name]
+        for d in datasets:
+            r = per.get(d, {})
+            row += [r.get("em"), r.get("f1")]
+        rows.append(row)
+    return _table(["row", *[f"{d} {m}" for d in datasets for m in ("EM", "F1")]], rows)
+
+
+HIGHLIGHTS = {
+    "main_job": _main_job,
+    "table3": _table3,
+}
+
+
+def page(name: str, data: dict[str, Any]) -> str:
+    script, title = SCRIPTS.get(name, (f"{name}.py", name))
+    lines = [f"# {title}", ""]
+    if (ROOT / "benchmarks" / script).is_file():
+        lines += [_docstring(script), ""]
+    rerun = data.get("command") if isinstance(data.get("command"), str) and name != "main_job" else None
+    lines += [f"Rerun: `python benchmarks/{script}`" + (f" (this file: `{rerun}`)" if rerun else "")
+              + f"; the numbers below are read from [`benchmarks/results/{name}.json`](data/{name}.json).", ""]  # fmt: skip
+    machine = data.get("machine") or {}
+    if machine:
+        versions = ", ".join(f"{k} {v}" for k, v in (machine.get("versions") or {}).items() if v)
+        lines += [f"Machine: {machine.get('cpus')} CPUs, Python {machine.get('python')}; {versions}.", ""]
+    if (RESULTS / f"{name}.png").is_file():
+        lines += [f"![{title}](data/{name}.png)", ""]
+    if name in HIGHLIGHTS:
+        text = HIGHLIGHTS[name](data)
+        if text:
+            lines += ["## Results", "", text, ""]
+    elif "tasks" in data:
+        lines += ["## Results", "", _learning(data), ""]
+    else:
+        flat = [(k, v) for k, v in _flatten(data) if k not in ("benchmark",)]
+        if flat:
+            lines += ["## Results", "", _table(["quantity", "value"], [[f"`{k}`", v] for k, v in flat[:80]]), ""]
+    body = json.dumps(data, indent=1)
+    lines += ['??? note "The whole result file"', "", "    ```json", *("    " + x for x in body.splitlines()),
+              "    ```", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def _load(name: str) -> dict[str, Any]:
+    return json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def headline_rows() -> list[list[str]]:
+    """The README's three rows: the main job, a reasoning-gym task, the worlds."""
+    rows = []
+    main = _load("main_job")
+    if "runs" in main:
+        s = main["summary"]
+        before = ", ".join(f"{x:.2f}" for x in s["success_before"])
+        after = ", ".join(f"{x:.2f}" for x in s["success_after"])
+        rows.append([
+            "[`agentr1 train`, defaults](docs/results/main_job.md)",
+            f"held-out success {before} -> {after} ({len(main['seeds'])} seeds; at least "
+            f"{s['success_ratio_min']:.2f}x the RL start)",
+            f"at most {s['wall_clock_s_max'] / 60:.1f} min, peak RSS at most {s['peak_rss_gb_max']:.2f} GB",
+        ])  # fmt: skip
+    rg = _load("reasoning_gym_learning")
+    for task, t in rg["tasks"].items():
+        start = t["start"]["after_sft"]["success"]
+        for algo, run in t["runs"].items():
+            rows.append([
+                "[reasoning-gym with a calculator](docs/results/reasoning_gym_learning.md)",
+                f"`{t['start']['env']}` held-out success {start:.3f} -> {run['after']['success']:.3f} "
+                f"({run['after']['success'] / start:.2f}x, {algo.upper()})",
+                f"{run['train'].get('steps')} steps, {run['train'].get('wall_s', 0) / 60:.0f} min",
+            ])  # fmt: skip
+    worlds = _load("worlds")
+    for task, t in worlds["tasks"].items():
+        if task != "webshop":
+            continue
+        start = t["start"]["after_sft"]["success"]
+        best = max(t["runs"].items(), key=lambda kv: kv[1]["after"]["success"])
+        rows.append([
+            "[the WebShop-style shop](docs/results/worlds.md)",
+            f"held-out success {start:.3f} after the warm start -> {best[1]['after']['success']:.3f} "
+            f"({best[0].upper()})",
+            f"{best[1]['train'].get('steps')} steps, {best[1]['train'].get('wall_s', 0) / 60:.0f} min",
+        ])  # fmt: skip
+    return rows
+
+
+def readme_block() -> str:
+    table = _table(["what", "result", "cost (2 CPU cores)"], headline_rows())
+    return f"{BEGIN}\n{table}\n{END}"
+
+
+def index_page(names: list[str]) -> str:
+    lines = ["# Results", "",
+             "Every page here is generated by `python benchmarks/report.py` from the result files in "
+             "`benchmarks/results/`, which the benchmark scripts write; a test fails when a page or the README's "
+             "results table is not what the files say. Rerun a script to check a number.", "",
+             _table(["what", "result", "cost (2 CPU cores)"],
+                    [[r[0].replace("docs/results/", ""), r[1], r[2]] for r in headline_rows()]), "",
+             "## All result files", ""]  # fmt: skip
+    lines += [f"* [{SCRIPTS.get(n, (None, n))[1]}]({n}.md) (`{n}.json`)" for n in names]
+    return "\n".join(lines) + "\n"
+
+
+def generate() -> dict[Path, str]:
+    """Every generated file's path and text (the README with its results block replaced)."""
+    names = sorted(p.stem for p in RESULTS.glob("*.json"))
+    out = {PAGES / "index.md": index_page(names)}
+    for name in names:
+        out[PAGES / f"{name}.md"] = page(name, _load(name))
+    readme = README.read_text(encoding="utf-8")
+    if BEGIN in readme and END in readme:
+        head, rest = readme.split(BEGIN, 1)
+        readme = head + readme_block() + rest.split(END, 1)[1]
+        out[README] = readme
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="only check; exit 1 when a file is out of date")
+    args = parser.parse_args()
+    files = generate()
+    stale = [p for p, text in files.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
+    known = {p.name for p in files}
+    extra = [p for p in PAGES.glob("*.md") if p.name not in known]
+    if args.check:
+        for p in stale + extra:
+            print(f"out of date: {p.relative_to(ROOT)} (run python benchmarks/report.py)", file=sys.stderr)
+        return 1 if stale or extra else 0
+    PAGES.mkdir(parents=True, exist_ok=True)
+    for p in extra:
+        p.unlink()
+    for p, text in files.items():
+        p.write_text(text, encoding="utf-8")
+    link = PAGES / "data"
+    if not link.exists():
+        link.symlink_to(Path("..") / ".." / "benchmarks" / "results")
+    print(f"wrote {len(files)} files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
