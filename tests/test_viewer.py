@@ -30,6 +30,7 @@ from agentr1_gym.episodes import EPISODES_FILE, append_episodes, read_episodes
 from agentr1_gym.viewer import OBS_RGB, heat_rgb, load_run, render_html, write_view
 
 SETTINGS = dict(
+    save_episodes_count=8,
     per_device_train_batch_size=4,
     num_generations=4,
     max_steps=3,

@@ -17,25 +17,36 @@ __all__ = ["advantage_rows", "token_stats", "trajectory_records"]
 
 @torch.no_grad()
 def token_stats(
-    model: Any, prompt_ids: Sequence[int], completion_ids: Sequence[int], *, temperature: float = 1.0, chunk: int = 256
-) -> tuple[list[float], list[float]]:
+    model: Any,
+    prompt_ids: Sequence[int],
+    completion_ids: Sequence[int],
+    *,
+    temperature: float = 1.0,
+    mask: Sequence[int] | None = None,
+    chunk: int = 256,
+) -> tuple[list[float | None], list[float | None]]:
     """The policy's log-prob (at ``temperature``) of each completion token and its entropy there, from one forward
-    pass over the episode; the vocabulary projection runs ``chunk`` positions at a time (the full logits of a long
-    episode are never built)."""
+    pass over the episode. Only the positions in ``mask`` (default: all) go through the vocabulary projection,
+    ``chunk`` at a time (the full logits of a long episode are never built); the others are None."""
     device = next(model.parameters()).device
     ids = torch.tensor([list(prompt_ids) + list(completion_ids)], device=device)
     out = model(input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1, output_hidden_states=True)
     start = len(prompt_ids) - 1
     states = out.hidden_states[-1][0, start : ids.size(1) - 1]  # the final-norm state before each completion token
     targets = ids[0, len(prompt_ids) :]
+    where = torch.ones(len(completion_ids), dtype=torch.bool) if mask is None else torch.tensor(list(mask)) > 0
+    positions = where.nonzero()[:, 0].to(device)
     head = model.get_output_embeddings()
-    logps, entropy = [], []
-    for s in range(0, states.size(0), chunk):
-        logits = head(states[s : s + chunk]).float() / temperature
-        logp = F.log_softmax(logits, dim=-1)
-        logps.append(logp.gather(1, targets[s : s + chunk, None])[:, 0])
-        entropy.append(-(logp.exp() * logp).sum(-1))
-    return torch.cat(logps).tolist(), torch.cat(entropy).tolist()
+    logps: list[float | None] = [None] * len(completion_ids)
+    entropy: list[float | None] = [None] * len(completion_ids)
+    for s in range(0, positions.numel(), chunk):
+        pos = positions[s : s + chunk]
+        logp = F.log_softmax(head(states[pos]).float() / temperature, dim=-1)
+        picked = logp.gather(1, targets[pos, None])[:, 0].tolist()
+        ent = (-(logp.exp() * logp).sum(-1)).tolist()
+        for j, p in enumerate(pos.tolist()):
+            logps[p], entropy[p] = picked[j], ent[j]
+    return logps, entropy
 
 
 def advantage_rows(advantages: torch.Tensor, mask: torch.Tensor, lengths: Sequence[int]) -> list[list[float]]:
@@ -57,7 +68,7 @@ def trajectory_records(
     seeds: Sequence[int | None],
     group_size: int | None = None,
     advantages: Sequence[Sequence[float] | None] | None = None,
-    stats: Sequence[tuple[list[float], list[float]] | None] | None = None,
+    stats: Sequence[tuple[list[float | None], list[float | None]] | None] | None = None,
     indices: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
     """One record per trajectory (see :mod:`agentr1_gym.episodes`). ``advantages``: per episode, the advantage of
@@ -73,7 +84,7 @@ def trajectory_records(
         if st is not None:
             logps, ent = st
             ratio = [
-                (math.exp(min(lp - sp, 50.0)) if m else None)
+                (math.exp(min(lp - sp, 50.0)) if m and lp is not None else None)
                 for lp, sp, m in zip(logps, t.logprobs, t.action_mask)
             ]
             entropy = [(e if m else None) for e, m in zip(ent, t.action_mask)]

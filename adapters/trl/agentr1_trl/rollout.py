@@ -384,7 +384,8 @@ def collect_rollouts(
         backend: generates one turn per prompt (:class:`~agentr1_trl.generation.HFGenerator`, ...).
         tokenizer: the policy's tokenizer, with a chat template.
         sampling: sampling settings; the env's tool-format stop strings are added.
-        seeds, options: per-env reset arguments.
+        seeds: per-env reset seeds.
+        options: per-env reset options.
         max_episode_tokens: prompt + completion budget; an episode that reaches it ends with
             ``truncated_reason="token_budget"``.
         vocab_size: the policy's vocabulary (default ``len(tokenizer)``): every generated id must lie below it

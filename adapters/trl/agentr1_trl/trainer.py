@@ -228,7 +228,9 @@ class AgentTrainer(TRLAgentTrainer):
         model.eval()  # no dropout: the probabilities the update sees
         try:
             stats = [
-                token_stats(model, t.prompt_ids, t.completion_ids, temperature=self.temperature)
+                token_stats(
+                    model, t.prompt_ids, t.completion_ids, temperature=self.temperature, mask=t.action_mask
+                )
                 if t.prefix_stable and t.completion_ids
                 else None
                 for t in trajectories[:n]
