@@ -35,15 +35,13 @@ DEFAULTS: dict[str, Any] = {
     # a 135M model's activations fit in memory without checkpointing, and without it the forward pass runs each
     # group's shared prompt once (share_prompt_prefix; benchmarks/update_step.py)
     "gradient_checkpointing": False,
-    # chosen on validation seeds (300000+, benchmarks/learning.py --eval-seed), never on the held-out ones: at
-    # 1e-4 decaying to 0 over 20 steps the policy barely moved; at 3e-4 and 6e-4, constant, 18-19 steps doubled
-    # validation success (0.18 -> 0.36 / 0.42)
+    # chosen on validation seeds (300000+, benchmarks/learning.py --eval-seed), never on the held-out ones
+    # (benchmarks/results/lr_selection.json)
     "learning_rate": 5e-4,
     "lr_scheduler_type": "constant",
     "beta": 0.0,
-    # off: regenerating groups whose outcome does not vary halves the steps per minute here, and at a fixed
-    # wall-clock budget plain GRPO learned more (benchmarks/results/learning_fast.json); --set
-    # dynamic_sampling=true turns it on
+    # off: at a fixed wall-clock budget, plain GRPO learned more than with regenerated flat groups
+    # (benchmarks/results/learning_fast.json); --set dynamic_sampling=true turns it on
     "dynamic_sampling": False,
     "max_new_tokens_per_turn": 48,
     "max_episode_tokens": 1536,
