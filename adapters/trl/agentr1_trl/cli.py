@@ -30,7 +30,12 @@ from agentr1_trl.runs import (
 __all__ = ["cmd_train", "plot_reward_curve", "register"]
 
 DEFAULTS: dict[str, Any] = {
-    "per_device_train_batch_size": 8,  # two task seeds x four episodes per optimizer step
+    # two task seeds x four episodes per optimizer step, through the update four at a time: one pass of eight
+    # episodes held 4-5 GB of activations and took the main job past 8 GB peak RSS; two passes of four give the
+    # same update (the dapo loss divides by the whole batch's action tokens) within 6 GB
+    # (benchmarks/results/main_job.json)
+    "per_device_train_batch_size": 4,
+    "gradient_accumulation_steps": 2,
     "num_generations": 4,
     # a 135M model's activations fit in memory without checkpointing, and without it the forward pass runs each
     # group's shared prompt once (share_prompt_prefix; benchmarks/update_step.py)
