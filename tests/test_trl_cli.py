@@ -191,7 +191,7 @@ def test_train_and_eval_a_model_on_every_env(env_id, tmp_path, tiny_dir, capsys)
     argv = ["train", "--env", env_id, "--model", tiny_dir, "--max-steps", "1", "--lora-r", "2", "--warm-start",
             "2", "--eval-episodes", "2", "--output-dir", str(out)]  # fmt: skip
     for field in ("per_device_train_batch_size=2", "num_generations=2", "use_cpu=true",
-                  "max_new_tokens_per_turn=8", "max_episode_tokens=1536"):  # fmt: skip
+                  "max_new_tokens_per_turn=8", "max_episode_tokens=2048"):  # fmt: skip
         argv += ["--set", field]
     assert main(argv) == 0, capsys.readouterr().err
     after = json.loads((out / "eval_after_rl.json").read_text())
