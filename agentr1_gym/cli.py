@@ -344,7 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output", default=None, help="the HTML file to write (default RUN/view.html, or FILE.html)"
     )
     p.add_argument("--serve", action="store_true", help="also serve the page on localhost until Ctrl-C")
-    p.add_argument("--port", type=int, default=8000, help="with --serve: the port (default 8000; 0: any free)")
+    p.add_argument(
+        "--port", type=int, default=8000, help="with --serve: the port (default 8000; 0: any free)"
+    )
     p.set_defaults(func=cmd_view)
 
     p = sub.add_parser(

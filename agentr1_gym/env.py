@@ -501,10 +501,11 @@ class ToolEnv(gym.Env[str, str], ABC):
         prompt = f"{instructions}\n\n{self.task_prompt(self.task)}"
         self.messages = [{"role": "user", "content": prompt}]
         self._context_chars = len(prompt)
+        self._episode_task_id = self.task_id()  # the task is fixed for the episode: every step reports this
         info = {
             "messages": list(self.messages),
             "tools": copy.deepcopy(self._tool_schemas),
-            "task_id": self.task_id(),
+            "task_id": self._episode_task_id,
             "turn": 0,
         }
         if self.render_mode == "human":
@@ -592,7 +593,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         truncated = bool(truncated_reason)
 
         info: dict[str, Any] = {
-            "task_id": self.task_id(),
+            "task_id": self._episode_task_id,
             "turn": self.turn,
             "action_error": action_error,
             "num_tool_calls": len(parsed.calls),

@@ -15,6 +15,7 @@ The page's data sits in it as JSON; its script draws everything. Standard librar
 
 from __future__ import annotations
 
+import contextlib
 import html
 import http.server
 import json
@@ -66,7 +67,9 @@ def _metrics(run_dir: Path) -> list[dict[str, Any]]:
     else:
         states = sorted(
             run_dir.glob("checkpoint-*/trainer_state.json"),
-            key=lambda p: int(p.parent.name.rsplit("-", 1)[1]) if p.parent.name.rsplit("-", 1)[1].isdigit() else -1,
+            key=lambda p: (
+                int(p.parent.name.rsplit("-", 1)[1]) if p.parent.name.rsplit("-", 1)[1].isdigit() else -1
+            ),
         )
         if states:
             rows = list(_read_json(states[-1]).get("log_history", []))
@@ -127,7 +130,9 @@ def render_html(run: dict[str, Any]) -> str:
     return _PAGE.replace("__TITLE__", html.escape(run["title"])).replace("__DATA__", data)
 
 
-def write_view(run: dict[str, Any], output: str | Path | None = None, source: str | Path | None = None) -> Path:
+def write_view(
+    run: dict[str, Any], output: str | Path | None = None, source: str | Path | None = None
+) -> Path:
     """Write the page; the default place is ``RUN/view.html`` for a run directory, ``FILE.html`` for a file."""
     if output is None:
         base = Path(source) if source is not None else None
@@ -146,7 +151,7 @@ def serve(page: str | Path, port: int = 8000) -> None:
     body = page.read_bytes()
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802  (the stdlib's name)
+        def do_GET(self) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -158,10 +163,8 @@ def serve(page: str | Path, port: int = 8000) -> None:
 
     with socketserver.TCPServer(("127.0.0.1", port), Handler) as httpd:
         print(f"serving {page} on http://127.0.0.1:{httpd.server_address[1]}/ (Ctrl-C stops)", flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             httpd.serve_forever()
-        except KeyboardInterrupt:
-            pass
 
 
 _PAGE = r"""<!doctype html>

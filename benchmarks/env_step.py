@@ -63,8 +63,8 @@ def bench_env(env_id: str, episodes: int, **kwargs) -> dict:
     env.tool_format.parse = _Timed(env.tool_format.parse, spent, "parse")
     for tool in env.tools.values():  # the tool itself (a search, a sandbox run, a calculation)
         tool.execute_batch = _Timed(tool.execute_batch, spent, "tool")
-    env._score = _Timed(env._score, spent, "score")
-    env._process_rewards = _Timed(env._process_rewards, spent, "reward")
+    env.score_answer = _Timed(env.score_answer, spent, "score")
+    env.process_reward_units = _Timed(env.process_reward_units, spent, "reward")
     # one untimed episode first: first-call costs (imports, caches) are not per-step costs
     _play(env, seed=episodes)
     spent.clear()

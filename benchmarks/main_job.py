@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import shutil
 import subprocess
@@ -63,10 +64,8 @@ class PeakRSS:
             except psutil.Error:
                 break
             for p in procs:
-                try:
+                with contextlib.suppress(psutil.Error):
                     total += p.memory_info().rss
-                except psutil.Error:
-                    pass
             self.peak = max(self.peak, total)
             self._stop.wait(self._interval)
 
@@ -134,7 +133,9 @@ def plot(runs: list[dict[str, Any]], seeds: list[int], path: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for seed, run in zip(seeds, runs):
         xs = [c["step"] for c in run["curve"]]
-        line = ax.plot(xs, [c["env/success"] for c in run["curve"]], alpha=0.8, label=f"seed {seed}: training")[0]
+        line = ax.plot(
+            xs, [c["env/success"] for c in run["curve"]], alpha=0.8, label=f"seed {seed}: training"
+        )[0]
         ax.plot(
             [0, run["steps"]],
             [run["before_rl"]["success"], run["after_rl"]["success"]],
@@ -155,7 +156,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output-dir", default="runs/main-job", help="the runs' parent directory (replaced)")
     parser.add_argument(
-        "--seeds", type=int, nargs="+", default=[42], help="one run per seed (--set seed=N; default 42, the default)"
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[42],
+        help="one run per seed (--set seed=N; default 42, the default)",
     )
     parser.add_argument("--json", default=None)
     parser.add_argument("--plot", default=None, help="PNG of the runs' success curves and evaluations")

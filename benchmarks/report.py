@@ -95,7 +95,17 @@ def _learning(data: dict[str, Any]) -> str:
         rows = []
         if start.get("plain"):
             p = start["plain"]
-            rows.append(["base model", p.get("success"), p.get("format_ok"), p.get("return"), p.get("episodes"), "", ""])
+            rows.append(
+                [
+                    "base model",
+                    p.get("success"),
+                    p.get("format_ok"),
+                    p.get("return"),
+                    p.get("episodes"),
+                    "",
+                    "",
+                ]
+            )
         if start.get("after_sft"):
             p = start["after_sft"]
             rows.append(["after the warm start (RL start)", p.get("success"), p.get("format_ok"), p.get("return"),
@@ -103,7 +113,9 @@ def _learning(data: dict[str, Any]) -> str:
         for algo, run in t.get("runs", {}).items():
             after = run.get("after") or {}
             train = run.get("train") or {}
-            ratio = (after.get("success") / rl_start) if rl_start and after.get("success") is not None else None
+            ratio = (
+                (after.get("success") / rl_start) if rl_start and after.get("success") is not None else None
+            )
             rows.append([f"{algo}", after.get("success"), after.get("format_ok"), after.get("return"),
                          after.get("episodes"), train.get("steps"),
                          f"{ratio:.2f}x" if ratio is not None else ""])  # fmt: skip
@@ -115,7 +127,9 @@ def _learning(data: dict[str, Any]) -> str:
         env = start.get("env") or next((r.get("env") for r in t.get("runs", {}).values()), task)
         parts.append(
             f"### {task} (`{env}`)\n\nHeld-out evaluation (greedy):\n\n"
-            + _table(["policy", "success", "format-valid", "return", "episodes", "RL steps", "x RL start"], rows)
+            + _table(
+                ["policy", "success", "format-valid", "return", "episodes", "RL steps", "x RL start"], rows
+            )
         )
     return "\n\n".join(parts)
 
@@ -136,8 +150,19 @@ def _main_job(data: dict[str, Any]) -> str:
         f"({first['run_config']['model']}, {settings['env_id']}, {settings['max_steps']} GRPO steps, "
         f"{first['run_config']['warm_start']} warm-start transcripts, {first['before_rl']['episodes']} held-out "
         f"episodes; {first['run_config'].get('engine', '')}):\n\n"
-        + _table(["seed", "held-out success before RL", "after RL", "ratio", "wall clock (min)", "peak RSS (GB)",
-                  "steps", "s per step"], rows)  # fmt: skip
+        + _table(
+            [
+                "seed",
+                "held-out success before RL",
+                "after RL",
+                "ratio",
+                "wall clock (min)",
+                "peak RSS (GB)",
+                "steps",
+                "s per step",
+            ],
+            rows,
+        )
     )
 
 
@@ -182,7 +207,12 @@ def page(name: str, data: dict[str, Any]) -> str:
     else:
         flat = [(k, v) for k, v in _flatten(data) if k not in ("benchmark",)]
         if flat:
-            lines += ["## Results", "", _table(["quantity", "value"], [[f"`{k}`", v] for k, v in flat[:80]]), ""]
+            lines += [
+                "## Results",
+                "",
+                _table(["quantity", "value"], [[f"`{k}`", v] for k, v in flat[:80]]),
+                "",
+            ]
     body = json.dumps(data, indent=1)
     lines += ['??? note "The whole result file"', "", "    ```json", *("    " + x for x in body.splitlines()),
               "    ```", ""]  # fmt: skip
@@ -208,7 +238,7 @@ def headline_rows() -> list[list[str]]:
             f"at most {s['wall_clock_s_max'] / 60:.1f} min, peak RSS at most {s['peak_rss_gb_max']:.2f} GB",
         ])  # fmt: skip
     rg = _load("reasoning_gym_learning")
-    for task, t in rg["tasks"].items():
+    for t in rg["tasks"].values():
         start = t["start"]["after_sft"]["success"]
         for algo, run in t["runs"].items():
             rows.append([

@@ -22,7 +22,9 @@ def main() -> None:
     options.binary_location = shutil.which("chromium") or "chromium"
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1500,1100"):
         options.add_argument(arg)
-    browser = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"), options=options)
+    browser = webdriver.Chrome(
+        service=Service(shutil.which("chromedriver") or "chromedriver"), options=options
+    )
     try:
         browser.get(page.as_uri() + "#compare")
         section = browser.find_element("css selector", ".controls")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
 from agentr1_gym.errors import ConfigError
@@ -110,3 +112,22 @@ def test_tool_schema_is_openai_function_format():
             },
         },
     }
+
+
+_FRAGMENTS = (
+    "<tool_call>", "</tool_call>", "<answer>", "</answer>", "<think>", "</think>", "```json", "```", "\n", " ",
+    '{"name": "search", "arguments": {"query": "x"}}', '{"name": "search"}', '{"name": "', '"arguments": "{}"',
+    '{"name": "search", "arguments": "{\\"query\\": \\"y\\"}"}', "[1, 2]", "{", "}", "Paris", "tool_call",
+)  # fmt: skip
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.lists(st.sampled_from(_FRAGMENTS), max_size=4).map("".join), min_size=3, max_size=3),
+    st.booleans(),
+)
+def test_hermes_fast_path_parses_exactly_as_the_general_scan(parts, wrapped):
+    """The one-call fast path gives the same ParsedAction as the general scan on every turn (half of them
+    built around one call, so that the fast path's conditions are met and just missed)."""
+    text = f"{parts[0]}<tool_call>{parts[1]}</tool_call>{parts[2]}" if wrapped else "".join(parts)
+    assert H.parse(text, TOOLS) == H._parse_general(text, TOOLS)

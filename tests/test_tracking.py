@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("trl")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from test_viewer import _train  # noqa: E402  (the viewer tests' tiny run)
+from test_viewer import _train
 
 
 def test_tensorboard_gets_the_env_and_learning_metrics(tmp_path):
@@ -21,7 +21,11 @@ def test_tensorboard_gets_the_env_and_learning_metrics(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     _train(tmp_path, max_steps=2, report_to=["tensorboard"])
-    events = [r for r in glob.glob(str(tmp_path / "runs" / "*")) if glob.glob(os.path.join(r, "events.out.tfevents.*"))]
+    events = [
+        r
+        for r in glob.glob(str(tmp_path / "runs" / "*"))
+        if glob.glob(os.path.join(r, "events.out.tfevents.*"))
+    ]
     assert events, f"no TensorBoard event file under {tmp_path}"
     acc = EventAccumulator(events[0])
     acc.Reload()

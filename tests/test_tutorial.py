@@ -104,21 +104,35 @@ READING = DOCS / "tutorials" / "reading_a_run.md"
 
 
 def _commands(page: Path) -> list[str]:
-    return [line.strip() for lang, _, body in blocks(page) if lang == "bash" for line in body.splitlines() if line.strip()]
+    return [
+        line.strip()
+        for lang, _, body in blocks(page)
+        if lang == "bash"
+        for line in body.splitlines()
+        if line.strip()
+    ]
 
 
 def test_reading_a_run_eval_view_and_python_blocks_run_as_written(tmp_path):
     """The evaluation half of "Reading a run": its commands, then its Python block, in an empty directory."""
     env = _env(tmp_path)
     quick = [c for c in _commands(READING) if "runs/first" not in c]
-    assert quick and any(c.startswith("agentr1 eval") for c in quick) and any(c.startswith("agentr1 view") for c in quick)
+    assert (
+        quick
+        and any(c.startswith("agentr1 eval") for c in quick)
+        and any(c.startswith("agentr1 view") for c in quick)
+    )
     for command in quick:
-        done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "oracle.html").stat().st_size > 5000
     script = "\n".join(body for lang, title, body in blocks(READING) if lang == "python" and not title)
     (tmp_path / "read.py").write_text(script, encoding="utf-8")
-    out = subprocess.run([sys.executable, "read.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "read.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 5 and all("terminated" in line and "'search'" in line for line in lines)
@@ -134,7 +148,9 @@ def test_reading_a_run_training_commands_run_as_written(tmp_path):
     training = [c for c in _commands(READING) if "runs/first" in c]
     assert [c.split()[1] for c in training] == ["train", "view"]
     for command in training:
-        done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=800)
+        done = subprocess.run(
+            command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=800
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     run = tmp_path / "runs" / "first"
     from agentr1_gym.episodes import read_episodes
@@ -144,5 +160,8 @@ def test_reading_a_run_training_commands_run_as_written(tmp_path):
     assert sources == {"train", "held-out before RL", "held-out after RL"}
     assert sorted({r["step"] for r in records if r["source"] == "train"}) == [1, 2]
     trained = [r for r in records if r["source"] == "train"]
-    assert all(r["tokens"]["ratio"] is not None and len(r["tokens"]["advantage"]) == len(r["tokens"]["ids"]) for r in trained)
+    assert all(
+        r["tokens"]["ratio"] is not None and len(r["tokens"]["advantage"]) == len(r["tokens"]["ids"])
+        for r in trained
+    )
     assert (run / "view.html").stat().st_size > 20_000

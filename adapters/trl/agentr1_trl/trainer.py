@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 import agentr1_gym
-from agentr1_gym.errors import ConfigError
 from agentr1_gym.episodes import EPISODES_FILE, append_episodes
+from agentr1_gym.errors import ConfigError
 from agentr1_trl.config import AgentTrainerConfig
 from agentr1_trl.episodes import advantage_rows, token_stats, trajectory_records
 from agentr1_trl.generation import GenerationBackend, HFGenerator, SamplingConfig
@@ -360,7 +360,9 @@ class AgentTrainer(TRLAgentTrainer):
             if values:
                 self.log_metric(f"env/{key}", sum(values) / len(values))
         # a mixture tags each episode's metrics with its env ("<name>/success"): logged per env, over its episodes
-        tagged = sorted({k for t in trajs for k in t.metrics if "/" in k and k.rsplit("/", 1)[1] in ENV_METRICS})
+        tagged = sorted(
+            {k for t in trajs for k in t.metrics if "/" in k and k.rsplit("/", 1)[1] in ENV_METRICS}
+        )
         for key in tagged:
             values = [t.metrics[key] for t in trajs if key in t.metrics]
             self.log_metric(f"env/{key}", sum(values) / len(values))
