@@ -23,8 +23,27 @@ def machine_info(*packages: str) -> dict[str, Any]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
+        **_cpu(),
         "versions": versions,
     }
+
+
+def _cpu() -> dict[str, Any]:
+    """The CPU's model name and its widest vector instructions (figures from machines that differ there differ:
+    bf16 is native with AVX512-BF16 or AMX, emulated elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info = f.read()
+    except OSError:
+        return {}
+    model = next(
+        (line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), ""
+    )
+    flags = {
+        w for line in info.splitlines() if line.startswith("flags") for w in line.split(":", 1)[1].split()
+    }
+    vector = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return {"cpu_model": model, "cpu_vector": vector}
 
 
 def emit(result: dict[str, Any], path: str | None) -> None:

@@ -5,7 +5,8 @@ seed, times it, and collects what it wrote into one JSON file and a plot.
         --plot benchmarks/results/main_job.png
 
 Reports the wall clock of the whole command, its peak memory (the peak over time of the summed resident set
-of the command's whole process tree, sampled every 0.2 s, so a vLLM engine process would count too), the warm start's loss per epoch (from its output), the held-out
+of the command's whole process tree, sampled every 0.2 s, so a vLLM engine process would count too; also per
+phase of the job, told apart by the lines it prints), the warm start's loss per epoch (from its output), the held-out
 evaluations before and after RL (``eval_before_rl.json`` / ``eval_after_rl.json``), the per-step means of the
 trainer's timings and learning-signal metrics (``metrics.jsonl``); ``summary`` gathers the seeds' worst wall
 clock and memory and their success before and after. ``--plot``: every seed's training success per step with its
@@ -18,6 +19,7 @@ import argparse
 import ast
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -50,6 +52,7 @@ class PeakRSS:
         self._proc = psutil.Process(pid)
         self._interval = interval
         self.peak = 0
+        self.samples: list[tuple[float, int]] = []  # (perf_counter time, summed RSS)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -67,12 +70,36 @@ class PeakRSS:
                 with contextlib.suppress(psutil.Error):
                     total += p.memory_info().rss
             self.peak = max(self.peak, total)
+            self.samples.append((time.perf_counter(), total))
             self._stop.wait(self._interval)
 
     def stop(self) -> int:
         self._stop.set()
         self._thread.join()
         return self.peak
+
+
+#: the lines of ``agentr1 train`` that end each phase of the job (the first line starting with each)
+PHASES = (
+    ("load and warm start", "warm start on "),
+    ("vLLM engine start", "rollouts and evaluations generate with"),
+    ("held-out evaluation before RL", "held-out before RL"),
+    ("RL training", "held-out after RL"),
+)
+
+
+def phase_peaks(samples: list[tuple[float, int]], marks: list[tuple[float, str]]) -> dict[str, float]:
+    """The peak RSS (GB) of each phase: the samples up to the line that ends it (the rest: "writing outputs")."""
+    ends, start = [], float("-inf")
+    for name, prefix in PHASES:
+        at = next((t for t, line in marks if line.startswith(prefix)), None)
+        if at is not None:
+            ends.append((name, start, at))
+            start = at
+    ends.append(("writing outputs", start, float("inf")))
+    return {
+        name: round(max((r for t, r in samples if lo <= t < hi), default=0) / 1e9, 2) for name, lo, hi in ends
+    }
 
 
 def run_one(out: Path, extra: list[str]) -> dict[str, Any]:
@@ -82,13 +109,16 @@ def run_one(out: Path, extra: list[str]) -> dict[str, Any]:
     cmd = ["agentr1", "train", "--output-dir", str(out), *extra]
     print("running:", " ".join(cmd), file=sys.stderr, flush=True)
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True)
+    # unbuffered: each line arrives when printed, so that the phases' boundaries are timed right
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env)
     sampler = PeakRSS(proc.pid)
-    lines = []
+    lines, marks = [], []
     assert proc.stdout is not None
     for line in proc.stdout:
         sys.stdout.write(line)
         lines.append(line)
+        marks.append((time.perf_counter(), line))
     if proc.wait() != 0:
         sys.exit(f"error: `{' '.join(cmd)}` failed with exit status {proc.returncode}")
     wall = time.perf_counter() - start
@@ -111,6 +141,7 @@ def run_one(out: Path, extra: list[str]) -> dict[str, Any]:
         "command": " ".join(["agentr1", "train", *extra]),
         "wall_clock_s": round(wall, 1),
         "peak_rss_gb": round(peak_tree / 1e9, 2),
+        "peak_rss_gb_by_phase": phase_peaks(sampler.samples, marks),
         "run_config": json.loads((out / "run_config.json").read_text()),
         "warm_start_loss_per_epoch": losses,
         "before_rl": before,

@@ -93,6 +93,10 @@ def test_token_in_token_out_matches_the_trainer(engines, tiny_dir, tok):
     )
 
 
+def test_the_engine_says_its_dtype(engines):
+    assert engines["merged"].describe() == "vLLM colocate (in this process, float32), merged weight sync"
+
+
 def test_stop_strings_and_eos_are_kept(engines, tok):
     engine = engines["merged"]
     prompt = _prompt(tok)
@@ -261,3 +265,16 @@ def test_eval_command_on_vllm(tiny_dir, capsys):
                  "--env-arg", "max_turns=2", "--env-arg", "max_hops=1", "--no-progress"]) == 0  # fmt: skip
     out = json.loads(capsys.readouterr().out)
     assert out["episodes"] == 2 and out["engine"].startswith("vLLM colocate")
+
+
+def test_the_engine_dtype_follows_the_cpu():
+    """``dtype="auto"``: bfloat16 only where the CPU computes in it natively (else it is emulated, ~3x slower)."""
+    from agentr1_trl.generation.vllm import cpu_has_native_bf16, default_dtype
+
+    avx2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
+    assert not cpu_has_native_bf16(avx2)
+    assert cpu_has_native_bf16("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert cpu_has_native_bf16("flags\t\t: fpu avx2 amx_bf16 amx_tile\n")
+    assert not cpu_has_native_bf16("model name\t: avx512_bf16 in a name, not a flag\n")
+    expected = "bfloat16" if torch.cuda.is_available() or cpu_has_native_bf16() else "float32"
+    assert default_dtype() == expected

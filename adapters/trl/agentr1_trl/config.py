@@ -150,7 +150,13 @@ class AgentTrainerConfig(GRPOConfig):
             "vllm_gpu_memory_utilization sets the engine's share of GPU memory)."
         },
     )
-    vllm_dtype: str = field(default="bfloat16", metadata={"help": "vLLM colocate: the engine's dtype."})
+    vllm_dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "vLLM colocate: the engine's dtype; 'auto' is bfloat16 on GPUs and on CPUs with native bf16 "
+            "(AVX512-BF16, AMX), float32 on other CPUs (bf16 is emulated there, about 3x slower)."
+        },
+    )
     vllm_timeout_s: float = field(
         default=600.0,
         metadata={
