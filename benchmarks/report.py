@@ -43,6 +43,7 @@ SCRIPTS = {
     "rollout": ("rollout.py", "Rollout engines: Hugging Face generate against vLLM"),
     "sandbox": ("sandbox.py", "Sandboxed code runs: warm pool against a fresh subprocess"),
     "env_step": ("env_step.py", "Env step overhead"),
+    "vllm_dtype": ("vllm_dtype.py", "vLLM decoding on a CPU: bfloat16 against float32"),
     "trainer_step": ("trainer_step.py", "Trainer step against TRL's GRPOTrainer (tiny model)"),
     "trainer_step_smollm2": ("trainer_step.py", "Trainer step against TRL's GRPOTrainer (SmolLM2)"),
     "update_step": ("update_step.py", "What one update costs, per setting"),

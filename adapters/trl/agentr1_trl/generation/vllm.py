@@ -82,8 +82,8 @@ def _on_gpu() -> bool:
 
 def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     """Whether this CPU computes in bfloat16 natively (AVX512-BF16 or AMX-BF16; Linux's ``/proc/cpuinfo`` flags).
-    Without either, bf16 matrix products are emulated: vLLM's decoding of SmolLM2-135M on a 2-core AVX2 CPU ran
-    2.9-3.6x slower in bfloat16 than in float32 (16-48 sequences)."""
+    Without either, bf16 matrix products are emulated: vLLM decoded SmolLM2-135M on a 2-core AVX2 CPU 3.1-3.9x
+    slower in bfloat16 than in float32 (16-48 sequences; ``benchmarks/vllm_dtype.py``)."""
     if cpuinfo is None:
         try:
             with open("/proc/cpuinfo", encoding="utf-8") as f:
