@@ -34,9 +34,8 @@ def token_stats(
         input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1, output_hidden_states=True
     )
     start = len(prompt_ids) - 1
-    states = out.hidden_states[-1][
-        0, start : ids.size(1) - 1
-    ]  # the final-norm state before each completion token
+    # the final-norm state before each completion token
+    states = out.hidden_states[-1][0, start : ids.size(1) - 1]
     targets = ids[0, len(prompt_ids) :]
     where = (
         torch.ones(len(completion_ids), dtype=torch.bool) if mask is None else torch.tensor(list(mask)) > 0
