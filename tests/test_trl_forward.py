@@ -119,3 +119,54 @@ def test_not_used_with_gradient_checkpointing_or_when_no_prompt_repeats(tmp_path
     assert completion_logps(trainer.model, pid[:2], pm[:2], cid[:2], cm[:2]) is None  # two distinct prompts
     trainer.model.gradient_checkpointing_enable()
     assert not trainer.shares_prompts(trainer.model)
+
+
+@pytest.mark.parametrize("chunk", [3, 64])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_projected_logps_equals_cross_entropy_in_values_and_gradients(chunk, temperature):
+    from agentr1_trl.forward import projected_logps
+
+    g = torch.Generator().manual_seed(0)
+    states = torch.randn(10, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    head = torch.nn.Linear(8, 50, bias=False).double()
+    targets = torch.randint(0, 50, (10,), generator=g)
+    upstream = torch.randn(10, generator=g, dtype=torch.float64)
+
+    got = projected_logps(states, head, targets, temperature, chunk)
+    (got.double() * upstream).sum().backward()
+    got_states, got_weight = states.grad.clone(), head.weight.grad.clone()
+    states.grad = head.weight.grad = None
+    want = -torch.nn.functional.cross_entropy(head(states) / temperature, targets, reduction="none")
+    (want * upstream).sum().backward()
+
+    assert torch.allclose(got.double(), want, atol=1e-5)
+    assert torch.allclose(got_states, states.grad, atol=1e-5)
+    assert torch.allclose(got_weight, head.weight.grad, atol=1e-5)
+
+
+def test_projected_logps_keeps_no_vocabulary_sized_tensor_for_backward():
+    """What autograd holds between the passes is the inputs and one number per row, not (rows, vocabulary)."""
+    from agentr1_trl.forward import projected_logps
+
+    states = torch.randn(32, 16, requires_grad=True)
+    head = torch.nn.Linear(16, 5000, bias=False)
+    saved: list[torch.Size] = []
+
+    def pack(t):
+        saved.append(t.shape)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = projected_logps(states, head, torch.randint(0, 5000, (32,)), 0.7, 8)
+    out.sum().backward()
+    assert states.grad is not None and head.weight.grad is not None
+    assert all(5000 not in shape or shape == head.weight.shape for shape in saved), saved
+
+
+def test_projected_logps_frozen_head_gets_no_gradient():
+    from agentr1_trl.forward import projected_logps
+
+    states = torch.randn(6, 4, requires_grad=True)
+    head = torch.nn.Linear(4, 9, bias=False).requires_grad_(False)
+    projected_logps(states, head, torch.randint(0, 9, (6,))).sum().backward()
+    assert head.weight.grad is None and states.grad is not None

@@ -94,7 +94,10 @@ def test_token_in_token_out_matches_the_trainer(engines, tiny_dir, tok):
 
 
 def test_the_engine_says_its_dtype(engines):
-    assert engines["merged"].describe() == "vLLM colocate (in this process, float32), merged weight sync"
+    assert (
+        engines["merged"].describe()
+        == "vLLM colocate (in this process, float32, KV cache 0.25 GiB), merged weight sync"
+    )
 
 
 def test_stop_strings_and_eos_are_kept(engines, tok):
@@ -278,3 +281,27 @@ def test_the_engine_dtype_follows_the_cpu():
     assert not cpu_has_native_bf16("model name\t: avx512_bf16 in a name, not a flag\n")
     expected = "bfloat16" if torch.cuda.is_available() or cpu_has_native_bf16() else "float32"
     assert default_dtype() == expected
+
+
+def test_kv_cache_is_sized_for_the_generation_batch(tmp_path):
+    """``kv_cache_gb=None``: whole 128-token blocks for each full-length sequence, from the model's config."""
+    from agentr1_trl.generation.vllm import kv_bytes_per_token, kv_cache_bytes
+
+    smollm2 = {
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "hidden_size": 576,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(smollm2))
+    assert kv_bytes_per_token(tmp_path, "bfloat16") == 2 * 30 * 3 * 64 * 2 == 23_040
+    assert kv_bytes_per_token(tmp_path, "float32") == 46_080
+    # the default job: 8 episodes of 1,536 + 48 tokens -> 13 blocks of 128 each
+    assert kv_cache_bytes(tmp_path, "bfloat16", 1584, 8) == 23_040 * 13 * 128 * 8
+    assert kv_cache_bytes(tmp_path, "bfloat16", 100, 1) == 64 << 20  # the floor
+    nested = {"text_config": {**smollm2, "head_dim": 128}}
+    (tmp_path / "config.json").write_text(json.dumps(nested))
+    assert kv_bytes_per_token(tmp_path, "float32") == 2 * 30 * 3 * 128 * 4
+    (tmp_path / "config.json").write_text("{}")
+    assert kv_bytes_per_token(tmp_path, "bfloat16") is None
+    assert kv_cache_bytes(tmp_path, "bfloat16", 1584, 8) == 1 << 30  # unknown shape: the old fixed size

@@ -143,11 +143,12 @@ class AgentTrainerConfig(GRPOConfig):
             "CLI's defaults). Each costs one forward pass of the policy (its ratio and entropy)."
         },
     )
-    vllm_kv_cache_gb: float = field(
-        default=1.0,
+    vllm_kv_cache_gb: float | None = field(
+        default=None,
         metadata={
-            "help": "vLLM colocate on CPUs: KV-cache memory in GiB of host RAM (on GPUs TRL's "
-            "vllm_gpu_memory_utilization sets the engine's share of GPU memory)."
+            "help": "vLLM colocate on CPUs: KV-cache memory in GiB of host RAM; default (None): room for the "
+            "generation batch's episodes at max_episode_tokens each (0.29 GiB for the default job in bf16). On "
+            "GPUs TRL's vllm_gpu_memory_utilization sets the engine's share of GPU memory."
         },
     )
     vllm_dtype: str = field(

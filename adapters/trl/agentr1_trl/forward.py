@@ -15,7 +15,63 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["completion_logps", "prompt_groups"]
+__all__ = ["completion_logps", "projected_logps", "prompt_groups"]
+
+
+class _ProjectedLogps(torch.autograd.Function):
+    """``log softmax(states @ weight.T / temperature)[targets]``, ``chunk`` rows at a time, keeping for the
+    backward pass only the inputs and one log-normaliser per row: each chunk's logits are recomputed there."""
+
+    @staticmethod
+    def forward(ctx, states, weight, targets, temperature, chunk):  # type: ignore[override]
+        out = torch.empty(states.size(0), dtype=torch.float32, device=states.device)
+        lse = torch.empty_like(out)
+        for s in range(0, states.size(0), chunk):
+            logits = (states[s : s + chunk] @ weight.to(states.dtype).T).float() / temperature
+            lse[s : s + chunk] = torch.logsumexp(logits, dim=-1)
+            out[s : s + chunk] = logits.gather(1, targets[s : s + chunk, None])[:, 0] - lse[s : s + chunk]
+        ctx.save_for_backward(states, weight, targets, lse)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        states, weight, targets, lse = ctx.saved_tensors
+        w = weight.to(states.dtype)
+        need_states, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        d_states = torch.empty_like(states) if need_states else None
+        d_weight = torch.zeros_like(weight, dtype=torch.float32) if need_weight else None
+        for s in range(0, states.size(0), ctx.chunk):
+            rows = slice(s, s + ctx.chunk)
+            logits = (states[rows] @ w.T).float() / ctx.temperature
+            # d logp[target] / d logits = onehot(target) - softmax, times the upstream gradient and 1/T
+            d_logits = torch.exp_(logits.sub_(lse[rows, None])).neg_()
+            d_logits.scatter_add_(1, targets[rows, None], torch.ones_like(lse[rows, None]))
+            d_logits.mul_(grad[rows, None] / ctx.temperature)
+            if need_states:
+                d_states[rows] = (d_logits.to(w.dtype) @ w).to(states.dtype)
+            if need_weight:
+                d_weight += d_logits.T @ states[rows].float()
+        return d_states, (d_weight.to(weight.dtype) if need_weight else None), None, None, None
+
+
+def projected_logps(
+    states: torch.Tensor, head: Any, targets: torch.Tensor, temperature: float = 1.0, chunk: int = 256
+) -> torch.Tensor:
+    """The log-prob of each ``targets`` token from the hidden ``states`` ``(N, hidden)`` through the output
+    projection ``head``, as ``-cross_entropy(head(states) / temperature, targets)`` computes it (same values and
+    gradients, tested), without keeping ``(N, vocabulary)`` logits for the backward pass: it recomputes them
+    there, ``chunk`` rows at a time. For a 49k-token vocabulary that is 200 KB per scored token not held between
+    the forward and the backward pass. A head with a bias (or not a plain linear layer) takes the direct path."""
+    weight = getattr(head, "weight", None)
+    if not isinstance(head, torch.nn.Linear) or head.bias is not None or weight is None:
+        parts = [
+            -F.cross_entropy(head(states[s : s + chunk]).float() / temperature, targets[s : s + chunk],
+                             reduction="none")
+            for s in range(0, states.size(0), chunk)
+        ]  # fmt: skip
+        return torch.cat(parts) if parts else states.new_zeros(0, dtype=torch.float32)
+    return _ProjectedLogps.apply(states, weight, targets, float(temperature), int(chunk))
 
 
 def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,7 +94,7 @@ def completion_logps(
     temperature: float = 1.0,
     hidden: bool = False,
     needed: torch.Tensor | None = None,
-    chunk: int = 1024,
+    chunk: int = 256,
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """Log-probs (at ``temperature``) of the completion tokens, each distinct prompt run once; with ``hidden``
     also the last hidden state before each completion token (what a value head reads).
@@ -73,11 +129,8 @@ def completion_logps(
     where = (completion_mask if needed is None else needed).bool()
     logps = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)
     if bool(where.any()):
-        head = model.get_output_embeddings()
-        picked, targets = states[where], completion_ids[where]
-        parts = []
-        for start in range(0, picked.size(0), chunk):
-            logits = head(picked[start : start + chunk]).float() / temperature
-            parts.append(-F.cross_entropy(logits, targets[start : start + chunk], reduction="none"))
-        logps = logps.masked_scatter(where, torch.cat(parts))
+        picked = projected_logps(
+            states[where], model.get_output_embeddings(), completion_ids[where], temperature, chunk
+        )
+        logps = logps.masked_scatter(where, picked)
     return logps, (states if hidden else None)

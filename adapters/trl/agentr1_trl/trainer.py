@@ -152,6 +152,7 @@ class AgentTrainer(TRLAgentTrainer):
                 sync=args.vllm_sync,
                 dtype=args.vllm_dtype,
                 kv_cache_gb=args.vllm_kv_cache_gb,
+                sequences=self._generation_batch(),
                 gpu_memory_utilization=args.vllm_gpu_memory_utilization,
                 max_model_len=args.max_episode_tokens + args.max_new_tokens_per_turn,
                 seed=args.seed,
@@ -167,6 +168,15 @@ class AgentTrainer(TRLAgentTrainer):
             self._synced_step = self.state.global_step
             self.log_metric("generation/sync_s", time.perf_counter() - start)
         return self._vllm
+
+    def _generation_batch(self) -> int:
+        """Episodes one rollout generates at once: TRL's generation batch (a step's rows, times
+        ``steps_per_generation``), at least the group size."""
+        args = self.args
+        size = getattr(args, "generation_batch_size", None) or (
+            args.per_device_train_batch_size * (getattr(args, "steps_per_generation", None) or 1)
+        )
+        return max(int(size), int(getattr(args, "num_generations", 1) or 1))
 
     def _vocab_size(self) -> int:
         """The ids the update's embedding accepts: the tokenizer's and the model's vocabulary, whichever is

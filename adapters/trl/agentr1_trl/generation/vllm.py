@@ -59,6 +59,7 @@ __all__ = [
     "cpu_has_native_bf16",
     "default_dtype",
     "default_sync",
+    "kv_cache_bytes",
     "merged_lora_weights",
     "sweep_sync_dirs",
     "sync_root",
@@ -100,6 +101,40 @@ def default_dtype() -> str:
     """The engine's dtype for ``dtype="auto"``: ``bfloat16`` on GPUs and on CPUs that compute in it natively,
     ``float32`` on other CPUs (twice the weights' and KV cache's memory, about 3x faster there)."""
     return "bfloat16" if _on_gpu() or cpu_has_native_bf16() else "float32"
+
+
+#: the KV cache's block size on CPUs (tokens); a sequence holds whole blocks
+KV_BLOCK_TOKENS = 128
+
+
+def kv_bytes_per_token(model_dir: str | os.PathLike[str], dtype: str) -> int | None:
+    """Keys and values of one token in every layer: ``2 x layers x kv_heads x head_dim x bytes``, read from the
+    model's ``config.json``; None where the config does not say (the caller falls back to a fixed size)."""
+    import json
+
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+        config = config.get("text_config", config)  # multimodal configs nest the language model's
+        heads = int(config["num_attention_heads"])
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+        layers = int(config["num_hidden_layers"])
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None
+    width = 4 if dtype in ("float32", "float") else 2
+    return 2 * layers * kv_heads * head_dim * width
+
+
+def kv_cache_bytes(model_dir: str | os.PathLike[str], dtype: str, max_model_len: int, sequences: int) -> int:
+    """The KV cache that ``kv_cache_gb=None`` reserves on CPUs: room for ``sequences`` sequences of
+    ``max_model_len`` tokens each (whole blocks), at least 64 MiB; 1 GiB where the model's config does not give
+    the per-token size. vLLM allocates blocks as sequences grow and queues what does not fit, so shorter
+    sequences share it and more of them run at once; a cache too small only makes decoding slower."""
+    per_token = kv_bytes_per_token(model_dir, dtype)
+    if per_token is None:
+        return 1 << 30
+    blocks = -(-max(int(max_model_len), 1) // KV_BLOCK_TOKENS)
+    return max(per_token * blocks * KV_BLOCK_TOKENS * max(int(sequences), 1), 64 << 20)
 
 
 def default_sync() -> str:
@@ -154,7 +189,10 @@ class VLLMGenerator:
         sync: ``"merged"``, ``"lora"`` or ``"auto"`` (:func:`default_sync`).
         dtype: the engine's dtype, or ``"auto"`` (:func:`default_dtype`: ``bfloat16`` where the device computes
             in it natively, else ``float32``).
-        kv_cache_gb: memory for the KV cache (colocate on CPUs: host RAM).
+        kv_cache_gb: memory for the KV cache (colocate on CPUs: host RAM); None: sized for ``sequences``
+            sequences of ``max_model_len`` tokens (:func:`kv_cache_bytes`).
+        sequences: with ``kv_cache_gb=None``: how many full-length sequences the cache holds (the trainer passes
+            its generation batch, so a step's rollouts never wait for room).
         gpu_memory_utilization: colocate on GPUs: the fraction of GPU memory the engine may take.
         max_model_len: the longest context (prompt + completion) an episode may reach.
         max_lora_rank: the largest adapter rank ``lora`` sync accepts (colocate).
@@ -177,7 +215,8 @@ class VLLMGenerator:
         server_urls: Sequence[str] = (),
         sync: str = "auto",
         dtype: str = "auto",
-        kv_cache_gb: float = 1.0,
+        kv_cache_gb: float | None = None,
+        sequences: int = 8,
         gpu_memory_utilization: float = 0.3,
         max_model_len: int = 4096,
         max_lora_rank: int = 64,
@@ -218,9 +257,16 @@ class VLLMGenerator:
         self._lock = threading.Lock()
         self.llm: Any = None
         self.max_model_len = max_model_len
+        self.kv_cache_bytes: int | None = None  # colocate on CPUs: what the engine reserved
         if mode == "colocate":
             self._gpu_memory_utilization = gpu_memory_utilization
-            self._start_colocated(self.dtype, kv_cache_gb, max_model_len, max_lora_rank, enforce_eager, seed)
+            if _on_gpu():
+                pass  # gpu_memory_utilization sizes the engine's share
+            elif kv_cache_gb is None:
+                self.kv_cache_bytes = kv_cache_bytes(model, self.dtype, max_model_len, sequences)
+            else:
+                self.kv_cache_bytes = int(kv_cache_gb * (1 << 30))
+            self._start_colocated(self.dtype, max_model_len, max_lora_rank, enforce_eager, seed)
         else:
             self.served_model = self._served_model(model)
 
@@ -228,7 +274,6 @@ class VLLMGenerator:
     def _start_colocated(
         self,
         dtype: str,
-        kv_cache_gb: float,
         max_model_len: int,
         max_lora_rank: int,
         enforce_eager: bool | None,
@@ -253,7 +298,7 @@ class VLLMGenerator:
         if _on_gpu():
             kwargs["gpu_memory_utilization"] = self._gpu_memory_utilization
         else:
-            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))
+            kwargs["kv_cache_memory_bytes"] = int(self.kv_cache_bytes or 0)
         if self.sync == "lora":
             kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=1)
         try:
@@ -448,7 +493,10 @@ class VLLMGenerator:
 
     def describe(self) -> str:
         if self.mode == "colocate":
-            return f"vLLM colocate (in this process, {self.dtype}), {self.sync} weight sync"
+            kv = (
+                "" if self.kv_cache_bytes is None else f", KV cache {self.kv_cache_bytes / (1 << 30):.2f} GiB"
+            )
+            return f"vLLM colocate (in this process, {self.dtype}{kv}), {self.sync} weight sync"
         return f"vLLM server ({', '.join(self.server_urls)}), {self.sync} weight sync"
 
     def _owned_dir(self) -> Path:
