@@ -41,6 +41,8 @@ from typing import Any, ClassVar
 import gymnasium as gym
 from _common import emit, machine_info
 
+from agentr1_gym.generation import BaseGenerator
+
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 MIX_ENVS = [
@@ -162,9 +164,13 @@ class _Timed(gym.Wrapper):
             _Timed.spent["env"] += time.perf_counter() - t
 
 
-class _TimedGenerator:
+class _TimedGenerator(BaseGenerator):
     def __init__(self, base: Any) -> None:
         self.base, self.spent = base, 0.0
+        self.provides_logprobs = base.provides_logprobs
+
+    def describe(self) -> str:
+        return self.base.describe()
 
     def generate(self, prompts, sampling):
         t = time.perf_counter()

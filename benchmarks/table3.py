@@ -119,7 +119,7 @@ def evaluate_row(
         result["seconds"] = round(time.perf_counter() - t, 1)
         out[ds] = summarize(result)
         print(f"[table3] {name} on {ds}: {out[ds]}", file=sys.stderr, flush=True)
-    if engine is not None and hasattr(engine, "close"):
+    if engine is not None:
         engine.close()
     return out
 

@@ -25,6 +25,8 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.rewards": 1,
     "agentr1_gym.matching": 1,
     "agentr1_gym.episodes": 1,
+    "agentr1_gym.generation": 1,  # the generation-backend protocol (token ids in, token ids + log-probs out)
+    "agentr1_gym.rollout": 2,  # the token layer: token-exact rollouts over any gymnasium env, action masks
     "agentr1_gym.tools.base": 2,
     "agentr1_gym.formats": 3,
     "agentr1_gym.data": 4,
@@ -41,9 +43,7 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.cli": 10,
     "agentr1_gym": 11,  # the package's __init__: the public API
     # the TRL adapter (above everything in agentr1_gym)
-    "agentr1_trl.generation.base": 20,
     "agentr1_trl.generation": 21,
-    "agentr1_trl.rollout": 22,
     "agentr1_trl.advantages": 22,
     "agentr1_trl.turns": 23,
     "agentr1_trl.forward": 22,
@@ -65,8 +65,8 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.ppo": 27,
     "agentr1_trl.cli": 28,
     "agentr1_trl": 29,
-    # other engines' adapters: above the env suite; a token-in/token-out engine (verl) reuses the TRL adapter's
-    # token bookkeeping (agentr1_trl.rollout, engine-neutral) and nothing else of it
+    # other engines' adapters: above the env suite, beside the TRL adapter (never on it); a token-in/token-out
+    # engine (verl) uses the core's token layer (agentr1_gym.rollout)
     "agentr1_skyrl.env": 20,
     "agentr1_skyrl": 21,
     "agentr1_verl.loop": 23,
@@ -183,12 +183,34 @@ def test_the_env_suite_never_imports_the_adapter():
     assert not bad
 
 
-def test_engine_adapters_share_only_the_token_layer():
-    allowed = {"agentr1_trl.rollout"}
-    bad = [f"{m} imports {t}" for m, ts in GRAPH.items() if m.startswith(("agentr1_verl", "agentr1_skyrl", "agentr1_verifiers"))
-           for t in ts if t.startswith(("agentr1_trl", "agentr1_skyrl", "agentr1_verl", "agentr1_verifiers")) and t not in allowed
-           and not t.startswith(m.split(".")[0])]  # fmt: skip
-    assert not bad
+ENGINE_ADAPTERS = ("agentr1_verl", "agentr1_skyrl", "agentr1_verifiers")
+ADAPTERS = ("agentr1_trl", *ENGINE_ADAPTERS)
+
+
+def adapter_crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from one adapter into another: each engine's adapter depends on the core package only."""
+    return sorted(
+        f"{m} imports {t}"
+        for m, targets in graph.items()
+        if m.startswith(ADAPTERS)
+        for t in targets
+        if t.startswith(ADAPTERS) and t.split(".")[0] != m.split(".")[0]
+    )
+
+
+def test_engine_adapters_import_the_core_only():
+    crossings = adapter_crossings(GRAPH)
+    assert not crossings, "adapters importing each other:\n" + "\n".join(crossings)
+
+
+def test_the_adapter_check_rejects_an_engine_adapter_on_the_trl_adapter():
+    """What verl's adapter did before the token layer moved to the core: the check must fail on it."""
+    before = {
+        "agentr1_verl.loop": {"agentr1_trl.rollout", "agentr1_gym.env"},
+        "agentr1_trl.trainer": {"agentr1_gym.rollout"},
+    }
+    assert adapter_crossings(before) == ["agentr1_verl.loop imports agentr1_trl.rollout"]
+    assert adapter_crossings({"agentr1_verl.loop": {"agentr1_gym.rollout"}}) == []
 
 
 def test_the_checks_fail_on_the_layout_this_renovation_removed():

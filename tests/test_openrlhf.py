@@ -16,11 +16,11 @@ import pytest
 
 pytest.importorskip("openrlhf.utils.agent")
 
-from agentr1_trl.rollout import EpisodeRecorder
 from agentr1_trl.testing import tiny_tokenizer
 
 import agentr1_gym
 from agentr1_gym.evaluation import evaluate
+from agentr1_gym.rollout import EpisodeRecorder
 
 #: the envs the tokenizer is trained on and the executor plays: answer-shaped and world-shaped
 TOKENIZER_ENVS = (

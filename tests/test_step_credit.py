@@ -24,10 +24,10 @@ from agentr1_trl.advantages import (
     turn_rloo_advantages,
 )
 from agentr1_trl.credit import turn_rewards, turn_starts, turn_state_keys
-from agentr1_trl.rollout import Trajectory
 
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.rollout import Trajectory
 
 
 def _close(a, b, tol=1e-6):

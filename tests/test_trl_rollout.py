@@ -8,12 +8,12 @@ import pytest
 pytest.importorskip("trl")
 
 from agentr1_trl import HFGenerator, SamplingConfig, ScriptedGenerator, collect_rollouts
-from agentr1_trl.rollout import render_chat
 from agentr1_trl.testing import THINK_DROPPING_TEMPLATE as THINK_DROPPING
 from agentr1_trl.testing import tiny_model, tiny_tokenizer
 
 import agentr1_gym  # noqa: F401  (registers the envs)
 from agentr1_gym.rewards import RewardConfig
+from agentr1_gym.rollout import render_chat
 
 ENV = "AgentR1/SyntheticMultihop-v0"
 
@@ -170,3 +170,25 @@ def test_temperature_zero_is_greedy(tok):
     second = gen.generate(prompts, SamplingConfig(max_new_tokens=6, temperature=0))
     assert [g.ids for g in first] == [g.ids for g in second]
     assert all(len(g.ids) > 0 for g in first)
+
+
+def test_a_backend_declares_what_it_provides(tok):
+    """A backend says what it is, whether its log-probs are the sampler's, and how to release it; an object
+    that only generates is refused with what is missing, before any episode starts."""
+    from agentr1_gym.errors import ConfigError
+    from agentr1_gym.generation import BaseGenerator, Generation, check_backend
+
+    class OnlyGenerates:
+        def generate(self, prompts, sampling):
+            return [Generation(ids=[tok.eos_token_id]) for _ in prompts]
+
+    with pytest.raises(ConfigError, match="lacks describe, close, provides_logprobs; inherit"):
+        collect_rollouts([gym.make(ENV)], OnlyGenerates(), tok)
+
+    class Inherits(BaseGenerator, OnlyGenerates):
+        pass
+
+    backend = check_backend(Inherits())
+    assert (backend.describe(), backend.provides_logprobs, backend.close()) == ("Inherits", True, None)
+    assert ScriptedGenerator(tok, lambda p, i: "x").provides_logprobs is False
+    assert HFGenerator(tiny_model(tok), tok).describe() == "Hugging Face generate"

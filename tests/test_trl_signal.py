@@ -16,7 +16,6 @@ from agentr1_trl import ScriptedGenerator
 from agentr1_trl.advantages import gae_advantages
 from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
-from agentr1_trl.rollout import Trajectory
 from agentr1_trl.signals import group_signal_metrics, outcome_reward, signal_token_rewards
 from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer
 from agentr1_trl.trainer import advantage_mask
@@ -24,6 +23,7 @@ from peft import LoraConfig
 
 import agentr1_gym  # noqa: F401
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.rollout import Trajectory
 
 BASE = dict(
     per_device_train_batch_size=4, num_generations=4, max_steps=1, learning_rate=5e-2, logging_steps=1,

@@ -17,11 +17,11 @@ import pytest
 pytest.importorskip("trl")
 
 from _standin_vllm import StandinVLLM
-from agentr1_trl.generation.base import Generation, GenerationError, SamplingConfig
 from agentr1_trl.generation.vllm import VLLMGenerator, sweep_sync_dirs, sync_root
 from agentr1_trl.testing import tiny_tokenizer
 
 from agentr1_gym.errors import InferenceServerError
+from agentr1_gym.generation import BaseGenerator, Generation, GenerationError, SamplingConfig
 
 SAMPLING = SamplingConfig(max_new_tokens=4, temperature=1.0)
 
@@ -165,7 +165,7 @@ def test_lora_loading_is_never_repeated(standin, tok, tiny_dir, tmp_path):
 
 
 # ---- nothing out of the vocabulary reaches a rollout, from any backend --------------------------------------
-class _Broken:
+class _Broken(BaseGenerator):
     def __init__(self, gens):
         self.gens = gens
 

@@ -5,7 +5,7 @@ each piece of environment feedback are tokenized by OpenRLHF as given. So this f
 policy's own chat template (set ``AGENTR1_TOKENIZER`` to the model path you train): the prompt is the env's reset
 messages and tool schemas through the template with the generation prompt; the feedback after a turn is the
 template's text between the end of that turn and the start of the next one (turn close, tool responses, next
-assistant header), the same delta our own token-exact rollouts use (``agentr1_trl.rollout.observation_delta``). OpenRLHF masks the feedback out of the loss
+assistant header), the same delta our own token-exact rollouts use (``agentr1_gym.rollout.observation_delta``). OpenRLHF masks the feedback out of the loss
 (its ``action_ranges``). Rewards are per step (``rewards``; OpenRLHF sums them), the episode metrics go to
 ``extra_logs``.
 
@@ -28,11 +28,11 @@ from functools import cache
 from typing import Any
 
 import torch
-from agentr1_trl.rollout import observation_delta, render_chat
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.rollout import observation_delta, render_chat
 
 
 @cache

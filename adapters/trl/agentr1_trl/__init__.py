@@ -29,6 +29,7 @@ hide_broken_companions()
 # (agentr1_trl.generation.vllm) and TRL's own vLLM integration stays off, so the warning does not apply
 warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions", category=UserWarning)
 
+from agentr1_gym.rollout import Sample, Trajectory, collect_rollouts  # noqa: E402
 from agentr1_trl.generation import (  # noqa: E402  (after the warning filter)
     Generation,
     GenerationBackend,
@@ -37,7 +38,6 @@ from agentr1_trl.generation import (  # noqa: E402  (after the warning filter)
     ScriptedGenerator,
     ValueGuidedGenerator,
 )
-from agentr1_trl.rollout import Sample, Trajectory, collect_rollouts  # noqa: E402
 
 __all__ = [
     "AgentGRPOConfig",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentr1_trl.rollout import Trajectory
+from agentr1_gym.rollout import Trajectory
 
 __all__ = ["turn_rewards", "turn_starts", "turn_state_keys"]
 

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from agentr1_trl.rollout import Trajectory
+from agentr1_gym.rollout import Trajectory
 
 __all__ = ["advantage_rows", "token_stats", "trajectory_records"]
 

@@ -23,9 +23,9 @@ import numpy as np
 
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.rollout import collect_rollouts, render_chat
 from agentr1_trl.generation import HFGenerator, SamplingConfig
 from agentr1_trl.models import load_policy, model_directory
-from agentr1_trl.rollout import collect_rollouts, render_chat
 
 __all__ = ["NAIVE_RAG_INSTRUCTION", "evaluate_model", "run_eval"]
 
@@ -234,9 +234,8 @@ def run_eval(args: argparse.Namespace) -> int:
             generator=generator,
             save_episodes=getattr(args, "save_episodes", None),
         )
-        engine = generator.describe() if hasattr(generator, "describe") else "Hugging Face generate"
+        engine = generator.describe()
     finally:
-        if hasattr(generator, "close"):
-            generator.close()  # the engine and any temporary weights go now, on errors too
+        generator.close()  # the engine and any temporary weights go now, on errors too
     print(json.dumps({"model": args.model, "adapter": args.adapter, "engine": engine, **summary}, indent=2))
     return 0

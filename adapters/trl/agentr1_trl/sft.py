@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 import agentr1_gym
+from agentr1_gym.rollout import Sample, collect_rollouts
 from agentr1_trl.generation import SamplingConfig, ScriptedGenerator
-from agentr1_trl.rollout import Sample, collect_rollouts
 
 __all__ = ["oracle_samples", "warm_start"]
 

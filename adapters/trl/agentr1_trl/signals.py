@@ -1,14 +1,14 @@
 """From episodes to the learning signal: which reward an advantage is computed from (the whole return, or the
 outcome alone), per-token rewards, and per-step measurements of how much of the signal is outcome.
 
-Pure functions over :class:`~agentr1_trl.rollout.Trajectory` lists; GRPO and PPO both use them.
+Pure functions over :class:`~agentr1_gym.rollout.Trajectory` lists; GRPO and PPO both use them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentr1_trl.rollout import Trajectory
+from agentr1_gym.rollout import Trajectory
 
 __all__ = [
     "env_return",

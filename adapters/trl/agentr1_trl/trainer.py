@@ -4,7 +4,7 @@ multi-turn episodes of an ``AgentR1/*`` env.
 The pipeline is rollout -> samples -> advantages -> loss:
 
 * **rollout** (here): each group is ``num_generations`` episodes of one task seed, run token-exact by
-  :func:`~agentr1_trl.rollout.collect_rollouts`; optional dynamic sampling regenerates groups whose outcome does
+  :func:`~agentr1_gym.rollout.collect_rollouts`; optional dynamic sampling regenerates groups whose outcome does
   not vary; env metrics are logged as ``env/*`` (the evaluators' vocabulary: ``success``, ``score``,
   ``format_ok``, ``turns``, and the env's answer metrics) and signal metrics as ``signal/*``;
 * **samples**: one row per episode (prompt, completion, ``action_mask``, sampler log-probs), handed to TRL, which
@@ -28,13 +28,14 @@ import torch
 import agentr1_gym
 from agentr1_gym.episodes import EPISODES_FILE, append_episodes
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.generation import check_backend
+from agentr1_gym.rollout import Trajectory, collect_rollouts
 from agentr1_trl.config import AgentTrainerConfig
 from agentr1_trl.episodes import advantage_rows, token_stats, trajectory_records
 from agentr1_trl.generation import GenerationBackend, HFGenerator, SamplingConfig
 from agentr1_trl.generation.vllm import VLLMGenerator, vllm_available
 from agentr1_trl.losses import LossTerms, policy_loss, truncated_is_weights
 from agentr1_trl.models import model_directory
-from agentr1_trl.rollout import Trajectory, collect_rollouts
 from agentr1_trl.signals import group_signal_metrics, outcome_reward, signal_return, signal_token_rewards
 from agentr1_trl.trl_compat import TRLAgentTrainer
 
@@ -99,7 +100,7 @@ class AgentTrainer(TRLAgentTrainer):
             )
         self.env_factory = env_factory or partial(agentr1_gym.make, args.env_id, **args.env_kwargs)
         self._env_pool: list[Any] = []
-        self.generator = generator
+        self.generator = None if generator is None else check_backend(generator)
         self._vllm: Any = None
         self._synced_step: int | None = None
         #: whether the last rollouts' log-probs are the sampler's (a scripted generator's are placeholders)
@@ -193,13 +194,12 @@ class AgentTrainer(TRLAgentTrainer):
 
     def describe_generation(self) -> str:
         """Which engine (and weight sync) generates the rollouts."""
-        gen = self.rollout_generator()
-        return gen.describe() if hasattr(gen, "describe") else type(gen).__name__
+        return self.rollout_generator().describe()
 
     def _collect(self, seeds: list[int]) -> list[Trajectory]:
         args: AgentTrainerConfig = self.args
         generator = self.rollout_generator()
-        self._sampler_logprobs = bool(getattr(generator, "provides_logprobs", True))
+        self._sampler_logprobs = bool(generator.provides_logprobs)
         sampling = SamplingConfig(
             max_new_tokens=args.max_new_tokens_per_turn,
             temperature=args.temperature,

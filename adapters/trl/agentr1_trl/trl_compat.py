@@ -5,7 +5,7 @@ different TRL minor version gets a warning naming this module. Everything TRL-sp
 behind :class:`TRLAgentTrainer`:
 
 * TRL's ``rollout_func`` hook runs our multi-turn rollouts. The task seed of each row travels *in the row's
-  prompt* (:func:`seed_prompt`), and each episode's :class:`~agentr1_trl.rollout.Trajectory` travels back as an
+  prompt* (:func:`seed_prompt`), and each episode's :class:`~agentr1_gym.rollout.Trajectory` travels back as an
   extra rollout field, which TRL merges into the batch's rows; nothing is staged on the trainer between calls.
 * An episode whose chat template is not prefix-stable becomes one row per turn after its advantages are
   computed (:mod:`agentr1_trl.turns`), with the old and reference log-probs recomputed in each turn's context.
@@ -33,10 +33,10 @@ from trl import GRPOTrainer
 from trl.trainer.utils import use_adapter
 
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.generation import GenerationError
+from agentr1_gym.rollout import Trajectory
 from agentr1_trl.checkpoints import mark_complete, resolve_resume
 from agentr1_trl.forward import completion_logps
-from agentr1_trl.generation.base import GenerationError
-from agentr1_trl.rollout import Trajectory
 from agentr1_trl.signals import env_return
 from agentr1_trl.turns import CONTEXT_DEPENDENT, expand_turn_rows
 

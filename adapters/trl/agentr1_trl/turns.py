@@ -2,7 +2,7 @@
 
 A template that rewrites earlier turns (e.g. one that drops earlier ``<think>`` blocks) gives no single token
 sequence the policy saw, so such an episode trains as one row per turn: the turn's own context as the prompt and
-the turn's generated ids as the completion (:meth:`~agentr1_trl.rollout.Trajectory.samples`).
+the turn's generated ids as the completion (:meth:`~agentr1_gym.rollout.Trajectory.samples`).
 
 Advantages are computed first, on the episode's *action timeline* (the turns' generated ids back to back, which is
 what such a trajectory's ``completion_ids`` hold): an episode-level advantage (GRPO, RLOO) and per-token ones
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from agentr1_trl.rollout import Trajectory
+from agentr1_gym.rollout import Trajectory
 
 __all__ = ["CONTEXT_DEPENDENT", "expand_turn_rows", "turn_spans"]
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-from agentr1_trl.rollout import EpisodeRecorder
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopBase,
     AgentLoopMetrics,
@@ -20,6 +19,7 @@ from verl.experimental.agent_loop.agent_loop import (
 
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.rollout import EpisodeRecorder
 
 #: the ``agent_name`` of our loop (dataset rows name it; verl looks it up in its agent-loop registry)
 AGENT_NAME = "agentr1"
@@ -61,7 +61,7 @@ class AgentR1AgentLoop(AgentLoopBase):
     template; the row's ``prompt`` is only what verl's length filter sees). Each turn asks verl's LLM server for
     tokens from the exact context ids (the env's tool-call stop strings added), passes the decoded turn to
     ``env.step`` in a thread, and appends the observation tokens: the bookkeeping is our own
-    :class:`~agentr1_trl.rollout.EpisodeRecorder`, so verl's sequences are the ones our TRL trainers train on.
+    :class:`~agentr1_gym.rollout.EpisodeRecorder`, so verl's sequences are the ones our TRL trainers train on.
 
     Output: ``response_mask`` 1 exactly on generated tokens (observations 0); ``response_logprobs`` the server's
     when verl asked for them; ``reward_score`` the episode return (process rewards + outcome; verl puts it on the

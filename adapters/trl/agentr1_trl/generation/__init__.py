@@ -2,7 +2,8 @@
 over any of them. Every backend implements :class:`GenerationBackend` (token ids in, token ids + log-probs
 out)."""
 
-from agentr1_trl.generation.base import (
+from agentr1_gym.generation import (
+    BaseGenerator,
     Generation,
     GenerationBackend,
     GenerationError,
@@ -14,6 +15,7 @@ from agentr1_trl.generation.scripted import ScriptedGenerator
 from agentr1_trl.generation.value_guided import ValueGuidedGenerator
 
 __all__ = [
+    "BaseGenerator",
     "Generation",
     "GenerationBackend",
     "GenerationError",

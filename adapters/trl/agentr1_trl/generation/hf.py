@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from agentr1_trl.generation.base import Generation, SamplingConfig
+from agentr1_gym.generation import BaseGenerator, Generation, SamplingConfig
 
 __all__ = ["HFGenerator", "trim_generation"]
 
@@ -30,7 +30,7 @@ def trim_generation(ids: list[int], tokenizer: Any, eos_ids: set[int], stop_stri
     return len(ids)
 
 
-class HFGenerator:
+class HFGenerator(BaseGenerator):
     """Batched sampling with ``model.generate``.
 
     Args:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentr1_trl.generation.base import Generation, SamplingConfig
+from agentr1_gym.generation import BaseGenerator, Generation, SamplingConfig
 
 __all__ = ["ScriptedGenerator"]
 
 
-class ScriptedGenerator:
+class ScriptedGenerator(BaseGenerator):
     """Answers the ``i``-th prompt of each call with ``script(prompt_ids, i) -> text``, tokenised without special tokens (plus EOS if
     ``add_eos``). Log-probs are 0 and not a sampler's (``provides_logprobs = False``: the trainers then skip the
     importance-sampling correction). It records every generation it returned in ``history``."""
@@ -24,6 +24,9 @@ class ScriptedGenerator:
         self.script = script
         self.add_eos = add_eos
         self.history: list[list[int]] = []
+
+    def describe(self) -> str:
+        return "scripted (test) generator"
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
         out = []
@@ -40,7 +43,7 @@ class ScriptedGenerator:
     @classmethod
     def oracle(cls, tokenizer: Any, envs: Sequence[Any]) -> ScriptedGenerator:
         """Plays each env's ``oracle_action()``: the ``i``-th prompt of a call belongs to the ``i``-th env whose
-        episode is still running (the order :func:`~agentr1_trl.rollout.collect_rollouts` uses)."""
+        episode is still running (the order :func:`~agentr1_gym.rollout.collect_rollouts` uses)."""
 
         def script(prompt_ids: Sequence[int], i: int) -> str:
             live = [e for e in envs if not e.unwrapped.done]

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from agentr1_gym.errors import ConfigError
-from agentr1_trl.generation.base import Generation, GenerationBackend, SamplingConfig
+from agentr1_gym.generation import BaseGenerator, Generation, GenerationBackend, SamplingConfig, check_backend
 
 __all__ = ["VALUE_HEAD_FILE", "ValueGuidedGenerator", "state_values"]
 
@@ -32,7 +32,7 @@ def state_values(
     return head(out.hidden_states[-1][:, -1].to(head.weight.dtype)).squeeze(-1).float()
 
 
-class ValueGuidedGenerator:
+class ValueGuidedGenerator(BaseGenerator):
     """Value-guided decoding: sample ``n`` candidate turns per prompt with ``base`` and keep the one whose
     resulting state the value head scores highest (ties: the first)."""
 
@@ -41,9 +41,16 @@ class ValueGuidedGenerator:
     ) -> None:
         if n < 1:
             raise ConfigError("n must be >= 1")
-        self.base, self.model, self.value_head, self.tokenizer, self.n = base, model, value_head, tokenizer, n
-        self.provides_logprobs = getattr(base, "provides_logprobs", True)
+        self.base = check_backend(base)
+        self.model, self.value_head, self.tokenizer, self.n = model, value_head, tokenizer, n
+        self.provides_logprobs = base.provides_logprobs
         self.last_scores: list[list[float]] = []
+
+    def describe(self) -> str:
+        return f"value-guided decoding (best of {self.n}) over {self.base.describe()}"
+
+    def close(self) -> None:
+        self.base.close()
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
         repeated = [p for p in prompts for _ in range(self.n)]

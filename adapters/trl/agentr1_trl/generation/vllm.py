@@ -3,7 +3,7 @@ OpenAI-compatible ``vllm serve`` servers, with weight sync after each optimizer 
 
 Token exactness: prompts go in as token ids; each turn comes back as the token ids vLLM sampled (EOS kept, the
 tokens of a stop string included) with the log-probability of each sampled token, so
-:func:`~agentr1_trl.rollout.collect_rollouts` builds the same action masks as with Hugging Face ``generate``.
+:func:`~agentr1_gym.rollout.collect_rollouts` builds the same action masks as with Hugging Face ``generate``.
 Prefix caching is on (a GRPO group shares its prompt; each turn extends the previous context).
 
 Weight sync (:meth:`VLLMGenerator.sync_weights`), two kinds:
@@ -50,7 +50,7 @@ from agentr1_gym.errors import (
     MissingDependencyError,
     ToolInfrastructureError,
 )
-from agentr1_trl.generation.base import Generation, SamplingConfig
+from agentr1_gym.generation import BaseGenerator, Generation, SamplingConfig
 from agentr1_trl.generation.vllm_client import ServerClient, check_completions
 
 __all__ = [
@@ -177,7 +177,7 @@ def merged_lora_weights(model: Any, *, only_changed: bool = True) -> list[tuple[
     return out
 
 
-class VLLMGenerator:
+class VLLMGenerator(BaseGenerator):
     """A :class:`~agentr1_trl.generation.GenerationBackend` on vLLM.
 
     Args:

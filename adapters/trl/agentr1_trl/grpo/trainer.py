@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from agentr1_gym.rollout import Trajectory
 from agentr1_trl.advantages import (
     gigpo_advantages,
     reinforce_pp_advantages,
@@ -24,7 +25,6 @@ from agentr1_trl.advantages import (
 from agentr1_trl.credit import turn_rewards, turn_state_keys
 from agentr1_trl.grpo.config import STEP_ESTIMATORS, AgentGRPOConfig
 from agentr1_trl.losses import aggregate
-from agentr1_trl.rollout import Trajectory
 from agentr1_trl.trainer import AgentTrainer, advantage_mask, token_reward_matrix
 
 __all__ = ["AgentGRPOTrainer"]

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from agentr1_gym.rollout import Trajectory
 from agentr1_trl.advantages import (
     gae_advantages,
     masked_mean,
@@ -35,7 +36,6 @@ from agentr1_trl.credit import turn_rewards, turn_starts
 from agentr1_trl.generation.value_guided import VALUE_HEAD_FILE, state_values
 from agentr1_trl.losses import aggregate, clipped_value_loss
 from agentr1_trl.ppo.config import AgentPPOConfig
-from agentr1_trl.rollout import Trajectory
 from agentr1_trl.trainer import AgentTrainer, advantage_mask, token_reward_matrix
 from agentr1_trl.turns import turn_spans
 

@@ -1,4 +1,12 @@
-"""The generation-backend interface: batched, token-in/token-out."""
+"""The generation-backend interface: batched, token-in/token-out, engine-neutral (no torch).
+
+A backend generates one assistant turn per prompt (token ids in; token ids as sampled and their log-probs out) and
+declares what it provides: :meth:`~GenerationBackend.describe` (what runs, for logs and result files),
+``provides_logprobs`` (whether its log-probs are the sampler's, which importance correction needs) and
+:meth:`~GenerationBackend.close` (what it holds, released). :class:`BaseGenerator` gives the defaults; the
+backends themselves live with the engines that run them (``agentr1_trl.generation``: Hugging Face ``generate``,
+vLLM, a scripted one for tests, value-guided decoding), and the token layer (:mod:`agentr1_gym.rollout`) drives
+any of them."""
 
 from __future__ import annotations
 
@@ -7,9 +15,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from agentr1_gym.errors import ToolInfrastructureError
+from agentr1_gym.errors import ConfigError, ToolInfrastructureError
 
-__all__ = ["Generation", "GenerationBackend", "GenerationError", "SamplingConfig", "check_generations"]
+__all__ = [
+    "BaseGenerator",
+    "Generation",
+    "GenerationBackend",
+    "GenerationError",
+    "SamplingConfig",
+    "check_backend",
+    "check_generations",
+]
 
 
 @dataclass
@@ -46,12 +62,64 @@ class Generation:
 
 @runtime_checkable
 class GenerationBackend(Protocol):
-    """Generates one assistant turn for each prompt (a list of token ids). A backend whose log-probs are not the
-    sampler's (a scripted one) sets ``provides_logprobs = False``."""
+    """Generates one assistant turn for each prompt (a list of token ids), and says what it provides."""
+
+    #: whether ``Generation.logprobs`` are the sampler's (a scripted backend's are not: the trainers then skip the
+    #: train/inference importance correction)
+    provides_logprobs: bool
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
         """One :class:`Generation` per prompt, stopping at EOS or the end of a stop string (inclusive)."""
         ...
+
+    def describe(self) -> str:
+        """What generates, in a few words (e.g. "vLLM colocate (in this process, bfloat16), merged weight
+        sync")."""
+        ...
+
+    def close(self) -> None:
+        """Release what the backend holds (an engine, temporary weights); a no-op for most."""
+        ...
+
+
+class BaseGenerator:
+    """The defaults of :class:`GenerationBackend` for a backend to inherit: sampler log-probs, its class name as
+    description, nothing to close. A subclass implements :meth:`generate`."""
+
+    provides_logprobs: bool = True
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
+        raise NotImplementedError(f"{type(self).__name__} must implement generate(prompts, sampling)")
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> BaseGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_backend(backend: Any) -> GenerationBackend:
+    """``backend``, checked to implement :class:`GenerationBackend`; a :class:`ConfigError` that says what is
+    missing otherwise (inherit :class:`BaseGenerator` for the defaults)."""
+    missing = [
+        name
+        for name in ("generate", "describe", "close", "provides_logprobs")
+        if not hasattr(backend, name)
+        or (name != "provides_logprobs" and not callable(getattr(backend, name)))
+    ]
+    if missing:
+        raise ConfigError(
+            f"{type(backend).__name__} is not a generation backend: it lacks {', '.join(missing)}; inherit "
+            "agentr1_gym.generation.BaseGenerator (it provides describe, close and provides_logprobs) and "
+            "implement generate(prompts, sampling)"
+        )
+    return backend
 
 
 class GenerationError(ToolInfrastructureError):
@@ -66,7 +134,7 @@ def check_generations(
     :class:`Generation`, every id in ``[0, vocab_size)``, at most ``max_new_tokens`` each, finite log-probs
     <= 0. Every backend's output passes here before a rollout records it: an id outside the vocabulary would
     otherwise decode to nothing and crash the update (``IndexError``, a device-side assert on GPUs)."""
-    name = backend.describe() if hasattr(backend, "describe") else type(backend).__name__
+    name = backend.describe()
 
     def bad(problem: str) -> GenerationError:
         return GenerationError(f"generation backend {name}: {problem}")

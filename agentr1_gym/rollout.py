@@ -23,7 +23,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentr1_trl.generation.base import GenerationBackend, SamplingConfig, check_generations
+from agentr1_gym.generation import GenerationBackend, SamplingConfig, check_backend, check_generations
 
 __all__ = ["EpisodeRecorder", "Sample", "Trajectory", "collect_rollouts", "observation_delta", "render_chat"]
 
@@ -389,10 +389,11 @@ def collect_rollouts(
         max_episode_tokens: prompt + completion budget; an episode that reaches it ends with
             ``truncated_reason="token_budget"``.
         vocab_size: the policy's vocabulary (default ``len(tokenizer)``): every generated id must lie below it
-            (:func:`~agentr1_trl.generation.base.check_generations` checks each turn of every backend).
+            (:func:`~agentr1_gym.generation.check_generations` checks each turn of every backend).
         record_state_keys: keep each turn's starting world state (the env's ``state_key()``) in
             ``Trajectory.state_keys``, for step-level credit (GiGPO's step groups).
     """
+    check_backend(backend)
     batch = _VectorBatch(envs) if isinstance(envs, gym.vector.VectorEnv) else _ListBatch(envs)
     n = batch.n if isinstance(batch, _VectorBatch) else len(batch.envs)
     sampling = sampling or SamplingConfig()
