@@ -2,7 +2,8 @@
 
 A backend generates one assistant turn per prompt (token ids in; token ids as sampled and their log-probs out) and
 declares what it provides: :meth:`~GenerationBackend.describe` (what runs, for logs and result files),
-``provides_logprobs`` (whether its log-probs are the sampler's, which importance correction needs) and
+``provides_logprobs`` (whether its log-probs are the sampler's, which importance correction needs),
+:meth:`~GenerationBackend.sync_weights` (the policy's new weights, for an engine that holds its own copy) and
 :meth:`~GenerationBackend.close` (what it holds, released). :class:`BaseGenerator` gives the defaults; the
 backends themselves live with the engines that run them (``agentr1_trl.generation``: Hugging Face ``generate``,
 vLLM, a scripted one for tests, value-guided decoding), and the token layer (:mod:`agentr1_gym.rollout`) drives
@@ -77,6 +78,11 @@ class GenerationBackend(Protocol):
         sync")."""
         ...
 
+    def sync_weights(self, model: Any) -> None:
+        """Bring the backend's weights up to ``model``'s (after an optimizer step); a no-op for a backend that
+        generates with the training model itself."""
+        ...
+
     def close(self) -> None:
         """Release what the backend holds (an engine, temporary weights); a no-op for most."""
         ...
@@ -94,6 +100,9 @@ class BaseGenerator:
     def describe(self) -> str:
         return type(self).__name__
 
+    def sync_weights(self, model: Any) -> None:
+        return None
+
     def close(self) -> None:
         return None
 
@@ -109,14 +118,15 @@ def check_backend(backend: Any) -> GenerationBackend:
     missing otherwise (inherit :class:`BaseGenerator` for the defaults)."""
     missing = [
         name
-        for name in ("generate", "describe", "close", "provides_logprobs")
+        for name in ("generate", "describe", "sync_weights", "close", "provides_logprobs")
         if not hasattr(backend, name)
         or (name != "provides_logprobs" and not callable(getattr(backend, name)))
     ]
     if missing:
         raise ConfigError(
             f"{type(backend).__name__} is not a generation backend: it lacks {', '.join(missing)}; inherit "
-            "agentr1_gym.generation.BaseGenerator (it provides describe, close and provides_logprobs) and "
+            "agentr1_gym.generation.BaseGenerator (it provides describe, sync_weights, close and provides_logprobs) "
+            "and "
             "implement generate(prompts, sampling)"
         )
     return backend

@@ -242,22 +242,20 @@ def _evaluate(args: argparse.Namespace, model: Any, tok: Any, **kw: Any) -> dict
     return out
 
 
-def _backend(args: argparse.Namespace) -> str:
-    if args.backend != "auto":
-        return args.backend
-    from agentr1_trl.generation.vllm import vllm_available
+def _backend(args: argparse.Namespace, model: Any) -> str:
+    from agentr1_trl.generation.factory import resolve_backend
 
-    return "vllm" if vllm_available() and not args.smoke else "hf"
+    return resolve_backend(args.backend, model)  # the smoke run's tiny model has no directory: hf
 
 
 def _engine(args: argparse.Namespace, model: Any, tok: Any) -> Any:
     """A vLLM engine for the evaluations (None: HF generate)."""
-    if _backend(args) != "vllm":
+    if _backend(args, model) != "vllm":
         return None
-    from agentr1_trl.generation.vllm import VLLMGenerator
-    from agentr1_trl.models import model_directory
+    from agentr1_trl.generation.factory import GenerationSettings, make_generator
 
-    return VLLMGenerator(model_directory(model), tok, sync="merged", max_model_len=2048 + args.max_new_tokens)
+    settings = GenerationSettings(backend="vllm", sync="merged", max_model_len=2048 + args.max_new_tokens)
+    return make_generator(model, tok, settings, sync=False)
 
 
 def _synced(engine: Any, model: Any) -> Any:
@@ -375,10 +373,10 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         dynamic_sampling=algo == "grpo-ds",
         gradient_checkpointing=args.gradient_checkpointing,
         share_prompt_prefix=not args.no_share_prompt,
-        generation_backend=_backend(args),
+        generation_backend=_backend(args, model),
         disable_tqdm=not args.progress,
     )
-    generator = _TimedGenerator(HFGenerator(model, tok)) if _backend(args) == "hf" else None
+    generator = _TimedGenerator(HFGenerator(model, tok)) if _backend(args, model) == "hf" else None
     _Timed.spent["env"] = 0.0
     factory = lambda: _Timed(agentr1_gym.make(env_id, **train_kwargs))  # noqa: E731
     kwargs = dict(env_factory=factory, generator=generator, callbacks=[Budget()])

@@ -70,8 +70,8 @@ def _start_server(model_dir: str) -> tuple[subprocess.Popen, str]:
 def worker(engine: str, episodes: int, group: int, max_new: int) -> dict:
     import gymnasium as gym
     import torch
-    from agentr1_trl import HFGenerator, SamplingConfig, collect_rollouts
-    from agentr1_trl.generation.vllm import VLLMGenerator
+    from agentr1_trl import SamplingConfig, collect_rollouts
+    from agentr1_trl.generation.factory import GenerationSettings, make_generator
 
     import agentr1_gym  # noqa: F401
 
@@ -81,12 +81,13 @@ def worker(engine: str, episodes: int, group: int, max_new: int) -> dict:
     server = None
     start = time.perf_counter()
     if engine == "hf":
-        gen = HFGenerator(model, tok)
+        settings = GenerationSettings(backend="hf")
     elif engine == "vllm-server":
         server, url = _start_server(model_dir)
-        gen = VLLMGenerator(model_dir, tok, mode="server", server_urls=[url], sync="merged")
+        settings = GenerationSettings(backend="vllm", server_urls=(url,), sync="merged")
     else:
-        gen = VLLMGenerator(model_dir, tok, sync=engine.removeprefix("vllm-"), max_model_len=4096)
+        settings = GenerationSettings(backend="vllm", sync=engine.removeprefix("vllm-"), max_model_len=4096)
+    gen = make_generator(model, tok, settings, sync=False)
     startup = time.perf_counter() - start
     out: dict = {"engine": engine, "startup_s": round(startup, 1)}
     try:

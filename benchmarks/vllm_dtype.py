@@ -27,11 +27,12 @@ NEW_TOKENS = 48
 def one(dtype: str) -> dict[str, float]:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from agentr1_trl.generation import SamplingConfig
-    from agentr1_trl.generation.vllm import VLLMGenerator
-    from agentr1_trl.models import load_default_policy, model_directory
+    from agentr1_trl.generation.factory import GenerationSettings, make_generator
+    from agentr1_trl.models import load_default_policy
 
     model, tok = load_default_policy()
-    engine = VLLMGenerator(model_directory(model), tok, dtype=dtype, kv_cache_gb=0.5, max_model_len=2048)
+    settings = GenerationSettings(backend="vllm", dtype=dtype, kv_cache_gb=0.5, max_model_len=2048)
+    engine = make_generator(model, tok, settings, sync=False)
     text = tok.apply_chat_template(
         [{"role": "user", "content": "Tell me a long story about a fox and a crow. " * 20}],
         tokenize=False,

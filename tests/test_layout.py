@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.cli": 10,
     "agentr1_gym": 11,  # the package's __init__: the public API
     # the TRL adapter (above everything in agentr1_gym)
+    "agentr1_trl.value_head": 20,  # the PPO critic's head: PPO trains it, value-guided decoding reads it
     "agentr1_trl.generation": 21,
     "agentr1_trl.advantages": 22,
     "agentr1_trl.turns": 23,

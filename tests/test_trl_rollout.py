@@ -182,7 +182,7 @@ def test_a_backend_declares_what_it_provides(tok):
         def generate(self, prompts, sampling):
             return [Generation(ids=[tok.eos_token_id]) for _ in prompts]
 
-    with pytest.raises(ConfigError, match="lacks describe, close, provides_logprobs; inherit"):
+    with pytest.raises(ConfigError, match="lacks describe, sync_weights, close, provides_logprobs; inherit"):
         collect_rollouts([gym.make(ENV)], OnlyGenerates(), tok)
 
     class Inherits(BaseGenerator, OnlyGenerates):
@@ -192,3 +192,23 @@ def test_a_backend_declares_what_it_provides(tok):
     assert (backend.describe(), backend.provides_logprobs, backend.close()) == ("Inherits", True, None)
     assert ScriptedGenerator(tok, lambda p, i: "x").provides_logprobs is False
     assert HFGenerator(tiny_model(tok), tok).describe() == "Hugging Face generate"
+
+
+def test_one_factory_decides_the_backend(tok, monkeypatch):
+    """``auto`` is vLLM only for a policy vLLM can load (a model directory, or servers); a model built in memory
+    generates with Hugging Face, and asking vLLM to colocate one is a ConfigError that says what to do."""
+    from agentr1_trl.generation import factory
+
+    from agentr1_gym.errors import ConfigError
+
+    model = tiny_model(tok)
+    assert factory.model_directory(model) is None
+    monkeypatch.setattr("agentr1_trl.generation.vllm.vllm_available", lambda: True)
+    assert factory.resolve_backend("auto", model) == "hf"
+    assert factory.resolve_backend("auto", model, ["http://127.0.0.1:9"]) == "vllm"
+    assert factory.resolve_backend("hf", model, ["http://127.0.0.1:9"]) == "hf"
+    assert isinstance(factory.make_generator(model, tok), HFGenerator)
+    with pytest.raises(ConfigError, match="needs a policy loaded from a model directory"):
+        factory.make_generator(model, tok, factory.GenerationSettings(backend="vllm"))
+    with pytest.raises(ConfigError, match="must be one of"):
+        factory.GenerationSettings(backend="sglang")

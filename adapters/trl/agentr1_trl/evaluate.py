@@ -25,7 +25,8 @@ import agentr1_gym
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.rollout import collect_rollouts, render_chat
 from agentr1_trl.generation import HFGenerator, SamplingConfig
-from agentr1_trl.models import load_policy, model_directory
+from agentr1_trl.generation.factory import GenerationSettings, make_generator
+from agentr1_trl.models import load_policy
 
 __all__ = ["NAIVE_RAG_INSTRUCTION", "evaluate_model", "run_eval"]
 
@@ -180,35 +181,12 @@ def _naive_rag(
 def policy_generator(
     model: Any, tokenizer: Any, backend: str = "auto", server_urls: Any = (), timeout_s: float = 600.0
 ) -> Any:
-    """A generation backend that samples from ``model``: Hugging Face ``generate``, or a vLLM engine on the
-    model's base directory with the adapter merged in (``auto``: vLLM when installed and the model has a
-    directory). ``timeout_s``: the total deadline of one call to a vLLM server. Close a vLLM one after use
-    (:meth:`~agentr1_trl.generation.vllm.VLLMGenerator.close`): it may hold temporary weights."""
-    from agentr1_trl.generation.vllm import VLLMGenerator, vllm_available
-
-    model_dir = model_directory(model)
-    has_dir = model_dir is not None
-    if backend == "auto":
-        backend = "vllm" if vllm_available() and (has_dir or server_urls) else "hf"
-    if backend == "hf":
-        return HFGenerator(model, tokenizer)
-    if not has_dir and not server_urls:
-        raise ConfigError("--backend vllm needs a model directory vLLM can load (or --vllm-server URL)")
-    generator = VLLMGenerator(
-        model_dir or "",
-        tokenizer,
-        mode="server" if server_urls else "colocate",
-        server_urls=list(server_urls),
-        timeout_s=timeout_s,
-        vocab_size=max(len(tokenizer), int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)),
-    )
-    if hasattr(model, "peft_config"):
-        try:
-            generator.sync_weights(model)  # the adapter's weights, merged (or as a LoRA on GPUs)
-        except BaseException:
-            generator.close()
-            raise
-    return generator
+    """A generation backend that samples from ``model`` (:func:`~agentr1_trl.generation.factory.make_generator`):
+    Hugging Face ``generate``, or a vLLM engine on the model's base directory (or ``server_urls``) with the
+    adapter's weights synced in (``auto``: vLLM when installed and the model has a directory). ``timeout_s``: the
+    total deadline of one call to a vLLM server. Close it after use: a vLLM engine may hold temporary weights."""
+    settings = GenerationSettings(backend=backend, server_urls=tuple(server_urls), timeout_s=timeout_s)
+    return make_generator(model, tokenizer, settings, sync=hasattr(model, "peft_config"))
 
 
 def run_eval(args: argparse.Namespace) -> int:

@@ -25,14 +25,13 @@ from typing import Any
 
 from agentr1_gym.cache import cache_dir
 from agentr1_gym.errors import ConfigError, MissingDependencyError
-from agentr1_trl.generation.value_guided import VALUE_HEAD_FILE
+from agentr1_trl.value_head import load_value_head
 
 __all__ = [
     "AGENT_CHAT_TEMPLATE",
     "DEFAULT_SYSTEM_PROMPT",
     "load_default_policy",
     "load_policy",
-    "model_directory",
     "smollm2_gguf_path",
 ]
 
@@ -140,7 +139,6 @@ def load_default_policy(*, dtype: Any = None, checkpoint: str | Path | None = No
 def load_policy(model: str, adapter: str | None = None) -> tuple[Any, Any, Any]:
     """``(model, tokenizer, value_head or None)`` from ``"smollm2"`` or a local model directory, plus an optional
     LoRA adapter directory (its ``value_head.pt``, if any, is the PPO value head)."""
-    import torch
 
     if adapter and not (Path(adapter) / "adapter_config.json").is_file():
         raise ConfigError(f"{adapter} is not a LoRA adapter directory (no adapter_config.json)")
@@ -170,21 +168,9 @@ def load_policy(model: str, adapter: str | None = None) -> tuple[Any, Any, Any]:
 
         try:
             policy = PeftModel.from_pretrained(policy, adapter)
-            head_file = Path(adapter) / VALUE_HEAD_FILE
-            if head_file.exists():
-                state = torch.load(head_file, map_location="cpu")
-                value_head = torch.nn.Linear(state["weight"].shape[1], 1)
-                value_head.load_state_dict(state)
+            value_head = load_value_head(adapter)
         except Exception as exc:  # corrupt weights, shape mismatches, bad JSON
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise ConfigError(f"cannot load the adapter from {adapter}: {first}") from None
     policy.eval()
     return policy, tokenizer, value_head
-
-
-def model_directory(model: Any) -> str | None:
-    """The directory a (peft) model's base weights were loaded from, if it still holds a model (what a vLLM engine
-    loads); None for models built in memory."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    path = getattr(base.config, "_name_or_path", "") or getattr(base, "name_or_path", "")
-    return path if path and (Path(path) / "config.json").is_file() else None

@@ -32,10 +32,9 @@ from agentr1_gym.generation import check_backend
 from agentr1_gym.rollout import Trajectory, collect_rollouts
 from agentr1_trl.config import AgentTrainerConfig
 from agentr1_trl.episodes import advantage_rows, token_stats, trajectory_records
-from agentr1_trl.generation import GenerationBackend, HFGenerator, SamplingConfig
-from agentr1_trl.generation.vllm import VLLMGenerator, vllm_available
+from agentr1_trl.generation import GenerationBackend, SamplingConfig
+from agentr1_trl.generation.factory import GenerationSettings, make_generator
 from agentr1_trl.losses import LossTerms, policy_loss, truncated_is_weights
-from agentr1_trl.models import model_directory
 from agentr1_trl.signals import group_signal_metrics, outcome_reward, signal_return, signal_token_rewards
 from agentr1_trl.trl_compat import TRLAgentTrainer
 
@@ -101,7 +100,7 @@ class AgentTrainer(TRLAgentTrainer):
         self.env_factory = env_factory or partial(agentr1_gym.make, args.env_id, **args.env_kwargs)
         self._env_pool: list[Any] = []
         self.generator = None if generator is None else check_backend(generator)
-        self._vllm: Any = None
+        self._engine: GenerationBackend | None = None  # the configured backend, made on first use
         self._synced_step: int | None = None
         #: whether the last rollouts' log-probs are the sampler's (a scripted generator's are placeholders)
         self._sampler_logprobs = True
@@ -122,34 +121,18 @@ class AgentTrainer(TRLAgentTrainer):
             self._env_pool.append(self.env_factory())
         return self._env_pool[:n]
 
-    def _model_dir(self) -> str | None:
-        """The policy's base model directory (what a vLLM engine loads), if it has one on disk."""
-        return model_directory(self.accelerator.unwrap_model(self.model))
-
     def rollout_generator(self) -> GenerationBackend:
         """The generation backend that samples from the policy's current weights: the one passed in, else the
-        configured engine (a vLLM engine is started once and synced here after every optimizer step)."""
+        configured engine (:func:`~agentr1_trl.generation.factory.make_generator`: started once, its weights
+        synced here after every optimizer step)."""
         if self.generator is not None:
             return self.generator
         args: AgentTrainerConfig = self.args
-        backend = args.generation_backend
-        if backend == "auto":
-            backend = "vllm" if vllm_available() and self._model_dir() else "hf"
         model = self.accelerator.unwrap_model(self.model)
-        if backend == "hf":
-            return HFGenerator(model, self.processing_class)
-        if self._vllm is None:
-            model_dir = self._model_dir()
-            if model_dir is None and args.vllm_mode == "colocate":
-                raise ConfigError(
-                    "generation_backend='vllm' (colocate) needs a policy loaded from a model directory vLLM can "
-                    "load (model.config._name_or_path); save the model first or use generation_backend='hf'"
-                )
-            self._vllm = VLLMGenerator(
-                model_dir or "",
-                self.processing_class,
-                mode=args.vllm_mode,
-                server_urls=args.vllm_server_urls,
+        if self._engine is None:
+            settings = GenerationSettings(
+                backend=args.generation_backend,
+                server_urls=args.vllm_server_urls if args.vllm_mode == "server" else (),
                 sync=args.vllm_sync,
                 dtype=args.vllm_dtype,
                 kv_cache_gb=args.vllm_kv_cache_gb,
@@ -160,15 +143,15 @@ class AgentTrainer(TRLAgentTrainer):
                 timeout_s=args.vllm_timeout_s,
                 retries=args.vllm_retries,
                 sync_dir=args.vllm_sync_dir,
-                vocab_size=self._vocab_size(),
             )
-            print(f"generation: {self._vllm.describe()}", flush=True)
+            self._engine = make_generator(model, self.processing_class, settings, sync=False)
+            print(f"generation: {self._engine.describe()}", flush=True)
         if self._synced_step != self.state.global_step:
             start = time.perf_counter()
-            self._vllm.sync_weights(model)
+            self._engine.sync_weights(model)
             self._synced_step = self.state.global_step
             self.log_metric("generation/sync_s", time.perf_counter() - start)
-        return self._vllm
+        return self._engine
 
     def _generation_batch(self) -> int:
         """Episodes one rollout generates at once: TRL's generation batch (a step's rows, times
@@ -187,9 +170,9 @@ class AgentTrainer(TRLAgentTrainer):
 
     def close_generation(self) -> None:
         """Stop the vLLM engine this trainer started (if any) and remove its temporary weights."""
-        if self._vllm is not None:
-            self._vllm.close()
-            self._vllm = None
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
             self._synced_step = None
 
     def describe_generation(self) -> str:

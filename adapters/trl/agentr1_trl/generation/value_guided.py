@@ -6,30 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch import nn
 
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.generation import BaseGenerator, Generation, GenerationBackend, SamplingConfig, check_backend
+from agentr1_trl.value_head import state_values
 
-__all__ = ["VALUE_HEAD_FILE", "ValueGuidedGenerator", "state_values"]
-
-#: the value head's file in a PPO checkpoint or adapter directory
-VALUE_HEAD_FILE = "value_head.pt"
-
-
-@torch.no_grad()
-def state_values(
-    model: Any, head: nn.Linear, tokenizer: Any, sequences: Sequence[Sequence[int]]
-) -> torch.Tensor:
-    """The value head's estimate for each token sequence (the state after its last token), left-padded."""
-    width = max(len(s) for s in sequences)
-    pad = tokenizer.pad_token_id
-    device = head.weight.device
-    ids = torch.tensor([[pad] * (width - len(s)) + list(s) for s in sequences], device=device)
-    att = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], device=device)
-    out = model(input_ids=ids, attention_mask=att, output_hidden_states=True)
-    return head(out.hidden_states[-1][:, -1].to(head.weight.dtype)).squeeze(-1).float()
+__all__ = ["ValueGuidedGenerator"]
 
 
 class ValueGuidedGenerator(BaseGenerator):

@@ -33,11 +33,11 @@ from agentr1_trl.advantages import (
     step_gae_advantages,
 )
 from agentr1_trl.credit import turn_rewards, turn_starts
-from agentr1_trl.generation.value_guided import VALUE_HEAD_FILE, state_values
 from agentr1_trl.losses import aggregate, clipped_value_loss
 from agentr1_trl.ppo.config import AgentPPOConfig
 from agentr1_trl.trainer import AgentTrainer, advantage_mask, token_reward_matrix
 from agentr1_trl.turns import turn_spans
+from agentr1_trl.value_head import VALUE_HEAD_FILE, new_value_head, state_values
 
 __all__ = ["VALUE_HEAD_FILE", "AgentPPOTrainer"]
 
@@ -51,8 +51,7 @@ class AgentPPOTrainer(AgentTrainer):
 
     def __init__(self, model: Any, args: AgentPPOConfig, processing_class: Any, **kwargs: Any) -> None:
         super().__init__(model, args, processing_class, **kwargs)
-        hidden = self.accelerator.unwrap_model(self.model).config.get_text_config().hidden_size
-        head = nn.Linear(hidden, 1)
+        head = new_value_head(self.accelerator.unwrap_model(self.model))
         nn.init.zeros_(head.weight)
         nn.init.zeros_(head.bias)
         # a submodule of the (peft) model: the optimizer and device placement pick it up
