@@ -215,7 +215,7 @@ def cmd_index_build(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_retriever(args: argparse.Namespace) -> int:
-    from agentr1_gym.server import serve
+    from agentr1_gym.retrieval_server import serve
     from agentr1_gym.tools.search import make_retriever
 
     settings: dict[str, Any] = {}

@@ -86,11 +86,17 @@ class Trajectory:
     def num_turns(self) -> int:
         return len(self.turn_ends)
 
-    def token_rewards(self) -> list[float]:
-        """Per completion token: each step reward on the last generated token of its turn, 0 elsewhere."""
+    def token_rewards(self, components: Sequence[str] | None = None) -> list[float]:
+        """Per completion token: each step's reward on the last generated token of its turn, 0 elsewhere; with
+        ``components``, only those reward components of each step (e.g. ``("answer",)``)."""
         out = [0.0] * len(self.completion_ids)
-        for end, r in zip(self.turn_ends, self.rewards):
-            out[end] += r
+        if components is None:
+            steps = self.rewards
+        else:
+            steps = [sum(float(c.get(k, 0.0)) for k in components) for c in self.reward_components]
+        for end, r in zip(self.turn_ends, steps):
+            if 0 <= end < len(out):
+                out[end] += r
         return out
 
     def samples(self) -> list[Sample]:

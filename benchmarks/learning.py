@@ -192,7 +192,7 @@ def _policy(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _evaluate(args: argparse.Namespace, model: Any, tok: Any, **kw: Any) -> dict[str, Any]:
-    from agentr1_trl.evaluate import evaluate_model
+    from agentr1_trl.model_eval import evaluate_model
 
     env_id, _, eval_kwargs = task_spec(args)
     t = time.perf_counter()

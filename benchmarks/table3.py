@@ -89,7 +89,7 @@ def _policy(largs: argparse.Namespace, adapter: str | None) -> tuple[Any, Any]:
 def evaluate_row(
     largs: argparse.Namespace, name: str, datasets: list[str], limit: int | None, progress: bool
 ) -> dict[str, Any]:
-    from agentr1_trl.evaluate import evaluate_model
+    from agentr1_trl.model_eval import evaluate_model
 
     adapter, baseline = ROWS[name]
     model, tok = _policy(largs, adapter)

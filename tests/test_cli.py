@@ -89,11 +89,13 @@ def test_serve_retriever_and_index_build_on_every_env(env_id, monkeypatch, capsy
     """`--env ID` serves or indexes the corpus that env searches; envs without a search tool are one error line.
     (The server loop and the index builders are replaced: they have their own tests with real backends.)"""
     import agentr1_gym
-    import agentr1_gym.server
+    import agentr1_gym.retrieval_server
     import agentr1_gym.tools.search.lucene
 
     served, built = [], []
-    monkeypatch.setattr(agentr1_gym.server, "serve", lambda retriever, **kw: served.append(retriever))
+    monkeypatch.setattr(
+        agentr1_gym.retrieval_server, "serve", lambda retriever, **kw: served.append(retriever)
+    )
     monkeypatch.setattr(
         agentr1_gym.tools.search.lucene, "build_lucene_index", lambda corpus, out, **kw: built.append(corpus)
     )

@@ -18,7 +18,7 @@ PACKAGES = {
 
 #: module (or package prefix) -> layer; a module may import only modules of its own layer or lower ones
 LAYERS: dict[str, int] = {
-    # the env suite: core <- data <- tools <- env <- envs <- registration <- evaluation/server/cli
+    # the env suite: core <- data <- tools <- env <- envs <- registration <- evaluation/retrieval_server/cli
     "agentr1_gym.errors": 0,
     "agentr1_gym.spaces": 0,
     "agentr1_gym.cache": 0,
@@ -38,7 +38,7 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.evaluation": 9,
     "agentr1_gym.task": 9,  # dataset tasks: registers them
     "agentr1_gym.mixture": 9,  # builds its components with agentr1_gym.make
-    "agentr1_gym.server": 9,
+    "agentr1_gym.retrieval_server": 9,
     "agentr1_gym.viewer": 2,  # reads run directories; writes HTML (stdlib only)
     "agentr1_gym.cli": 10,
     "agentr1_gym": 11,  # the package's __init__: the public API
@@ -56,10 +56,10 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.episodes": 23,
     "agentr1_trl.models": 23,
     "agentr1_trl.sft": 24,
-    "agentr1_trl.evaluate": 24,
+    "agentr1_trl.model_eval": 24,
     "agentr1_trl.testing": 24,
     "agentr1_trl.config": 24,
-    "agentr1_trl.trl_compat": 25,
+    "agentr1_trl.trl_trainer": 25,
     "agentr1_trl.stock_trl": 25,
     "agentr1_trl.trainer": 26,
     "agentr1_trl.grpo": 27,

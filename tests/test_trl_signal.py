@@ -16,9 +16,8 @@ from agentr1_trl import ScriptedGenerator
 from agentr1_trl.advantages import gae_advantages
 from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
-from agentr1_trl.signals import group_signal_metrics, outcome_reward, signal_token_rewards
+from agentr1_trl.signals import advantage_mask, answer_reward, group_signal_metrics, signal_token_rewards
 from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer
-from agentr1_trl.trainer import advantage_mask
 from peft import LoraConfig
 
 import agentr1_gym  # noqa: F401
@@ -96,7 +95,7 @@ def test_signal_metrics_separate_outcome_from_shaping():
     assert m["signal/outcome_share"] == pytest.approx(1.0 / 1.1)
     only_shaping = group_signal_metrics(trajs[:2], 2)
     assert only_shaping["signal/outcome_varied_groups"] == 0.0 and only_shaping["signal/outcome_share"] == 0.0
-    assert outcome_reward(trajs[2]) == 1.0
+    assert answer_reward(trajs[2]) == 1.0
     assert signal_token_rewards(trajs[0], "outcome") == [0.0, 0.0, 0.0, 0.0]
     assert signal_token_rewards(trajs[0], "return") == [0.0, 0.1, 0.0, 0.0]
 
@@ -206,7 +205,7 @@ def test_dynamic_sampling_replaces_only_flat_groups_within_budget(tmp_path):
     assert trajs[:4] == varied  # a group with outcome variance is never touched
     assert len(calls) <= 2 and all(len(c) == 4 for c in calls)  # only the flat group is regenerated
     group = trajs[4:]
-    replaced = group is not flat and [outcome_reward(t) for t in group] != [0.0] * 4
+    replaced = group is not flat and [answer_reward(t) for t in group] != [0.0] * 4
     assert replaced == any(c[0] % 2 == 1 for c in calls)
     assert all(0 <= c[0] - trainer.args.seed_offset < trainer.args.num_tasks for c in calls)
     assert trainer._metrics["train"]["signal/resample_rounds"][-1] == len(calls)

@@ -2,7 +2,7 @@
 
 * rollouts: token-exact multi-turn episodes over ``AgentR1/*`` envs with action masks (:mod:`.rollout`), on a
   generation backend (:mod:`.generation`);
-* trainers, siblings over shared pieces (:mod:`.trainer`; TRL internals only in :mod:`.trl_compat`):
+* trainers, siblings over shared pieces (:mod:`.trainer`; TRL internals only in :mod:`.trl_trainer`):
   :class:`AgentGRPOTrainer` / :class:`AgentGRPOConfig` (GRPO, RLOO, REINFORCE++; :mod:`.grpo`) and
   :class:`AgentPPOTrainer` / :class:`AgentPPOConfig` (value head, GAE; :mod:`.ppo`), with the pure tensor
   functions of :mod:`.advantages` and :mod:`.losses`; LoRA through peft, the KL reference is the base model with

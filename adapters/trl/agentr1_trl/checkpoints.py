@@ -13,7 +13,7 @@ be rotated away. Here:
   to a partial checkpoint is refused with the name of the latest complete one.
 
 The trainer side (overriding ``Trainer._save_checkpoint``) is
-:class:`agentr1_trl.trl_compat.DurableCheckpointsMixin`; this module holds the file-level rules.
+:class:`agentr1_trl.trl_trainer.DurableCheckpointsMixin`; this module holds the file-level rules.
 """
 
 from __future__ import annotations

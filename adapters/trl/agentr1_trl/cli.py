@@ -99,7 +99,7 @@ def held_out_eval(
     (default: the training env's), which for envs with a fixed task list select its held-out part."""
     if episodes <= 0:
         return None
-    from agentr1_trl.evaluate import evaluate_model
+    from agentr1_trl.model_eval import evaluate_model
 
     kwargs = config.env_kwargs if env_kwargs is None else env_kwargs
     runs = [("", config.env_id, kwargs)]

@@ -1,21 +1,26 @@
 """From episodes to the learning signal: which reward an advantage is computed from (the whole return, or the
 outcome alone), per-token rewards, and per-step measurements of how much of the signal is outcome.
 
-Pure functions over :class:`~agentr1_gym.rollout.Trajectory` lists; GRPO and PPO both use them.
+Pure functions over :class:`~agentr1_gym.rollout.Trajectory` lists and TRL's batch tensors (the masks the
+advantages are computed over); GRPO and PPO both use them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from agentr1_gym.rollout import Trajectory
 
 __all__ = [
+    "advantage_mask",
+    "answer_reward",
     "env_return",
     "group_signal_metrics",
-    "outcome_reward",
     "signal_return",
     "signal_token_rewards",
+    "token_reward_matrix",
 ]
 
 
@@ -25,26 +30,21 @@ def env_return(prompts: list, completions: list, episode_return: list[float], **
     return [float(r) for r in episode_return]
 
 
-def outcome_reward(traj: Trajectory) -> float:
-    """The outcome part of an episode's return: its ``answer`` reward components."""
+def answer_reward(traj: Trajectory) -> float:
+    """The answer part of an episode's return: its ``answer`` reward components (the env's ``outcome_reward``
+    adds the format reward to it; the ``outcome`` signal compares answers alone)."""
     return float(sum(c.get("answer", 0.0) for c in traj.reward_components))
 
 
 def signal_return(traj: Trajectory, signal: str) -> float:
     """What group-level estimators compare: the episode return ('return') or its outcome part ('outcome')."""
-    return traj.episode_return if signal == "return" else outcome_reward(traj)
+    return traj.episode_return if signal == "return" else answer_reward(traj)
 
 
 def signal_token_rewards(traj: Trajectory, signal: str) -> list[float]:
     """Per completion token rewards for per-token estimators: every step reward ('return') or the answer reward
     only ('outcome'), on the last generated token of the turn that earned it."""
-    if signal == "return":
-        return traj.token_rewards()
-    out = [0.0] * len(traj.completion_ids)
-    for end, comps in zip(traj.turn_ends, traj.reward_components):
-        if 0 <= end < len(out):
-            out[end] += float(comps.get("answer", 0.0))
-    return out
+    return traj.token_rewards(None if signal == "return" else ("answer",))
 
 
 def group_signal_metrics(trajs: list[Trajectory], group_size: int) -> dict[str, float]:
@@ -55,7 +55,7 @@ def group_signal_metrics(trajs: list[Trajectory], group_size: int) -> dict[str, 
     out_var = ret_var = 0
     dev_outcome = dev_shaping = 0.0
     for g in groups:
-        outcomes = [outcome_reward(t) for t in g]
+        outcomes = [answer_reward(t) for t in g]
         returns = [t.episode_return for t in g]
         shaping = [r - o for r, o in zip(returns, outcomes)]
         out_var += max(outcomes) - min(outcomes) > 1e-9
@@ -70,3 +70,19 @@ def group_signal_metrics(trajs: list[Trajectory], group_size: int) -> dict[str, 
     if dev_outcome + dev_shaping > 0:
         metrics["signal/outcome_share"] = dev_outcome / (dev_outcome + dev_shaping)
     return metrics
+
+
+def advantage_mask(batch: dict[str, Any], use_action_mask: bool) -> torch.Tensor:
+    """The tokens per-token advantages are computed over: the action tokens (Agent-R1's advantage mask) or, for
+    the ablation, every completion token."""
+    completion = batch["completion_mask"]
+    return completion * batch["action_mask"] if use_action_mask else completion
+
+
+def token_reward_matrix(trajs: list[Trajectory], width: int, signal: str) -> torch.Tensor:
+    """``(B, width)`` per-token rewards (see :func:`~agentr1_trl.signals.signal_token_rewards`)."""
+    rewards = torch.zeros((len(trajs), width))
+    for i, t in enumerate(trajs):
+        tr = signal_token_rewards(t, signal)[:width]
+        rewards[i, : len(tr)] = torch.tensor(tr)
+    return rewards

@@ -1,4 +1,4 @@
-"""What GRPO and PPO share: :class:`AgentTrainer`, TRL's loop (through :mod:`agentr1_trl.trl_compat`) driven by
+"""What GRPO and PPO share: :class:`AgentTrainer`, TRL's loop (through :mod:`agentr1_trl.trl_trainer`) driven by
 multi-turn episodes of an ``AgentR1/*`` env.
 
 The pipeline is rollout -> samples -> advantages -> loss:
@@ -35,32 +35,16 @@ from agentr1_trl.episodes import advantage_rows, token_stats, trajectory_records
 from agentr1_trl.generation import GenerationBackend, SamplingConfig
 from agentr1_trl.generation.factory import GenerationSettings, make_generator
 from agentr1_trl.losses import LossTerms, policy_loss, truncated_is_weights
-from agentr1_trl.signals import group_signal_metrics, outcome_reward, signal_return, signal_token_rewards
-from agentr1_trl.trl_compat import TRLAgentTrainer
+from agentr1_trl.signals import answer_reward, group_signal_metrics, signal_return
+from agentr1_trl.trl_trainer import TRLAgentTrainer
 
-__all__ = ["AgentTrainer", "advantage_mask", "token_reward_matrix"]
+__all__ = ["AgentTrainer"]
 
 #: curriculum: a stage's min_success is checked on the mean training success of this many recent steps
 CURRICULUM_WINDOW = 3
 CURRICULUM_FILE = "curriculum.json"
 #: env metrics logged as ``env/<name>`` each step (where the env reports them)
 ENV_METRICS = ("success", "score", "format_ok", "em", "f1", "pass", "correct")
-
-
-def advantage_mask(batch: dict[str, Any], use_action_mask: bool) -> torch.Tensor:
-    """The tokens per-token advantages are computed over: the action tokens (Agent-R1's advantage mask) or, for
-    the ablation, every completion token."""
-    completion = batch["completion_mask"]
-    return completion * batch["action_mask"] if use_action_mask else completion
-
-
-def token_reward_matrix(trajs: list[Trajectory], width: int, signal: str) -> torch.Tensor:
-    """``(B, width)`` per-token rewards (see :func:`~agentr1_trl.signals.signal_token_rewards`)."""
-    rewards = torch.zeros((len(trajs), width))
-    for i, t in enumerate(trajs):
-        tr = signal_token_rewards(t, signal)[:width]
-        rewards[i, : len(tr)] = torch.tensor(tr)
-    return rewards
 
 
 class AgentTrainer(TRLAgentTrainer):
@@ -375,7 +359,7 @@ class AgentTrainer(TRLAgentTrainer):
         rng = random.Random(args.seed * 1_000_003 + self.state.global_step)
 
         def flat(group: list[Trajectory]) -> bool:
-            outcomes = [outcome_reward(t) for t in group]
+            outcomes = [answer_reward(t) for t in group]
             return max(outcomes) - min(outcomes) <= 1e-9
 
         rounds = replaced = 0

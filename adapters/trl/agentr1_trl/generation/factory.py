@@ -1,7 +1,7 @@
 """One place that decides how a policy generates: Hugging Face ``generate`` or a vLLM engine, colocated (in this
 process, on the policy's base directory) or against ``vllm serve`` servers. Training
 (:meth:`~agentr1_trl.trainer.AgentTrainerMixin.rollout_generator`), evaluation (``agentr1 eval --model``,
-:func:`~agentr1_trl.evaluate.policy_generator`) and the benchmarks all build their backend with
+:func:`~agentr1_trl.model_eval.policy_generator`) and the benchmarks all build their backend with
 :func:`make_generator` from a :class:`GenerationSettings`."""
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from agentr1_trl.advantages import (
 from agentr1_trl.credit import turn_rewards, turn_state_keys
 from agentr1_trl.grpo.config import STEP_ESTIMATORS, AgentGRPOConfig
 from agentr1_trl.losses import aggregate
-from agentr1_trl.trainer import AgentTrainer, advantage_mask, token_reward_matrix
+from agentr1_trl.signals import advantage_mask, token_reward_matrix
+from agentr1_trl.trainer import AgentTrainer
 
 __all__ = ["AgentGRPOTrainer"]
 

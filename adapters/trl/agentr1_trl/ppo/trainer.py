@@ -35,7 +35,8 @@ from agentr1_trl.advantages import (
 from agentr1_trl.credit import turn_rewards, turn_starts
 from agentr1_trl.losses import aggregate, clipped_value_loss
 from agentr1_trl.ppo.config import AgentPPOConfig
-from agentr1_trl.trainer import AgentTrainer, advantage_mask, token_reward_matrix
+from agentr1_trl.signals import advantage_mask, token_reward_matrix
+from agentr1_trl.trainer import AgentTrainer
 from agentr1_trl.turns import turn_spans
 from agentr1_trl.value_head import VALUE_HEAD_FILE, new_value_head, state_values
 

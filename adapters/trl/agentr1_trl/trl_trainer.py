@@ -54,7 +54,7 @@ TRL_TESTED = "1.16"
 
 if not trl.__version__.startswith(TRL_TESTED + "."):
     warnings.warn(
-        f"agentr1_trl.trl_compat was written against trl {TRL_TESTED}.x; trl {trl.__version__} is installed. "
+        f"agentr1_trl.trl_trainer was written against trl {TRL_TESTED}.x; trl {trl.__version__} is installed. "
         "If training fails inside TRL, install trl~=1.16.0.",
         stacklevel=2,
     )
@@ -73,7 +73,7 @@ def seed_of_prompt(prompt: Any) -> int:
     m = _SEED_PROMPT.match(str(content))
     if m is None:
         raise ConfigError(
-            f"a training row's prompt must name its task seed (agentr1_trl.trl_compat.seed_prompt), got {content!r:.80}"
+            f"a training row's prompt must name its task seed (agentr1_trl.trl_trainer.seed_prompt), got {content!r:.80}"
         )
     return int(m.group(1))
 
