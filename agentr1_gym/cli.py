@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -99,8 +100,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if not found:
             print('error: --model needs the TRL adapter: pip install "agentr1-gym[trl]"', file=sys.stderr)
             return 2
-        args.env_kwargs_parsed = _parse_kv(args.env_arg)
-        return int(found[0].load()(args))
+        return int(found[0].load()(args, env_kwargs=_parse_kv(args.env_arg)))
 
     summary = evaluate(
         args.env_id,
@@ -283,45 +283,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="evaluate a model instead of a scripted policy: 'smollm2' or a "
         "local model directory (needs the trl extra)",
     )
-    p.add_argument("--adapter", default=None, help="LoRA adapter directory for --model (from agentr1 train)")
-    p.add_argument(
-        "--baseline",
-        default="tool",
-        choices=["tool", "naive-rag"],
-        help="with --model: 'tool' (Base Tool Call, default) or 'naive-rag' (one search with the question, then "
-        "an answer; an untagged reply is scored whole)",
-    )
-    p.add_argument(
-        "--value-guided",
-        type=int,
-        default=0,
-        metavar="N",
-        help="with --model and a PPO adapter: sample N candidate turns, keep the highest-value one",
-    )
-    p.add_argument(
-        "--max-new-tokens", type=int, default=128, help="with --model: tokens per turn (default 128)"
-    )
-    p.add_argument("--temperature", type=float, default=0.0, help="with --model: 0 = greedy (default)")
-    p.add_argument(
-        "--backend",
-        default="auto",
-        choices=["auto", "hf", "vllm"],
-        help="with --model: generation engine (auto: vLLM when installed, else Hugging Face generate)",
-    )
-    p.add_argument(
-        "--vllm-server",
-        action="append",
-        default=[],
-        metavar="URL",
-        help="with --backend vllm: generate on these vllm serve servers instead of in this process (repeatable)",
-    )
-    p.add_argument(
-        "--vllm-timeout",
-        type=positive_seconds,
-        default=600.0,
-        metavar="S",
-        help="with --vllm-server: the total deadline of one call to a server, retries included (default 600)",
-    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument(
         "--save-episodes",
@@ -330,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="append every episode, turn by turn (with --model: its tokens and action mask too), to this JSONL "
         "file; `agentr1 view FILE` shows them",
     )
+    _model_eval_flags(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser(
@@ -354,19 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve a retriever over HTTP (our API, Search-R1's /retrieve, Agent-R1's /search)",
     )
     p.add_argument("--backend", default="bm25", choices=["bm25", "lucene", "dense"], help="default bm25")
-    p.add_argument(
-        "--corpus", default=None, help="JSONL corpus (default: the bundled HotpotQA sample's corpus)"
-    )
-    p.add_argument(
-        "--env", default=None, metavar="ENV_ID", help="use the corpus this env searches (any search env)"
-    )
-    p.add_argument(
-        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="keyword for --env (repeatable)"
-    )
+    _corpus_flags(p)
     p.add_argument(
         "--index", default=None, help="prebuilt lucene/dense index directory (else built from --corpus)"
     )
-    p.add_argument("--encoder", default=None, help="sentence-transformers model directory (dense)")
     p.add_argument("--index-type", default=None, choices=["flat", "ivf", "hnsw"], help="dense index type")
     p.add_argument(
         "--host",
@@ -381,17 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     isub = p.add_subparsers(dest="index_command", required=True)
     b = isub.add_parser("build", help="build a lucene or dense index from a JSONL corpus")
     b.add_argument("--backend", required=True, choices=["lucene", "dense"])
-    b.add_argument(
-        "--corpus", default=None, help="JSONL corpus (default: the bundled HotpotQA sample's corpus)"
-    )
-    b.add_argument(
-        "--env", default=None, metavar="ENV_ID", help="use the corpus this env searches (any search env)"
-    )
-    b.add_argument(
-        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="keyword for --env (repeatable)"
-    )
+    _corpus_flags(b)
     b.add_argument("--output", required=True, help="index directory to write")
-    b.add_argument("--encoder", default=None, help="sentence-transformers model directory (dense)")
     b.add_argument(
         "--index-type", default="flat", choices=["flat", "ivf", "hnsw"], help="dense: default flat"
     )
@@ -421,6 +365,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _corpus_flags(p: argparse.ArgumentParser) -> None:
+    """What ``serve-retriever`` and ``index build`` read (:func:`_load_corpus`) and the dense encoder."""
+    p.add_argument(
+        "--corpus", default=None, help="JSONL corpus (default: the bundled HotpotQA sample's corpus)"
+    )
+    p.add_argument(
+        "--env", default=None, metavar="ENV_ID", help="use the corpus this env searches (any search env)"
+    )
+    p.add_argument(
+        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="keyword for --env (repeatable)"
+    )
+    p.add_argument("--encoder", default=None, help="sentence-transformers model directory (dense)")
+
+
+def _model_eval_flags(p: argparse.ArgumentParser) -> None:
+    """``eval --model``'s own flags, added by the package that evaluates models (the TRL adapter's
+    ``agentr1.eval_options`` entry point); the core knows only ``--model``."""
+    from importlib.metadata import entry_points
+
+    group = p.add_argument_group("with --model (added by the TRL adapter)")
+    for ep in entry_points(group="agentr1.eval_options"):
+        with contextlib.suppress(ImportError):  # the adapter's dependencies are missing: --model says so
+            ep.load()(group)
+
+
 def _plugin_commands(sub: Any) -> None:
     """Subcommands contributed by other packages through the ``agentr1.commands`` entry point group (the TRL
     adapter's ``train``); the core package never imports them by name."""
@@ -441,17 +410,6 @@ def _unavailable(name: str, missing: str) -> int:
         file=sys.stderr,
     )
     return 2
-
-
-def positive_seconds(text: str) -> float:
-    """argparse type: a number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
-    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

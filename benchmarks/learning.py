@@ -282,15 +282,12 @@ def _earlier_plain(args: argparse.Namespace, env_id: str) -> dict[str, Any] | No
 
 def prepare(args: argparse.Namespace) -> dict[str, Any]:
     """Plain model eval, warm start, eval again; saves the warm-started adapter to ``WORKDIR/TASK/sft``."""
-    from agentr1_trl.sft import oracle_samples, warm_start
-    from peft import LoraConfig, get_peft_model
+    from agentr1_trl.pipeline import lora_config, oracle_warm_start
+    from peft import get_peft_model
 
     env_id, train_kwargs, _ = task_spec(args)
     model, tok = _policy(args)
-    lora = LoraConfig(
-        r=args.lora_r, lora_alpha=2 * args.lora_r, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
-    )
-    model = get_peft_model(model, lora)
+    model = get_peft_model(model, lora_config(args.lora_r))
     pool_seconds = generate_pools(args)
     engine = _engine(args, model, tok)
     plain = _earlier_plain(args, env_id) if args.reuse_plain else None
@@ -303,19 +300,18 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         or _evaluate(args, model, tok, episodes=args.plain_episodes, generator=_synced(engine, model)),
     }
     t = time.perf_counter()
-    samples = oracle_samples(
-        env_id, range(SFT_SEED, SFT_SEED + args.sft_episodes), tok, env_kwargs=train_kwargs
-    )
     out["sft"] = {
         "episodes": args.sft_episodes,
         "epochs": args.sft_epochs,
-        "losses": warm_start(
+        "losses": oracle_warm_start(
             model,
             tok,
-            samples,
+            env_id,
+            train_kwargs,
+            args.sft_episodes,
             epochs=args.sft_epochs,
             lr=args.sft_lr,
-            micro_batch_size=1,  # one transcript per forward pass: HotpotQA's ~1,500-token ones need it
+            seed=SFT_SEED,
             progress=args.progress,
         ),
         "seconds": round(time.perf_counter() - t, 1),

@@ -47,6 +47,15 @@ _small_game_pools()
 
 
 @pytest.fixture(scope="session")
+def tok():
+    """The tiny locally trained tokenizer (Qwen2.5's chat template), shared by the TRL adapter's tests."""
+    pytest.importorskip("trl")
+    from agentr1_trl.testing import tiny_tokenizer
+
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     """A tiny random Qwen2 and its locally trained tokenizer, saved as a model directory (hidden size 64: head
     size 32, which vLLM's CPU attention supports, so `agentr1 train`'s default vLLM engine can load it)."""

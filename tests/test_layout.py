@@ -64,6 +64,7 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.trainer": 26,
     "agentr1_trl.grpo": 27,
     "agentr1_trl.ppo": 27,
+    "agentr1_trl.pipeline": 28,  # settings -> trainer -> evaluations -> outputs (agentr1 train, benchmarks)
     "agentr1_trl.cli": 28,
     "agentr1_trl": 29,
     # other engines' adapters: above the env suite, beside the TRL adapter (never on it); a token-in/token-out

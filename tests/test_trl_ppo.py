@@ -16,7 +16,13 @@ import torch
 from agentr1_trl import ScriptedGenerator, collect_rollouts
 from agentr1_trl.generation import ValueGuidedGenerator
 from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
-from agentr1_trl.testing import alternating_script, record_rollouts, tiny_model, tiny_tokenizer
+from agentr1_trl.testing import (
+    alternating_script,
+    record_rollouts,
+    tiny_model,
+    tiny_tokenizer,
+    trainer_settings,
+)
 from peft import LoraConfig
 
 import agentr1_gym  # noqa: F401
@@ -26,23 +32,7 @@ def _trainer(tmp_path, **kw):
     tok = tiny_tokenizer()
     model = tiny_model(tok, seed=0)
     base = copy.deepcopy(model)
-    cfg = dict(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_steps=2,
-        learning_rate=5e-2,
-        logging_steps=1,
-        report_to="none",
-        beta=0.04,
-        max_new_tokens_per_turn=16,
-        max_episode_tokens=1536,
-        save_strategy="no",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        env_kwargs={"max_turns": 3},
-    )
+    cfg = trainer_settings(tmp_path, beta=0.04)
     cfg.update(kw)
     trainer = AgentPPOTrainer(
         model,

@@ -18,11 +18,6 @@ from agentr1_gym.rollout import render_chat
 ENV = "AgentR1/SyntheticMultihop-v0"
 
 
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
-
-
 def _oracle_script(envs, bad_first_turn=()):
     """Each env's oracle, with a malformed call as the first turn of the envs listed in bad_first_turn."""
     turn = {}

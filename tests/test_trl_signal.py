@@ -17,18 +17,14 @@ from agentr1_trl.advantages import gae_advantages
 from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
 from agentr1_trl.signals import advantage_mask, answer_reward, group_signal_metrics, signal_token_rewards
-from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer
+from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer, trainer_settings
 from peft import LoraConfig
 
 import agentr1_gym  # noqa: F401
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.rollout import Trajectory
 
-BASE = dict(
-    per_device_train_batch_size=4, num_generations=4, max_steps=1, learning_rate=5e-2, logging_steps=1,
-    report_to="none", max_new_tokens_per_turn=16, max_episode_tokens=1536, save_strategy="no", use_cpu=True,
-    bf16=False, seed=0, env_kwargs={"max_turns": 3},
-)  # fmt: skip
+BASE = trainer_settings(max_steps=1)
 
 
 def _traj(answer: float, shaping: float) -> Trajectory:

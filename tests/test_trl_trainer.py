@@ -25,7 +25,13 @@ from agentr1_trl.stock_trl import (
     make_rollout_func,
     prompt_dataset,
 )
-from agentr1_trl.testing import alternating_script, record_rollouts, tiny_model, tiny_tokenizer
+from agentr1_trl.testing import (
+    alternating_script,
+    record_rollouts,
+    tiny_model,
+    tiny_tokenizer,
+    trainer_settings,
+)
 from peft import LoraConfig
 from trl import GRPOConfig, GRPOTrainer
 
@@ -35,25 +41,7 @@ ENV = "AgentR1/SyntheticMultihop-v0"
 
 
 def _config(tmp_path, **kw):
-    base = dict(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_steps=2,
-        learning_rate=5e-2,
-        logging_steps=1,
-        report_to="none",
-        beta=0.04,
-        max_new_tokens_per_turn=16,
-        max_episode_tokens=1536,
-        save_strategy="no",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        env_kwargs={"max_turns": 3},
-    )
-    base.update(kw)
-    return AgentGRPOConfig(**base)
+    return AgentGRPOConfig(**trainer_settings(tmp_path, **{"beta": 0.04, **kw}))
 
 
 def _trainer(tmp_path, **kw):

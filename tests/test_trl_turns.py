@@ -18,7 +18,7 @@ from agentr1_trl import ScriptedGenerator, collect_rollouts
 from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
 from agentr1_trl.testing import THINK_DROPPING_TEMPLATE as THINK_DROPPING
-from agentr1_trl.testing import record_rollouts, tiny_model, tiny_tokenizer
+from agentr1_trl.testing import record_rollouts, tiny_model, tiny_tokenizer, trainer_settings
 from agentr1_trl.turns import expand_turn_rows, turn_spans
 from peft import LoraConfig
 
@@ -116,25 +116,7 @@ def test_expand_turn_rows_cuts_each_episode_into_its_turns(tok):
 
 
 def _config_kwargs(tmp_path, **kw):
-    base = dict(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_steps=2,
-        learning_rate=5e-2,
-        logging_steps=1,
-        report_to="none",
-        beta=0.04,
-        max_new_tokens_per_turn=64,
-        max_episode_tokens=1536,
-        save_strategy="no",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        env_kwargs={"max_turns": 3},
-    )
-    base.update(kw)
-    return base
+    return trainer_settings(tmp_path, **{"beta": 0.04, "max_new_tokens_per_turn": 64, **kw})
 
 
 def _capture_loss_batches(trainer, check):

@@ -22,30 +22,20 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from agentr1_trl import ScriptedGenerator
 from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
-from agentr1_trl.testing import alternating_script, record_rollouts, tiny_model, tiny_tokenizer
+from agentr1_trl.testing import (
+    alternating_script,
+    record_rollouts,
+    tiny_model,
+    tiny_tokenizer,
+    trainer_settings,
+)
 from peft import LoraConfig
 
 from agentr1_gym.cli import main as cli
 from agentr1_gym.episodes import EPISODES_FILE, append_episodes, read_episodes
 from agentr1_gym.viewer import OBS_RGB, heat_rgb, load_run, render_html, write_view
 
-SETTINGS = dict(
-    save_episodes_count=8,
-    per_device_train_batch_size=4,
-    num_generations=4,
-    max_steps=3,
-    learning_rate=5e-2,
-    logging_steps=1,
-    report_to="none",
-    max_new_tokens_per_turn=16,
-    max_episode_tokens=1536,
-    save_strategy="no",
-    use_cpu=True,
-    bf16=False,
-    seed=0,
-    env_kwargs={"max_turns": 3},
-    save_episodes_steps=2,
-)
+SETTINGS = trainer_settings(save_episodes_count=8, max_steps=3, save_episodes_steps=2)
 
 
 def _train(out: Path, trainer_cls=AgentGRPOTrainer, config_cls=AgentGRPOConfig, scripted=True, **kw):

@@ -26,7 +26,6 @@ import gymnasium as gym
 import torch
 from agentr1_trl import HFGenerator, SamplingConfig, collect_rollouts
 from agentr1_trl.generation.vllm import VLLMGenerator, merged_lora_weights
-from agentr1_trl.testing import tiny_tokenizer
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
@@ -61,11 +60,6 @@ def _logps_by_forward(model, prompt: list[int], ids: list[int]) -> torch.Tensor:
     with torch.no_grad():
         logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids).unsqueeze(-1)).squeeze(-1)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -27,11 +27,6 @@ SAMPLING = SamplingConfig(max_new_tokens=4, temperature=1.0)
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
-
-
-@pytest.fixture(scope="module")
 def server(tok):
     s = StandinVLLM(vocab_size=len(tok), eos_id=tok.eos_token_id)
     yield s

@@ -1,14 +1,16 @@
 """agentr1_trl: the TRL adapter of agentr1-gym.
 
-* rollouts: token-exact multi-turn episodes over ``AgentR1/*`` envs with action masks (:mod:`.rollout`), on a
-  generation backend (:mod:`.generation`);
+* rollouts: token-exact multi-turn episodes over ``AgentR1/*`` envs with action masks (the core's token layer,
+  :mod:`agentr1_gym.rollout`, re-exported here), on a generation backend (:mod:`.generation`; one factory,
+  :mod:`.generation.factory`, decides HF or vLLM);
 * trainers, siblings over shared pieces (:mod:`.trainer`; TRL internals only in :mod:`.trl_trainer`):
   :class:`AgentGRPOTrainer` / :class:`AgentGRPOConfig` (GRPO, RLOO, REINFORCE++; :mod:`.grpo`) and
   :class:`AgentPPOTrainer` / :class:`AgentPPOConfig` (value head, GAE; :mod:`.ppo`), with the pure tensor
   functions of :mod:`.advantages` and :mod:`.losses`; LoRA through peft, the KL reference is the base model with
   the adapter disabled;
 * bridges for TRL's stock ``GRPOTrainer`` (:mod:`.stock_trl`), the default policy (:mod:`.models`), the warm
-  start (:mod:`.sft`), model evaluation (:mod:`.evaluate`) and the ``agentr1 train`` command (:mod:`.cli`).
+  start (:mod:`.sft`), model evaluation (:mod:`.model_eval`), the training pipeline (:mod:`.pipeline`) and the
+  ``agentr1 train`` command (:mod:`.cli`).
 
 The trainer classes load on first access (``from agentr1_trl import AgentGRPOTrainer``), so importing the package
 does not import TRL.

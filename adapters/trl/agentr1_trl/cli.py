@@ -12,33 +12,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-from agentr1_gym.cli import positive_seconds
-from agentr1_gym.episodes import EPISODES_FILE
-from agentr1_gym.errors import ConfigError, NoOracleError
-from agentr1_trl.runs import (
-    RUN_FILE,
-    check_checkpoint_matches,
-    merge_resume_overrides,
-    read_run_file,
-    write_run_file,
-)
+from agentr1_gym.errors import ConfigError
+from agentr1_trl.generation.factory import BACKENDS
+from agentr1_trl.pipeline import EVAL_EPISODES, EVAL_SEED, RunPlan, run_training
+from agentr1_trl.runs import RUN_FILE, merge_resume_overrides, read_run_file
 
-__all__ = ["cmd_train", "plot_reward_curve", "register"]
+__all__ = ["DEFAULTS", "add_engine_flags", "add_eval_flags", "cmd_train", "positive_seconds", "register"]
 
 DEFAULTS: dict[str, Any] = {
-    # two task seeds x four episodes per optimizer step, through the update four at a time: one pass of eight
-    # episodes held 4-5 GB of activations and took the main job past 8 GB peak RSS; two passes of four give the
-    # same update (the dapo loss divides by the whole batch's action tokens) within 6 GB
-    # (benchmarks/results/main_job.json)
+    # two task seeds x four episodes per optimizer step, through the update four at a time: two passes of four
+    # give the same update as one of eight (the dapo loss divides by the whole batch's action tokens) with half
+    # its activations (the main job's peak memory: benchmarks/results/main_job.json)
     "per_device_train_batch_size": 4,
     "gradient_accumulation_steps": 2,
     "num_generations": 4,
-    # a 135M model's activations fit in memory without checkpointing, and without it the forward pass runs each
-    # group's shared prompt once (share_prompt_prefix; benchmarks/update_step.py)
+    # without gradient checkpointing the forward pass runs each group's shared prompt once (share_prompt_prefix;
+    # benchmarks/results/update_step.json); a 135M model's activations fit without it
     "gradient_checkpointing": False,
     # chosen on validation seeds (300000+, benchmarks/learning.py --eval-seed), never on the held-out ones
     # (benchmarks/results/lr_selection.json)
@@ -56,93 +48,10 @@ DEFAULTS: dict[str, Any] = {
     "save_steps": 1,
     "save_total_limit": 2,
     "report_to": "none",
-    # at 1.0 the warm-started 135M model breaks the tool-call format in most sampled turns (see benchmarks/learning.py)
+    # at 1.0 the warm-started 135M model breaks the tool-call format in most sampled turns
+    # (benchmarks/results/learning.json)
     "temperature": 0.7,
 }
-WARM_START_EPOCHS = 3
-#: the warm start's learning rate (fixed: a stronger fit leaves RL nothing to learn on the 1-hop task, a weaker
-#: one leaves the format broken)
-WARM_START_LR = 2e-4
-#: held-out evaluation seeds (training uses seed_offset + [0, num_tasks), the warm start 200000+)
-EVAL_SEED = 100_000
-EVAL_EPISODES = 100
-
-
-def split_env_kwargs(env: Any, env_kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The env kwargs to train with and to evaluate with: an env with a fixed task list trains on its training
-    part and is evaluated on its held-out part (``ToolEnv.kwargs_for_split``); a split the user gave is kept for
-    training. Procedural envs train and evaluate on the same kwargs (held-out seeds are held-out tasks)."""
-    train = env.kwargs_for_split(env_kwargs, "train")
-    held = env.kwargs_for_split(env_kwargs, "test")
-    if held != train and "envs" not in env_kwargs:
-        own = env.split_kwargs("test")
-        print(
-            f"training on the env's training tasks, evaluating on its held-out tasks "
-            f"({', '.join(f'{k}={v}' for k, v in own.items())})",
-            flush=True,
-        )
-    return train, held
-
-
-def held_out_eval(
-    config: Any,
-    model: Any,
-    tokenizer: Any,
-    episodes: int,
-    label: str,
-    generator: Any = None,
-    env_kwargs: dict[str, Any] | None = None,
-    save_episodes: str | None = None,
-    step: int | None = None,
-) -> dict[str, Any] | None:
-    """Greedy evaluation of the policy on the held-out seeds (None when ``episodes`` is 0), with ``env_kwargs``
-    (default: the training env's), which for envs with a fixed task list select its held-out part."""
-    if episodes <= 0:
-        return None
-    from agentr1_trl.model_eval import evaluate_model
-
-    kwargs = config.env_kwargs if env_kwargs is None else env_kwargs
-    runs = [("", config.env_id, kwargs)]
-    if "envs" in kwargs:  # a mixture: each env on its own held-out seeds, reported apart
-        from agentr1_gym.mixture import _short
-
-        shared = {k: v for k, v in kwargs.items() if k != "envs"}
-        runs = [
-            (e.get("name") or _short(e["id"]), e["id"], {**shared, **(e.get("kwargs") or {})})
-            for e in (x if isinstance(x, dict) else {"id": x} for x in kwargs["envs"])
-        ]
-    was_training = model.training
-    model.eval()
-    results = {}
-    for name, env_id, env_kw in runs:
-        result = evaluate_model(
-            env_id,
-            model,
-            tokenizer,
-            episodes=episodes,
-            seed=EVAL_SEED,
-            env_kwargs=env_kw,
-            max_new_tokens=config.max_new_tokens_per_turn,
-            generator=generator,
-            max_episode_tokens=config.max_episode_tokens,
-            save_episodes=save_episodes,
-            save_source=f"held-out {label}{' on ' + name if name else ''}",
-            save_step=step,
-        )
-        results[name] = result
-        print(
-            f"held-out {label}{' on ' + name if name else ''} ({episodes} episodes, seeds {EVAL_SEED}+, greedy): "
-            f"success {result['success']:.3f}, format-valid {result.get('format_ok', 0.0):.3f}, mean return "
-            f"{result['return']:.3f}",
-            flush=True,
-        )
-    if was_training:
-        model.train()
-    if len(runs) == 1:
-        return results[""]
-    keys = ("success", "score", "format_ok", "return", "turns")
-    mean = {k: float(sum(r.get(k, 0.0) for r in results.values()) / len(results)) for k in keys}
-    return {**mean, "episodes": episodes * len(results), "per_env": results}
 
 
 def _value(text: str) -> Any:
@@ -188,95 +97,6 @@ def _env_kwargs(text: str | None, env_id: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"--env-kwargs must be a JSON object, got {type(value).__name__}")
     return value
-
-
-def _check_field_types(config_cls: Any, settings: dict[str, Any]) -> None:
-    """Refuse unknown fields (with a hint) and values of the wrong type before any model is loaded: a dataclass
-    config would take ``learning_rate="abc"`` and fail deep inside the optimizer."""
-    import dataclasses
-    import difflib
-    import types
-    import typing
-
-    fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    hints = typing.get_type_hints(config_cls)
-    for key, value in settings.items():
-        if key not in fields:
-            close = difflib.get_close_matches(key, list(fields), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"unknown config field {key!r}{hint}")
-        hint_type = hints.get(key)
-        args = typing.get_args(hint_type)
-        allowed = (
-            set(args) if typing.get_origin(hint_type) in (typing.Union, types.UnionType) else {hint_type}
-        )
-        if value is None and type(None) in allowed:
-            continue
-        scalar = {t for t in allowed if t in (int, float, bool, str)}
-        if not scalar or len(scalar) < len(allowed - {type(None)}):
-            continue  # lists, dicts, enums, literals: left to the config's own checks
-        ok = (
-            (bool in scalar and isinstance(value, bool))
-            or (int in scalar and isinstance(value, int) and not isinstance(value, bool))
-            or (float in scalar and isinstance(value, (int, float)) and not isinstance(value, bool))
-            or (str in scalar and isinstance(value, str))
-        )
-        if not ok:
-            names = " or ".join(sorted(t.__name__ for t in scalar))
-            raise ConfigError(f"config field {key}={value!r}: expected {names}")
-
-
-def build_config(config_cls: Any, settings: dict[str, Any]) -> Any:
-    """The trainer config from CLI/YAML settings, with every problem as one ConfigError."""
-    _check_field_types(config_cls, settings)
-    max_steps = settings.get("max_steps")
-    if not isinstance(max_steps, int) or max_steps < 1:
-        raise ConfigError(
-            f"max_steps must be a whole number >= 1 (got {max_steps!r}); the env stream is endless"
-        )
-    try:
-        return config_cls(**settings)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"bad config: {str(exc).strip().splitlines()[0]}") from None
-
-
-def plot_reward_curve(
-    log_history: list[dict[str, Any]],
-    path: str | Path,
-    title: str = "",
-    held_out: dict[str, tuple[int, dict[str, Any] | None]] | None = None,
-) -> None:
-    """Reward (and env success / format rates where logged) per logged step, as a PNG; ``held_out`` adds the
-    held-out success before and after RL as ``{"before": (step, result), "after": (step, result)}``."""
-    held_out = held_out or {}
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    logs = [h for h in log_history if "reward" in h]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    steps = [h["step"] for h in logs]
-    for key, label in (
-        ("reward", "mean episode return"),
-        ("env/success", "success rate"),
-        ("env/format_ok", "format-valid rate"),
-    ):
-        if any(key in h for h in logs):
-            ax.plot(steps, [h.get(key, float("nan")) for h in logs], marker="o", label=label)
-    for label, marker, (step, result) in (
-        ("held-out success before RL", "s", held_out.get("before", (None, None))),
-        ("held-out success after RL", "D", held_out.get("after", (None, None))),
-    ):
-        if result is not None:
-            ax.plot([step], [result["success"]], marker=marker, markersize=9, linestyle="none", label=label)
-    ax.set_xlabel("optimizer step")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 #: the flags' defaults for a new run (argparse leaves them None, so that a given flag can be told apart)
@@ -350,17 +170,6 @@ def _apply_credit(args: argparse.Namespace, overrides: dict[str, Any], algo: Any
     overrides.setdefault(key, values[args.credit])
 
 
-def _check_writable(output_dir: Path) -> None:
-    """The output dir exists (made if needed) and takes files: one line if not, before any model loads."""
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        probe = output_dir / f".agentr1-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise ConfigError(f"cannot write to the output dir {output_dir}: {exc.strerror or exc}") from None
-
-
 def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, list[str]]:
     """The run's flat settings (config fields plus algo, model, lora_r, warm_start), what to resume from (None,
     True or a checkpoint path), the record it resumes (None for a new run) and the changes applied to it."""
@@ -394,184 +203,82 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, l
 
 def cmd_train(args: argparse.Namespace) -> int:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from peft import LoraConfig
-
     settings, resume, run_file, changes = _plan(args)
-    algo = settings.pop("algo")
-    model_name = settings.pop("model")
-    lora_r = settings.pop("lora_r")
-    warm = settings.pop("warm_start")
-    where = f"{run_file}: " if run_file is not None else ""
-    if algo not in ("grpo", "ppo"):
-        raise ConfigError(f"{where}algo must be grpo or ppo, got {algo!r}")
-    for key, value in (("lora_r", lora_r), ("warm_start", warm)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < (1 if key == "lora_r" else 0):
-            raise ConfigError(
-                f"{where}{key} must be a whole number >= {1 if key == 'lora_r' else 0}, got {value!r}"
-            )
-    if not isinstance(model_name, str) or not model_name:
-        raise ConfigError(f"{where}model must be 'smollm2' or a model directory, got {model_name!r}")
-    if algo == "ppo":
-        from agentr1_trl.ppo import AgentPPOConfig as Config
-        from agentr1_trl.ppo import AgentPPOTrainer as Trainer
-    elif algo == "grpo":
-        from agentr1_trl.grpo import AgentGRPOConfig as Config  # type: ignore[assignment]
-        from agentr1_trl.grpo import AgentGRPOTrainer as Trainer  # type: ignore[assignment]
+    plan = RunPlan(
+        algo=settings.pop("algo"),
+        model=settings.pop("model"),
+        lora_r=settings.pop("lora_r"),
+        warm_start=settings.pop("warm_start"),
+        settings=settings,
+        resume=resume,
+        run_file=run_file,
+        changes=changes,
+        eval_episodes=args.eval_episodes,
+    )
+    return run_training(plan)
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a number of seconds > 0."""
     try:
-        _check_field_types(Config, settings)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}{exc}") from None
-    import agentr1_gym
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
 
-    # the env id and its kwargs are checked now (UnknownEnvError with the closest ids, BadArgumentError with
-    # the closest keyword), not after the model has loaded
-    probe = agentr1_gym.make(settings["env_id"], **settings["env_kwargs"])
-    train_kwargs, eval_kwargs = split_env_kwargs(probe.unwrapped, settings["env_kwargs"])
-    probe.close()
-    output_dir = Path(settings["output_dir"])
-    from agentr1_trl.checkpoints import resolve_resume
 
-    config = build_config(Config, settings)
-    config.env_kwargs = train_kwargs  # a fixed task list trains on its training part, evaluates on the rest
-    args.eval_env_kwargs = eval_kwargs
-    resume_from = resolve_resume(resume, output_dir)
-    if resume is not None and resume_from is None:
-        print(f"no complete checkpoint in {output_dir} yet: starting from the beginning")
-    if resume_from:
-        check_checkpoint_matches(resume_from, algo, lora_r)
-        done = json.loads((Path(resume_from) / "trainer_state.json").read_text(encoding="utf-8"))[
-            "global_step"
-        ]
-        if done >= int(settings["max_steps"]):
-            # transformers would run one more step past max_steps; the run's outputs stay as they are
-            print(
-                f"{output_dir} already reached max_steps={settings['max_steps']} ({resume_from}); nothing to "
-                "train. Extend it with --set max_steps=N."
-            )
-            return 0
-    _check_writable(output_dir)
-    if not resume_from:  # a new run's saved episodes start empty (a resumed run appends to its own)
-        (output_dir / EPISODES_FILE).unlink(missing_ok=True)
-    for change in changes:
-        print(f"resume: {change}", flush=True)
-
-    lora = LoraConfig(
-        r=lora_r, lora_alpha=2 * lora_r, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
+def add_engine_flags(p: Any, *, training: bool) -> None:
+    """``--backend``, ``--vllm-server`` and ``--vllm-timeout``, for ``train`` and ``eval --model`` alike. For
+    ``train`` their defaults are None (a given flag is told apart from a default, which ``--resume`` needs)."""
+    what = "rollout engine" if training else "with --model: generation engine"
+    p.add_argument(
+        "--backend",
+        default=None if training else "auto",
+        choices=list(BACKENDS),
+        help=f"{what} (default auto: vLLM in this process when installed, else Hugging Face generate)",
     )
-    from agentr1_trl.models import load_policy
-
-    model, tokenizer, _ = load_policy(model_name)  # after every check above: a bad flag fails in a second
-    model.train()
-    # written only now that the model loaded: a failed invocation never overwrites an earlier run's config,
-    # which `--resume` reads
-    run = {"algo": algo, "model": model_name, "lora_r": lora_r, "warm_start": warm, "settings": settings}
-    if run_file is not None:  # a resumed run keeps what it recorded about itself (its engine, ...)
-        run = {**json.loads(run_file.read_text(encoding="utf-8")), **run}
-    write_run_file(output_dir / RUN_FILE, run)
-    if resume_from:
-        print(f"resuming from {resume_from} (the warm start is in its adapter)")
-    if warm > 0 and not resume_from:
-        from peft import get_peft_model
-
-        from agentr1_trl.sft import oracle_samples, warm_start
-
-        model = get_peft_model(model, lora)
-        try:
-            samples = oracle_samples(
-                config.env_id, range(200_000, 200_000 + warm), tokenizer, env_kwargs=config.env_kwargs
-            )
-        except (AttributeError, NoOracleError) as exc:
-            print(
-                f"error: --warm-start needs an env with oracle_action() ({exc}); use --warm-start 0",
-                file=sys.stderr,
-            )
-            return 2
-        losses = warm_start(
-            model,
-            tokenizer,
-            samples,
-            epochs=WARM_START_EPOCHS,
-            lr=WARM_START_LR,
-            micro_batch_size=1,  # bounded memory on long transcripts (same step as the full batch)
-        )
-        print(f"warm start on {warm} oracle transcripts: loss per epoch {[round(x, 3) for x in losses]}")
-        model.train()
-        trainer = Trainer(model, config, tokenizer)
-    else:
-        trainer = Trainer(model, config, tokenizer, peft_config=lora)
-    try:
-        _train_and_report(trainer, config, tokenizer, run, output_dir, resume_from, args, algo, model_name)
-    finally:
-        trainer.close_generation()  # a vLLM engine and its temporary weights go now, on errors too
-    return 0
-
-
-def _train_and_report(
-    trainer: Any,
-    config: Any,
-    tokenizer: Any,
-    run: dict[str, Any],
-    output_dir: Path,
-    resume_from: str | None,
-    args: argparse.Namespace,
-    algo: str,
-    model_name: str,
-) -> None:
-    """Evaluate before RL (once per run), train, evaluate after, and write the adapter, metrics and curve."""
-    engine = trainer.describe_generation()
-    print(f"rollouts and evaluations generate with {engine}", flush=True)
-    run["engine"] = engine
-    write_run_file(output_dir / RUN_FILE, run)
-    before_file = output_dir / "eval_before_rl.json"
-    if resume_from and before_file.is_file():
-        before = json.loads(before_file.read_text(encoding="utf-8"))
-    else:
-        before = held_out_eval(
-            config,
-            trainer.model,
-            tokenizer,
-            args.eval_episodes,
-            "before RL",
-            trainer.rollout_generator(),
-            getattr(args, "eval_env_kwargs", None),
-            save_episodes=str(output_dir / EPISODES_FILE),
-            step=0,
-        )
-        if before is not None:
-            before_file.write_text(json.dumps(before, indent=1), encoding="utf-8")
-    trainer.train(resume_from_checkpoint=resume_from)
-    after = held_out_eval(
-        config,
-        trainer.model,
-        tokenizer,
-        args.eval_episodes,
-        "after RL",
-        trainer.rollout_generator(),
-        getattr(args, "eval_env_kwargs", None),
-        save_episodes=str(output_dir / EPISODES_FILE),
-        step=trainer.state.global_step,
+    p.add_argument(
+        "--vllm-server",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="generate on these vllm serve servers instead of in this process (repeatable; implies --backend "
+        "vllm" + (", vllm_mode=server)" if training else ")"),
     )
-    if after is not None:
-        (output_dir / "eval_after_rl.json").write_text(json.dumps(after, indent=1), encoding="utf-8")
-        if before is not None:
-            if before["success"] > 0:
-                change = f"{after['success'] / before['success']:.2f}x the RL start"
-            else:
-                change = "the RL start had none" if after["success"] == 0 else "up from none at the RL start"
-            print(f"held-out success {before['success']:.3f} -> {after['success']:.3f} ({change})")
-    adapter = output_dir / "adapter"
-    trainer.save_model(str(adapter))
-    tokenizer.save_pretrained(str(adapter))
-    with (output_dir / "metrics.jsonl").open("w", encoding="utf-8") as f:
-        for row in trainer.state.log_history:
-            f.write(json.dumps(row) + "\n")
-    plot_reward_curve(
-        trainer.state.log_history,
-        output_dir / "reward_curve.png",
-        f"{algo.upper()} on {config.env_id} ({model_name})",
-        held_out={"before": (0, before), "after": (trainer.state.global_step, after)},
+    p.add_argument(
+        "--vllm-timeout",
+        type=positive_seconds,
+        default=None if training else 600.0,
+        metavar="S",
+        help="with --vllm-server: the total deadline of one call to a server, retries included (default 600"
+        + ("; config field vllm_timeout_s)" if training else ")"),
     )
-    print(f"wrote {adapter}, {output_dir / 'metrics.jsonl'} and {output_dir / 'reward_curve.png'}")
+
+
+def add_eval_flags(group: Any) -> None:
+    """``agentr1 eval --model``'s flags (the ``agentr1.eval_options`` entry point: the core CLI adds them)."""
+    group.add_argument(
+        "--adapter", default=None, help="LoRA adapter directory for --model (from agentr1 train)"
+    )
+    group.add_argument(
+        "--baseline",
+        default="tool",
+        choices=["tool", "naive-rag"],
+        help="'tool' (Base Tool Call, default) or 'naive-rag' (one search with the question, then an answer; "
+        "an untagged reply is scored whole)",
+    )
+    group.add_argument(
+        "--value-guided",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with a PPO adapter: sample N candidate turns, keep the highest-value one",
+    )
+    group.add_argument("--max-new-tokens", type=int, default=128, help="tokens per turn (default 128)")
+    group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    add_engine_flags(group, training=False)
 
 
 def register(subparsers: Any) -> None:
@@ -581,6 +288,12 @@ def register(subparsers: Any) -> None:
         help="train a LoRA policy with GRPO or PPO on an AgentR1 env (default: SmolLM2-135M-Instruct "
         "on AgentR1/SyntheticMultihop-v0, a few minutes on a CPU)",
     )
+    _env_flags(p)
+    _run_flags(p)
+    p.set_defaults(func=cmd_train)
+
+
+def _env_flags(p: Any) -> None:
     p.add_argument(
         "--env",
         default=None,
@@ -609,33 +322,16 @@ def register(subparsers: Any) -> None:
         "PPO) or 'step' (each turn its own advantage: GRPO advantage_estimator=gigpo, PPO gae_level=step; "
         "--set advantage_estimator=turn_rloo for the per-turn leave-one-out baseline)",
     )
-    p.add_argument(
-        "--backend",
-        default=None,
-        choices=["auto", "hf", "vllm"],
-        help="rollout engine (default auto: vLLM in this process when installed, else Hugging Face generate)",
-    )
-    p.add_argument(
-        "--vllm-server",
-        action="append",
-        default=[],
-        metavar="URL",
-        help="generate on these vllm serve servers (repeatable; implies --backend vllm, vllm_mode=server)",
-    )
-    p.add_argument(
-        "--vllm-timeout",
-        type=positive_seconds,
-        default=None,
-        metavar="S",
-        help="with --vllm-server: the total deadline of one call to a server, retries included (default 600; "
-        "config field vllm_timeout_s)",
-    )
+    add_engine_flags(p, training=True)
     p.add_argument(
         "--vllm-sync",
         default=None,
         choices=["auto", "merged", "lora"],
         help="vLLM weight sync (default auto: merged on CPUs, lora on GPUs)",
     )
+
+
+def _run_flags(p: Any) -> None:
     p.add_argument(
         "--model",
         default=None,
@@ -684,4 +380,3 @@ def register(subparsers: Any) -> None:
         "--vllm-server URL; each change is printed) and are refused, before anything is written, where they "
         "would change what the run is (--algo, --model, --lora-r, --warm-start, --env, --env-kwargs)",
     )
-    p.set_defaults(func=cmd_train)

@@ -189,12 +189,11 @@ def policy_generator(
     return make_generator(model, tokenizer, settings, sync=hasattr(model, "peft_config"))
 
 
-def run_eval(args: argparse.Namespace) -> int:
-    """Entry point used by ``agentr1 eval --model ...`` (registered as an ``agentr1.policies`` entry point)."""
+def run_eval(args: argparse.Namespace, env_kwargs: dict[str, Any] | None = None) -> int:
+    """``agentr1 eval --model ...`` (the ``agentr1.policies`` entry point): ``args`` holds the core's eval flags
+    and this adapter's (:func:`~agentr1_trl.cli.add_eval_flags`), ``env_kwargs`` the parsed ``--env-arg``s."""
     model, tokenizer, value_head = load_policy(args.model, args.adapter)
-    generator = policy_generator(
-        model, tokenizer, args.backend, args.vllm_server, getattr(args, "vllm_timeout", None) or 600.0
-    )
+    generator = policy_generator(model, tokenizer, args.backend, args.vllm_server, args.vllm_timeout)
     try:
         summary = evaluate_model(
             args.env_id,
@@ -203,14 +202,14 @@ def run_eval(args: argparse.Namespace) -> int:
             episodes=args.episodes,
             seed=args.seed,
             baseline=args.baseline,
-            env_kwargs=args.env_kwargs_parsed,
+            env_kwargs=env_kwargs or {},
             max_new_tokens=args.max_new_tokens,
             temperature=args.temperature,
             value_guided=args.value_guided,
             value_head=value_head,
             progress=not args.no_progress,
             generator=generator,
-            save_episodes=getattr(args, "save_episodes", None),
+            save_episodes=args.save_episodes,
         )
         engine = generator.describe()
     finally:

@@ -17,6 +17,7 @@ __all__ = [
     "record_rollouts",
     "tiny_model",
     "tiny_tokenizer",
+    "trainer_settings",
 ]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -148,3 +149,26 @@ THINK_DROPPING_TEMPLATE = (
     "{%- else %}{{ m.content }}{%- endif %}<|im_end|>\n{%- endfor %}"
     "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
 )
+
+
+def trainer_settings(output_dir: Any = None, **overrides: Any) -> dict[str, Any]:
+    """The trainer config the tests share: one or two steps of 4-episode groups on a CPU, a high learning rate
+    (so that a step visibly changes a tiny model), no saving, 3-turn episodes; ``overrides`` win."""
+    settings: dict[str, Any] = dict(
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_steps=2,
+        learning_rate=5e-2,
+        logging_steps=1,
+        report_to="none",
+        max_new_tokens_per_turn=16,
+        max_episode_tokens=1536,
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        env_kwargs={"max_turns": 3},
+    )
+    if output_dir is not None:
+        settings["output_dir"] = str(output_dir)
+    return {**settings, **overrides}

@@ -1,0 +1,455 @@
+"""One training pipeline: settings -> trainer (the warm start included) -> held-out evaluations -> outputs.
+
+``agentr1 train`` (:mod:`agentr1_trl.cli`) turns flags, a YAML config and ``--set`` into a :class:`RunPlan`
+and calls :func:`run_training`; ``benchmarks/learning.py`` (and ``benchmarks/table3.py`` through it) build their
+adapters with the same pieces: :func:`lora_config`, :func:`oracle_warm_start` and :func:`held_out_eval`.
+Writes ``OUTPUT_DIR/adapter`` (the LoRA adapter, the tokenizer and, for PPO, the value head), ``metrics.jsonl``
+(the trainer's log history), ``reward_curve.png``, ``eval_before_rl.json``/``eval_after_rl.json`` and the run
+record ``--resume`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentr1_gym.episodes import EPISODES_FILE
+from agentr1_gym.errors import ConfigError, NoOracleError
+from agentr1_trl.runs import RUN_FILE, check_checkpoint_matches, write_run_file
+
+__all__ = [
+    "EVAL_EPISODES",
+    "EVAL_SEED",
+    "LORA_TARGETS",
+    "WARM_START_EPOCHS",
+    "WARM_START_LR",
+    "WARM_START_SEED",
+    "RunPlan",
+    "build_config",
+    "check_field_types",
+    "held_out_eval",
+    "lora_config",
+    "oracle_warm_start",
+    "plot_reward_curve",
+    "run_training",
+    "split_env_kwargs",
+]
+
+WARM_START_EPOCHS = 3
+#: the warm start's learning rate (fixed: a stronger fit leaves RL nothing to learn on the 1-hop task, a weaker
+#: one leaves the format broken)
+WARM_START_LR = 2e-4
+#: held-out evaluation seeds (training uses seed_offset + [0, num_tasks), the warm start 200000+)
+EVAL_SEED = 100_000
+EVAL_EPISODES = 100
+WARM_START_SEED = 200_000
+#: the modules the LoRA adapter trains
+LORA_TARGETS = ("q_proj", "v_proj")
+
+
+def lora_config(r: int) -> Any:
+    """The adapter every run trains: rank ``r`` (alpha ``2r``) on :data:`LORA_TARGETS`."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=r, lora_alpha=2 * r, target_modules=list(LORA_TARGETS), task_type="CAUSAL_LM")
+
+
+def oracle_warm_start(
+    model: Any,
+    tokenizer: Any,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    episodes: int,
+    *,
+    epochs: int = WARM_START_EPOCHS,
+    lr: float = WARM_START_LR,
+    seed: int = WARM_START_SEED,
+    progress: bool = True,
+) -> list[float]:
+    """Fit ``model`` (a peft model: its adapter trains) to ``episodes`` oracle transcripts of the env (seeds
+    ``seed``+, masked NLL, :mod:`agentr1_trl.sft`); the loss per epoch. A ConfigError for an env without an
+    oracle."""
+    from agentr1_trl.sft import oracle_samples, warm_start
+
+    try:
+        samples = oracle_samples(env_id, range(seed, seed + episodes), tokenizer, env_kwargs=env_kwargs)
+    except (AttributeError, NoOracleError) as exc:
+        raise ConfigError(
+            f"a warm start needs an env with oracle_action() ({exc}); use --warm-start 0"
+        ) from None
+    return warm_start(
+        model,
+        tokenizer,
+        samples,
+        epochs=epochs,
+        lr=lr,
+        micro_batch_size=1,  # bounded memory on long transcripts (same step as the full batch)
+        progress=progress,
+    )
+
+
+def split_env_kwargs(env: Any, env_kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The env kwargs to train with and to evaluate with: an env with a fixed task list trains on its training
+    part and is evaluated on its held-out part (``ToolEnv.kwargs_for_split``); a split the user gave is kept for
+    training. Procedural envs train and evaluate on the same kwargs (held-out seeds are held-out tasks)."""
+    train = env.kwargs_for_split(env_kwargs, "train")
+    held = env.kwargs_for_split(env_kwargs, "test")
+    if held != train and "envs" not in env_kwargs:
+        own = env.split_kwargs("test")
+        print(
+            f"training on the env's training tasks, evaluating on its held-out tasks "
+            f"({', '.join(f'{k}={v}' for k, v in own.items())})",
+            flush=True,
+        )
+    return train, held
+
+
+def held_out_eval(
+    config: Any,
+    model: Any,
+    tokenizer: Any,
+    episodes: int,
+    label: str,
+    generator: Any = None,
+    env_kwargs: dict[str, Any] | None = None,
+    save_episodes: str | None = None,
+    step: int | None = None,
+) -> dict[str, Any] | None:
+    """Greedy evaluation of the policy on the held-out seeds (None when ``episodes`` is 0), with ``env_kwargs``
+    (default: the training env's), which for envs with a fixed task list select its held-out part."""
+    if episodes <= 0:
+        return None
+    from agentr1_trl.model_eval import evaluate_model
+
+    kwargs = config.env_kwargs if env_kwargs is None else env_kwargs
+    runs = [("", config.env_id, kwargs)]
+    if "envs" in kwargs:  # a mixture: each env on its own held-out seeds, reported apart
+        from agentr1_gym.mixture import _short
+
+        shared = {k: v for k, v in kwargs.items() if k != "envs"}
+        runs = [
+            (e.get("name") or _short(e["id"]), e["id"], {**shared, **(e.get("kwargs") or {})})
+            for e in (x if isinstance(x, dict) else {"id": x} for x in kwargs["envs"])
+        ]
+    was_training = model.training
+    model.eval()
+    results = {}
+    for name, env_id, env_kw in runs:
+        result = evaluate_model(
+            env_id,
+            model,
+            tokenizer,
+            episodes=episodes,
+            seed=EVAL_SEED,
+            env_kwargs=env_kw,
+            max_new_tokens=config.max_new_tokens_per_turn,
+            generator=generator,
+            max_episode_tokens=config.max_episode_tokens,
+            save_episodes=save_episodes,
+            save_source=f"held-out {label}{' on ' + name if name else ''}",
+            save_step=step,
+        )
+        results[name] = result
+        print(
+            f"held-out {label}{' on ' + name if name else ''} ({episodes} episodes, seeds {EVAL_SEED}+, greedy): "
+            f"success {result['success']:.3f}, format-valid {result.get('format_ok', 0.0):.3f}, mean return "
+            f"{result['return']:.3f}",
+            flush=True,
+        )
+    if was_training:
+        model.train()
+    if len(runs) == 1:
+        return results[""]
+    keys = ("success", "score", "format_ok", "return", "turns")
+    mean = {k: float(sum(r.get(k, 0.0) for r in results.values()) / len(results)) for k in keys}
+    return {**mean, "episodes": episodes * len(results), "per_env": results}
+
+
+def check_field_types(config_cls: Any, settings: dict[str, Any]) -> None:
+    """Refuse unknown fields (with a hint) and values of the wrong type before any model is loaded: a dataclass
+    config would take ``learning_rate="abc"`` and fail deep inside the optimizer."""
+    import dataclasses
+    import difflib
+    import types
+    import typing
+
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    hints = typing.get_type_hints(config_cls)
+    for key, value in settings.items():
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown config field {key!r}{hint}")
+        hint_type = hints.get(key)
+        args = typing.get_args(hint_type)
+        allowed = (
+            set(args) if typing.get_origin(hint_type) in (typing.Union, types.UnionType) else {hint_type}
+        )
+        if value is None and type(None) in allowed:
+            continue
+        scalar = {t for t in allowed if t in (int, float, bool, str)}
+        if not scalar or len(scalar) < len(allowed - {type(None)}):
+            continue  # lists, dicts, enums, literals: left to the config's own checks
+        ok = (
+            (bool in scalar and isinstance(value, bool))
+            or (int in scalar and isinstance(value, int) and not isinstance(value, bool))
+            or (float in scalar and isinstance(value, (int, float)) and not isinstance(value, bool))
+            or (str in scalar and isinstance(value, str))
+        )
+        if not ok:
+            names = " or ".join(sorted(t.__name__ for t in scalar))
+            raise ConfigError(f"config field {key}={value!r}: expected {names}")
+
+
+def build_config(config_cls: Any, settings: dict[str, Any]) -> Any:
+    """The trainer config from CLI/YAML settings, with every problem as one ConfigError."""
+    check_field_types(config_cls, settings)
+    max_steps = settings.get("max_steps")
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise ConfigError(
+            f"max_steps must be a whole number >= 1 (got {max_steps!r}); the env stream is endless"
+        )
+    try:
+        return config_cls(**settings)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"bad config: {str(exc).strip().splitlines()[0]}") from None
+
+
+def plot_reward_curve(
+    log_history: list[dict[str, Any]],
+    path: str | Path,
+    title: str = "",
+    held_out: dict[str, tuple[int, dict[str, Any] | None]] | None = None,
+) -> None:
+    """Reward (and env success / format rates where logged) per logged step, as a PNG; ``held_out`` adds the
+    held-out success before and after RL as ``{"before": (step, result), "after": (step, result)}``."""
+    held_out = held_out or {}
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    logs = [h for h in log_history if "reward" in h]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = [h["step"] for h in logs]
+    for key, label in (
+        ("reward", "mean episode return"),
+        ("env/success", "success rate"),
+        ("env/format_ok", "format-valid rate"),
+    ):
+        if any(key in h for h in logs):
+            ax.plot(steps, [h.get(key, float("nan")) for h in logs], marker="o", label=label)
+    for label, marker, (step, result) in (
+        ("held-out success before RL", "s", held_out.get("before", (None, None))),
+        ("held-out success after RL", "D", held_out.get("after", (None, None))),
+    ):
+        if result is not None:
+            ax.plot([step], [result["success"]], marker=marker, markersize=9, linestyle="none", label=label)
+    ax.set_xlabel("optimizer step")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@dataclass
+class RunPlan:
+    """What one ``agentr1 train`` run does: the algorithm, the policy, the adapter's rank, the warm start, the
+    trainer config's fields (``settings``), what it resumes (None: a new run; True: the newest complete
+    checkpoint of ``output_dir``; or a checkpoint path), the record a resumed run continues (``run_file``), the
+    changes a resume applies (printed), and the held-out episodes evaluated before and after RL."""
+
+    algo: str
+    model: str
+    lora_r: int
+    warm_start: int
+    settings: dict[str, Any]
+    resume: Any = None
+    run_file: Path | None = None
+    changes: list[str] = field(default_factory=list)
+    eval_episodes: int = EVAL_EPISODES
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.settings["output_dir"])
+
+    def trainer_classes(self) -> tuple[Any, Any]:
+        """The config and trainer classes of ``algo``, after checking the plan's own fields."""
+        where = f"{self.run_file}: " if self.run_file is not None else ""
+        if self.algo not in ("grpo", "ppo"):
+            raise ConfigError(f"{where}algo must be grpo or ppo, got {self.algo!r}")
+        for key, value in (("lora_r", self.lora_r), ("warm_start", self.warm_start)):
+            low = 1 if key == "lora_r" else 0
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ConfigError(f"{where}{key} must be a whole number >= {low}, got {value!r}")
+        if not isinstance(self.model, str) or not self.model:
+            raise ConfigError(f"{where}model must be 'smollm2' or a model directory, got {self.model!r}")
+        if self.algo == "ppo":
+            from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
+
+            classes: tuple[Any, Any] = (AgentPPOConfig, AgentPPOTrainer)
+        else:
+            from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
+
+            classes = (AgentGRPOConfig, AgentGRPOTrainer)
+        try:
+            check_field_types(classes[0], self.settings)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}{exc}") from None
+        return classes
+
+
+def _check_writable(output_dir: Path) -> None:
+    """The output dir exists (made if needed) and takes files: one line if not, before any model loads."""
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / f".agentr1-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"cannot write to the output dir {output_dir}: {exc.strerror or exc}") from None
+
+
+def _resume_point(plan: RunPlan) -> tuple[str | None, bool]:
+    """The checkpoint to resume from (None: from the start) and whether the run already reached max_steps."""
+    from agentr1_trl.checkpoints import resolve_resume
+
+    output_dir = plan.output_dir
+    resume_from = resolve_resume(plan.resume, output_dir)
+    if plan.resume is not None and resume_from is None:
+        print(f"no complete checkpoint in {output_dir} yet: starting from the beginning")
+    if not resume_from:
+        return None, False
+    check_checkpoint_matches(resume_from, plan.algo, plan.lora_r)
+    state = json.loads((Path(resume_from) / "trainer_state.json").read_text(encoding="utf-8"))
+    if state["global_step"] >= int(plan.settings["max_steps"]):
+        # transformers would run one more step past max_steps; the run's outputs stay as they are
+        print(
+            f"{output_dir} already reached max_steps={plan.settings['max_steps']} ({resume_from}); nothing to "
+            "train. Extend it with --set max_steps=N."
+        )
+        return resume_from, True
+    return resume_from, False
+
+
+def _make_trainer(plan: RunPlan, trainer_cls: Any, config: Any, resume_from: str | None) -> Any:
+    """Load the policy, record the run, warm-start a new run's adapter, and build the trainer."""
+    from agentr1_trl.models import load_policy
+
+    model, tokenizer, _ = load_policy(plan.model)  # after every check: a bad flag fails in a second
+    model.train()
+    # written only now that the model loaded: a failed invocation never overwrites an earlier run's config,
+    # which `--resume` reads
+    run = {"algo": plan.algo, "model": plan.model, "lora_r": plan.lora_r, "warm_start": plan.warm_start}
+    run["settings"] = plan.settings
+    if plan.run_file is not None:  # a resumed run keeps what it recorded about itself (its engine, ...)
+        run = {**json.loads(plan.run_file.read_text(encoding="utf-8")), **run}
+    write_run_file(plan.output_dir / RUN_FILE, run)
+    if resume_from:
+        print(f"resuming from {resume_from} (the warm start is in its adapter)")
+    if plan.warm_start == 0 or resume_from:
+        return trainer_cls(model, config, tokenizer, peft_config=lora_config(plan.lora_r)), run
+    from peft import get_peft_model
+
+    model = get_peft_model(model, lora_config(plan.lora_r))
+    losses = oracle_warm_start(model, tokenizer, config.env_id, config.env_kwargs, plan.warm_start)
+    print(
+        f"warm start on {plan.warm_start} oracle transcripts: loss per epoch {[round(x, 3) for x in losses]}"
+    )
+    model.train()
+    return trainer_cls(model, config, tokenizer), run
+
+
+def run_training(plan: RunPlan) -> int:
+    """Run a plan: check it (the env and its kwargs included) before any model loads, then train it with its
+    held-out evaluations and write its outputs. 0 when done (or already done)."""
+    import agentr1_gym
+
+    config_cls, trainer_cls = plan.trainer_classes()
+    # the env id and its kwargs are checked now (UnknownEnvError with the closest ids, BadArgumentError with
+    # the closest keyword), not after the model has loaded
+    probe = agentr1_gym.make(plan.settings["env_id"], **plan.settings["env_kwargs"])
+    train_kwargs, eval_kwargs = split_env_kwargs(probe.unwrapped, plan.settings["env_kwargs"])
+    probe.close()
+    config = build_config(config_cls, plan.settings)
+    config.env_kwargs = train_kwargs  # a fixed task list trains on its training part, evaluates on the rest
+    resume_from, finished = _resume_point(plan)
+    if finished:
+        return 0
+    _check_writable(plan.output_dir)
+    if not resume_from:  # a new run's saved episodes start empty (a resumed run appends to its own)
+        (plan.output_dir / EPISODES_FILE).unlink(missing_ok=True)
+    for change in plan.changes:
+        print(f"resume: {change}", flush=True)
+    trainer, run = _make_trainer(plan, trainer_cls, config, resume_from)
+    try:
+        _train_and_report(trainer, config, run, plan, resume_from, eval_kwargs)
+    finally:
+        trainer.close_generation()  # a vLLM engine and its temporary weights go now, on errors too
+    return 0
+
+
+def _evaluate(trainer: Any, config: Any, plan: RunPlan, label: str, env_kwargs: Any, step: int) -> Any:
+    return held_out_eval(
+        config,
+        trainer.model,
+        trainer.processing_class,
+        plan.eval_episodes,
+        label,
+        trainer.rollout_generator(),
+        env_kwargs,
+        save_episodes=str(plan.output_dir / EPISODES_FILE),
+        step=step,
+    )
+
+
+def _train_and_report(
+    trainer: Any, config: Any, run: dict[str, Any], plan: RunPlan, resume_from: str | None, eval_kwargs: Any
+) -> None:
+    """Evaluate before RL (once per run), train, evaluate after, and write the adapter, metrics and curve."""
+    output_dir = plan.output_dir
+    engine = trainer.describe_generation()
+    print(f"rollouts and evaluations generate with {engine}", flush=True)
+    run["engine"] = engine
+    write_run_file(output_dir / RUN_FILE, run)
+    before_file = output_dir / "eval_before_rl.json"
+    if resume_from and before_file.is_file():
+        before = json.loads(before_file.read_text(encoding="utf-8"))
+    else:
+        before = _evaluate(trainer, config, plan, "before RL", eval_kwargs, 0)
+        if before is not None:
+            before_file.write_text(json.dumps(before, indent=1), encoding="utf-8")
+    trainer.train(resume_from_checkpoint=resume_from)
+    after = _evaluate(trainer, config, plan, "after RL", eval_kwargs, trainer.state.global_step)
+    if after is not None:
+        (output_dir / "eval_after_rl.json").write_text(json.dumps(after, indent=1), encoding="utf-8")
+        if before is not None:
+            if before["success"] > 0:
+                change = f"{after['success'] / before['success']:.2f}x the RL start"
+            else:
+                change = "the RL start had none" if after["success"] == 0 else "up from none at the RL start"
+            print(f"held-out success {before['success']:.3f} -> {after['success']:.3f} ({change})")
+    _write_outputs(trainer, config, plan, (before, after))
+
+
+def _write_outputs(trainer: Any, config: Any, plan: RunPlan, evals: Sequence[Any]) -> None:
+    output_dir, tokenizer = plan.output_dir, trainer.processing_class
+    adapter = output_dir / "adapter"
+    trainer.save_model(str(adapter))
+    tokenizer.save_pretrained(str(adapter))
+    with (output_dir / "metrics.jsonl").open("w", encoding="utf-8") as f:
+        for row in trainer.state.log_history:
+            f.write(json.dumps(row) + "\n")
+    plot_reward_curve(
+        trainer.state.log_history,
+        output_dir / "reward_curve.png",
+        f"{plan.algo.upper()} on {config.env_id} ({plan.model})",
+        held_out={"before": (0, evals[0]), "after": (trainer.state.global_step, evals[1])},
+    )
+    print(f"wrote {adapter}, {output_dir / 'metrics.jsonl'} and {output_dir / 'reward_curve.png'}")
