@@ -66,3 +66,12 @@ def step_timer(times: list[float]):
             times.append(time.perf_counter() - self.t)
 
     return StepTimer()
+
+
+def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a success rate ``p`` over ``n`` episodes."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
-from _common import emit, machine_info
+from _common import emit, machine_info, wilson
 
 from agentr1_gym.generation import BaseGenerator
 
@@ -577,15 +577,6 @@ def mixture_table(result: dict) -> list[str]:
             a0 = a1 = "–"
         lines.append(f"| {env_id} | {a0} | {a1} | {cell(start_m)} | {cell(after_m)} |")
     return [*lines, ""]
-
-
-def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95% Wilson score interval of a success rate ``p`` over ``n`` episodes."""
-    if n <= 0:
-        return float("nan"), float("nan")
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def two_proportion_z(a: dict, b: dict) -> float:

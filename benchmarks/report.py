@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from _common import wilson
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PAGES = ROOT / "docs" / "results"
@@ -88,6 +90,21 @@ def _flatten(value: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, An
 
 
 # ---- per-benchmark highlights -------------------------------------------------------------------------------------
+def _interval(result: dict[str, Any]) -> str:
+    """The 95% Wilson interval of a success rate over its episodes (computed from the two, as
+    ``benchmarks/learning.py`` does: ``_common.wilson``)."""
+    p, n = result.get("success"), result.get("episodes")
+    if not isinstance(p, (int, float)) or not isinstance(n, int) or n <= 0:
+        return ""
+    lo, hi = wilson(float(p), n)
+    return f"{lo:.3f}-{hi:.3f}"
+
+
+def _learning_row(name: str, result: dict[str, Any], steps: Any = "", ratio: str = "") -> list[Any]:
+    return [name, result.get("success"), _interval(result), result.get("format_ok"), result.get("return"),
+            result.get("episodes"), steps, ratio]  # fmt: skip
+
+
 def _learning(data: dict[str, Any]) -> str:
     parts = []
     for task, t in data["tasks"].items():
@@ -95,43 +112,33 @@ def _learning(data: dict[str, Any]) -> str:
         rl_start = (start.get("after_sft") or {}).get("success")
         rows = []
         if start.get("plain"):
-            p = start["plain"]
-            rows.append(
-                [
-                    "base model",
-                    p.get("success"),
-                    p.get("format_ok"),
-                    p.get("return"),
-                    p.get("episodes"),
-                    "",
-                    "",
-                ]
-            )
+            rows.append(_learning_row("base model", start["plain"]))
         if start.get("after_sft"):
-            p = start["after_sft"]
-            rows.append(["after the warm start (RL start)", p.get("success"), p.get("format_ok"), p.get("return"),
-                         p.get("episodes"), "", ""])  # fmt: skip
+            rows.append(_learning_row("after the warm start (RL start)", start["after_sft"]))
         for algo, run in t.get("runs", {}).items():
             after = run.get("after") or {}
             train = run.get("train") or {}
             ratio = (
                 (after.get("success") / rl_start) if rl_start and after.get("success") is not None else None
             )
-            rows.append([f"{algo}", after.get("success"), after.get("format_ok"), after.get("return"),
-                         after.get("episodes"), train.get("steps"),
-                         f"{ratio:.2f}x" if ratio is not None else ""])  # fmt: skip
+            rows.append(
+                _learning_row(algo, after, train.get("steps"), f"{ratio:.2f}x" if ratio is not None else "")
+            )
             for extra in ("sampled", "value_guided"):
                 if isinstance(run.get(extra), dict):
-                    e = run[extra]
-                    rows.append([f"{algo} ({extra.replace('_', '-')})", e.get("success"), e.get("format_ok"),
-                                 e.get("return"), e.get("episodes"), "", ""])  # fmt: skip
+                    rows.append(_learning_row(f"{algo} ({extra.replace('_', '-')})", run[extra]))
         env = start.get("env") or next((r.get("env") for r in t.get("runs", {}).values()), task)
-        parts.append(
-            f"### {task} (`{env}`)\n\nHeld-out evaluation (greedy):\n\n"
-            + _table(
-                ["policy", "success", "format-valid", "return", "episodes", "RL steps", "x RL start"], rows
-            )
-        )
+        header = [
+            "policy",
+            "success",
+            "95% interval",
+            "format-valid",
+            "return",
+            "episodes",
+            "RL steps",
+            "x RL start",
+        ]
+        parts.append(f"### {task} (`{env}`)\n\nHeld-out evaluation (greedy):\n\n" + _table(header, rows))
     return "\n\n".join(parts)
 
 
