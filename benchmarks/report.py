@@ -203,7 +203,12 @@ def page(name: str, data: dict[str, Any]) -> str:
     machine = data.get("machine") or {}
     if machine:
         versions = ", ".join(f"{k} {v}" for k, v in (machine.get("versions") or {}).items() if v)
-        lines += [f"Machine: {machine.get('cpus')} CPUs, Python {machine.get('python')}; {versions}.", ""]
+        cpu = ", ".join(machine.get("cpu_vector") or [])
+        cpu = f" ({machine['cpu_model']}; {cpu or 'no AVX2'})" if machine.get("cpu_model") else ""
+        lines += [
+            f"Machine: {machine.get('cpus')} CPUs{cpu}, Python {machine.get('python')}; {versions}.",
+            "",
+        ]
     if (RESULTS / f"{name}.png").is_file():
         lines += [f"![{title}](data/{name}.png)", ""]
     if name in HIGHLIGHTS:
