@@ -243,28 +243,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     sub = parser.add_subparsers(dest="command", required=True)
+    _env_commands(sub)
+    _eval_command(sub)
+    _view_command(sub)
+    _retrieval_commands(sub)
+    _plugin_commands(sub)
+    return parser
 
+
+#: ``--env-arg``, for every command that makes an env
+ENV_ARG: dict[str, Any] = {
+    "metavar": "KEY=VALUE",
+    "action": "append",
+    "default": [],
+    "help": "env keyword argument (repeatable), e.g. --env-arg max_turns=8 --env-arg tool_format=search_r1",
+}
+
+
+def _env_commands(sub: Any) -> None:
     p = sub.add_parser("list", help="list the registered AgentR1 envs (and the tasks your modules register)")
     p.add_argument(
         "modules", nargs="*", help="modules to import first, e.g. your module calling register_task"
     )
     p.set_defaults(func=cmd_list)
 
-    env_arg = {
-        "metavar": "KEY=VALUE",
-        "action": "append",
-        "default": [],
-        "help": "env keyword argument (repeatable), e.g. --env-arg max_turns=8 --env-arg tool_format=search_r1",
-    }
-
     p = sub.add_parser(
         "play", help="play an env in the terminal: type assistant turns, see observations and rewards"
     )
     p.add_argument("env_id", help="e.g. AgentR1/HotpotQA-v0, or your_module:Namespace/Name-v0")
     p.add_argument("--seed", type=int, default=0, help="reset seed (default 0)")
-    p.add_argument("--env-arg", **env_arg)
+    p.add_argument("--env-arg", **ENV_ARG)
     p.set_defaults(func=cmd_play)
 
+
+def _eval_command(sub: Any) -> None:
     p = sub.add_parser("eval", help="evaluate a policy: success, EM/F1, format validity, mean reward")
     p.add_argument("env_id", help="e.g. AgentR1/HotpotQA-v0, or your_module:Namespace/Name-v0")
     p.add_argument(
@@ -275,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--episodes", type=int, default=100, help="number of episodes (default 100)")
     p.add_argument("--seed", type=int, default=0, help="episode i is reset with seed SEED+i (default 0)")
-    p.add_argument("--env-arg", **env_arg)
+    p.add_argument("--env-arg", **ENV_ARG)
     p.add_argument("--returns", action="store_true", help="also print every episode's return")
     p.add_argument(
         "--model",
@@ -294,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     _model_eval_flags(p)
     p.set_defaults(func=cmd_eval)
 
+
+def _view_command(sub: Any) -> None:
     p = sub.add_parser(
         "view",
         help="write a run's viewer: one self-contained HTML page with its metric curves, held-out evaluations "
@@ -311,6 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_view)
 
+
+def _retrieval_commands(sub: Any) -> None:
     p = sub.add_parser(
         "serve-retriever",
         help="serve a retriever over HTTP (our API, Search-R1's /retrieve, Agent-R1's /search)",
@@ -361,8 +377,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", required=True, help="corpus JSONL to write ({id, contents, title, text} per line)"
     )
     c.set_defaults(func=cmd_corpus_build)
-    _plugin_commands(sub)
-    return parser
 
 
 def _corpus_flags(p: argparse.ArgumentParser) -> None:
