@@ -20,7 +20,7 @@ from _standin_vllm import StandinVLLM
 from agentr1_trl.generation.vllm import VLLMGenerator, sweep_sync_dirs, sync_root
 from agentr1_trl.testing import tiny_tokenizer
 
-from agentr1_gym.errors import InferenceServerError
+from agentr1_gym.errors import ConfigError, InferenceServerError
 from agentr1_gym.generation import BaseGenerator, Generation, GenerationError, SamplingConfig
 
 SAMPLING = SamplingConfig(max_new_tokens=4, temperature=1.0)
@@ -308,3 +308,15 @@ def test_the_next_engine_to_start_removes_a_killed_runs_weights(standin, tok, tm
     (left / "model.safetensors").write_bytes(b"x" * 1000)
     _client(standin, tok, sync_dir=str(tmp_path))  # starting is enough
     assert not left.exists()
+
+
+@pytest.mark.parametrize("backend", ["auto", "vllm"])
+def test_server_mode_without_urls_is_refused_before_anything_starts(tmp_path, backend):
+    """Server mode with no server to call is a ConfigError, whether vLLM was asked for or picked by auto (it
+    would otherwise start an engine in this process instead)."""
+    from agentr1_trl.grpo import AgentGRPOConfig
+    from agentr1_trl.testing import trainer_settings
+
+    with pytest.raises(ConfigError, match="vllm_mode='server' needs vllm_server_urls"):
+        AgentGRPOConfig(**trainer_settings(tmp_path, vllm_mode="server", generation_backend=backend))
+    AgentGRPOConfig(**trainer_settings(tmp_path, vllm_mode="server", generation_backend="hf"))

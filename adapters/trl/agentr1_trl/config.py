@@ -226,7 +226,7 @@ class AgentTrainerConfig(GRPOConfig):
             )
         if self.vllm_mode not in {"colocate", "server"}:
             raise ConfigError(f"vllm_mode must be 'colocate' or 'server', got {self.vllm_mode!r}")
-        if self.vllm_mode == "server" and self.generation_backend == "vllm" and not self.vllm_server_urls:
+        if self.vllm_mode == "server" and self.generation_backend != "hf" and not self.vllm_server_urls:
             raise ConfigError("vllm_mode='server' needs vllm_server_urls (or TRL's vllm_server_base_url)")
         if self.vllm_sync not in {"auto", "merged", "lora"}:
             raise ConfigError(f"vllm_sync must be 'auto', 'merged' or 'lora', got {self.vllm_sync!r}")
