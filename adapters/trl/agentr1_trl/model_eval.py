@@ -25,7 +25,7 @@ import agentr1_gym
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.rollout import collect_rollouts, render_chat
 from agentr1_trl.generation import HFGenerator, SamplingConfig
-from agentr1_trl.generation.factory import GenerationSettings, make_generator
+from agentr1_trl.generation.factory import GenerationSettings, make_generator, policy_vocab_size
 from agentr1_trl.models import load_policy
 
 __all__ = ["NAIVE_RAG_INSTRUCTION", "evaluate_model", "run_eval"]
@@ -108,9 +108,7 @@ def evaluate_model(
                 seeds=seeds,
                 options=options,
                 max_episode_tokens=max_episode_tokens,
-                vocab_size=max(
-                    len(tokenizer), int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
-                ),
+                vocab_size=policy_vocab_size(model, tokenizer),
             )
             for t in trajs:
                 rows.append({**t.metrics, "return": t.episode_return, "turns": float(t.num_turns)})

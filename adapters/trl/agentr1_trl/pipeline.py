@@ -338,7 +338,9 @@ def _resume_point(plan: RunPlan) -> tuple[str | None, bool]:
     return resume_from, False
 
 
-def _make_trainer(plan: RunPlan, trainer_cls: Any, config: Any, resume_from: str | None) -> Any:
+def _make_trainer(
+    plan: RunPlan, trainer_cls: Any, config: Any, resume_from: str | None
+) -> tuple[Any, dict[str, Any]]:
     """Load the policy, record the run, warm-start a new run's adapter, and build the trainer."""
     from agentr1_trl.models import load_policy
 

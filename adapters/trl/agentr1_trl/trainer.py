@@ -33,7 +33,7 @@ from agentr1_gym.rollout import Trajectory, collect_rollouts
 from agentr1_trl.config import AgentTrainerConfig
 from agentr1_trl.episodes import advantage_rows, token_stats, trajectory_records
 from agentr1_trl.generation import GenerationBackend, SamplingConfig
-from agentr1_trl.generation.factory import GenerationSettings, make_generator
+from agentr1_trl.generation.factory import GenerationSettings, make_generator, policy_vocab_size
 from agentr1_trl.losses import LossTerms, policy_loss, truncated_is_weights
 from agentr1_trl.signals import answer_reward, group_signal_metrics, signal_return
 from agentr1_trl.trl_trainer import TRLAgentTrainer
@@ -147,10 +147,7 @@ class AgentTrainer(TRLAgentTrainer):
         return max(int(size), int(getattr(args, "num_generations", 1) or 1))
 
     def _vocab_size(self) -> int:
-        """The ids the update's embedding accepts: the tokenizer's and the model's vocabulary, whichever is
-        larger (some models pad their embedding)."""
-        config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
-        return max(len(self.processing_class), int(getattr(config, "vocab_size", 0) or 0))
+        return policy_vocab_size(self.accelerator.unwrap_model(self.model), self.processing_class)
 
     def close_generation(self) -> None:
         """Stop the vLLM engine this trainer started (if any) and remove its temporary weights."""

@@ -15,7 +15,14 @@ from agentr1_gym.errors import ConfigError
 from agentr1_gym.generation import GenerationBackend
 from agentr1_trl.generation.hf import HFGenerator
 
-__all__ = ["BACKENDS", "GenerationSettings", "make_generator", "model_directory", "resolve_backend"]
+__all__ = [
+    "BACKENDS",
+    "GenerationSettings",
+    "make_generator",
+    "model_directory",
+    "policy_vocab_size",
+    "resolve_backend",
+]
 
 BACKENDS = ("auto", "hf", "vllm")
 
@@ -54,6 +61,13 @@ def model_directory(model: Any) -> str | None:
     return path if path and (Path(path) / "config.json").is_file() else None
 
 
+def policy_vocab_size(model: Any, tokenizer: Any) -> int:
+    """The ids the policy's embedding accepts: the tokenizer's and the model's vocabulary, whichever is larger
+    (some models pad their embedding); a backend's token ids must lie below it."""
+    config = getattr(model, "config", None)
+    return max(len(tokenizer), int(getattr(config, "vocab_size", 0) or 0))
+
+
 def resolve_backend(backend: str, model: Any = None, server_urls: Sequence[str] = ()) -> str:
     """``"hf"`` or ``"vllm"``: ``backend`` itself, or what ``"auto"`` picks for ``model``."""
     if backend != "auto":
@@ -83,7 +97,6 @@ def make_generator(
             "the vLLM backend (colocate) needs a policy loaded from a model directory vLLM can load "
             "(model.config._name_or_path): save the model first, give vLLM server URLs, or use the hf backend"
         )
-    config = getattr(model, "config", None)
     engine = VLLMGenerator(
         model_dir or "",
         tokenizer,
@@ -99,8 +112,7 @@ def make_generator(
         timeout_s=settings.timeout_s,
         retries=settings.retries,
         sync_dir=settings.sync_dir,
-        # the ids the policy's embedding accepts: some models pad their vocabulary past the tokenizer's
-        vocab_size=max(len(tokenizer), int(getattr(config, "vocab_size", 0) or 0)),
+        vocab_size=policy_vocab_size(model, tokenizer),
     )
     if sync:
         try:

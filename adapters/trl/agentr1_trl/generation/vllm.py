@@ -260,12 +260,12 @@ class VLLMGenerator(BaseGenerator):
         self.kv_cache_bytes: int | None = None  # colocate on CPUs: what the engine reserved
         if mode == "colocate":
             self._gpu_memory_utilization = gpu_memory_utilization
-            if _on_gpu():
-                pass  # gpu_memory_utilization sizes the engine's share
-            elif kv_cache_gb is None:
-                self.kv_cache_bytes = kv_cache_bytes(model, self.dtype, max_model_len, sequences)
-            else:
-                self.kv_cache_bytes = int(kv_cache_gb * (1 << 30))
+            if not _on_gpu():  # on GPUs gpu_memory_utilization sizes the engine's share
+                self.kv_cache_bytes = (
+                    kv_cache_bytes(model, self.dtype, max_model_len, sequences)
+                    if kv_cache_gb is None
+                    else int(kv_cache_gb * (1 << 30))
+                )
             self._start_colocated(self.dtype, max_model_len, max_lora_rank, enforce_eager, seed)
         else:
             self.served_model = self._served_model(model)
@@ -517,12 +517,6 @@ class VLLMGenerator(BaseGenerator):
         self.llm = None
         if self._finalizer is not None:
             self._finalizer()
-
-    def __enter__(self) -> VLLMGenerator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _save_checkpoint(weights: list[tuple[str, Any]], target: Path, base_dir: str) -> None:
