@@ -75,3 +75,11 @@ def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def two_proportion_z(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """The two-proportion z statistic of success ``a`` against ``b`` (pooled variance)."""
+    na, nb = a["episodes"], b["episodes"]
+    pool = (a["success"] * na + b["success"] * nb) / (na + nb)
+    se = (pool * (1 - pool) * (1 / na + 1 / nb)) ** 0.5
+    return (a["success"] - b["success"]) / se if se > 0 else 0.0

@@ -10,16 +10,18 @@ train split, evaluate on the dev split: disjoint questions). Every run starts fr
 1. ``prepare``: greedy evaluation of the plain instruct model on ``--eval-episodes`` held-out seeds (100000+), a
    short supervised warm start on ``--sft-episodes`` oracle transcripts (seeds 200000+, masked NLL on the
    assistant's tokens), and the same evaluation after it. The warm-started adapter is saved and shared.
-2. ``train ALGO``: ``grpo``, ``ppo``, ``grpo-nomask`` (GRPO with the loss on tool-response tokens too: the
-   paper's action-mask ablation), ``ppo-noadvmask`` (PPO with GAE over every completion token: the paper's
-   advantage-mask ablation), ``grpo-ds`` (GRPO with dynamic sampling on the outcome) or a step-level credit arm
-   (``grpo-gigpo``, ``grpo-turnrloo``, ``ppo-step``: :mod:`agentr1_trl.advantages`) from the warm-started
-   adapter for ``--minutes`` of wall-clock time (training seeds 0+), then the same evaluation; for PPO also
+2. ``train ALGO``: ``grpo``, ``ppo``, ``grpo-nomask`` (GRPO with the loss on tool-response tokens too: the paper's
+   action-mask ablation), ``ppo-noadvmask`` (PPO with GAE over every completion token: the paper's advantage-mask
+   ablation), ``grpo-ds`` (GRPO with dynamic sampling on the outcome) or a step-level credit arm (``grpo-gigpo``,
+   ``grpo-turnrloo``, ``ppo-step``: :mod:`agentr1_trl.advantages`) from the warm-started adapter for
+   ``--minutes`` of wall-clock time (training seeds 0+; ``--seed N`` other than 0 makes the run ``ALGO-seedN``,
+   beside the seed-0 one), then the same evaluation; for PPO also
    value-guided decoding (``--vg-n`` candidates per turn) against plain sampling on the first ``--vg-episodes``
    held-out seeds, same checkpoint. Per-step wall time is split into generation, env, scoring and update (the
    trainer's own ``time/*`` metrics). Rollouts and evaluations run on vLLM (``--backend``), the update without
    gradient checkpointing and with each shared prompt run once (the CLI's settings).
-3. ``report``: merges the JSON files, writes ``--json`` and the reward curves (``--plot``).
+3. ``report``: merges the JSON files, writes ``--json`` (keeping the ``commands`` and ``note`` an earlier file
+   at that path recorded) and the reward curves (``--plot``).
 
 ``--eval-seed 300000`` evaluates on validation seeds instead of the held-out ones: settings are chosen there
 (``benchmarks/results/lr_selection.json``), never on the seeds the reported numbers use.
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
-from _common import emit, machine_info, wilson
+from _common import emit, machine_info, two_proportion_z, wilson
 
 from agentr1_gym.generation import BaseGenerator
 
@@ -340,7 +342,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
             if time.perf_counter() > deadline:
                 control.should_training_stop = True
 
-    out_dir = _dir(args) / algo
+    out_dir = _dir(args) / run_name(algo, args.seed)
     step_rows = args.generations * args.groups
     micro = args.micro_batch or step_rows
     common = dict(
@@ -428,6 +430,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
                     "signal/outcome_share",
                     "signal/step_groups_nontrivial",
                     "signal/step_baseline_explained",
+                    "signal/skipped_rows",
                 )
             }
             for h in trainer.state.log_history
@@ -452,8 +455,14 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
             value_guided=args.vg_n,
             value_head=trainer.value_head,
         )
-    (_dir(args) / f"{algo}.json").write_text(json.dumps(out, indent=2))
+    (_dir(args) / f"{run_name(algo, args.seed)}.json").write_text(json.dumps(out, indent=2))
     return out
+
+
+def run_name(algo: str, seed: int) -> str:
+    """A run's name in the work dir: the algorithm, with ``-seedN`` for a training seed other than 0 (a second
+    seed of the same arm is a run of its own beside the first)."""
+    return algo if seed == 0 else f"{algo}-seed{seed}"
 
 
 def report(args: argparse.Namespace) -> dict[str, Any]:
@@ -469,9 +478,13 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
             continue
         entry = {"start": json.loads((d / "start.json").read_text()), "runs": {}}
         for algo in ALGOS:
-            if (d / f"{algo}.json").exists():
-                entry["runs"][algo] = json.loads((d / f"{algo}.json").read_text())
+            for path in [d / f"{algo}.json", *sorted(d.glob(f"{algo}-seed*.json"))]:
+                if path.exists():
+                    entry["runs"][path.stem] = json.loads(path.read_text())
         result["tasks"][task] = entry
+    if args.json and Path(args.json).exists():  # keep what a person recorded beside the numbers
+        earlier = json.loads(Path(args.json).read_text())
+        result.update({k: earlier[k] for k in ("commands", "note") if k in earlier})
     if args.plot:
         plot(result, args.plot)
     emit(result, args.json)
@@ -577,14 +590,6 @@ def mixture_table(result: dict) -> list[str]:
             a0 = a1 = "–"
         lines.append(f"| {env_id} | {a0} | {a1} | {cell(start_m)} | {cell(after_m)} |")
     return [*lines, ""]
-
-
-def two_proportion_z(a: dict, b: dict) -> float:
-    """The two-proportion z statistic of success ``a`` against ``b`` (pooled variance)."""
-    na, nb = a["episodes"], b["episodes"]
-    pool = (a["success"] * na + b["success"] * nb) / (na + nb)
-    se = (pool * (1 - pool) * (1 / na + 1 / nb)) ** 0.5
-    return (a["success"] - b["success"]) / se if se > 0 else 0.0
 
 
 def plot(result: dict, path: str) -> None:

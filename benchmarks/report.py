@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _common import wilson
+from _common import two_proportion_z, wilson
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -38,7 +38,7 @@ SCRIPTS = {
     "worlds": ("learning.py", "Worlds: a text game and the shop"),
     "reasoning_gym_learning": ("learning.py", "A reasoning-gym task with a calculator"),
     "mixture": ("learning.py", "A mixture of envs against single-env runs"),
-    "step_credit": ("learning.py", "Step-level credit: GiGPO and per-turn RLOO"),
+    "step_credit": ("learning.py", "Step-level credit: GiGPO, per-turn RLOO and step-level PPO"),
     "lr_selection": ("learning.py", "Learning-rate selection on validation seeds"),
     "table3": ("table3.py", "Table 3 of the paper in miniature"),
     "retrieval": ("retrieval.py", "Retrieval backends against rank_bm25 and Pyserini"),
@@ -186,9 +186,71 @@ def _table3(data: dict[str, Any]) -> str:
     return _table(["row", *[f"{d} {m}" for d in datasets for m in ("EM", "F1")]], rows)
 
 
+def _signal(curve: list[dict[str, Any]], key: str, last: int | None = None) -> Any:
+    """The mean of a signal metric over a run's logged steps (the last ``last`` of them), or '' where unlogged."""
+    values = [c[key] for c in curve if isinstance(c.get(key), (int, float))]
+    values = values[-last:] if last else values
+    return f"{sum(values) / len(values):.2f}" if values else ""
+
+
+def _updates(curve: list[dict[str, Any]]) -> str:
+    """The steps that updated the policy and the episodes they learned from: a step whose every episode has zero
+    advantage (``signal/skipped_rows`` 1) skips the update. '' where the run did not log it."""
+    skipped = [
+        c["signal/skipped_rows"] for c in curve if isinstance(c.get("signal/skipped_rows"), (int, float))
+    ]
+    if not skipped or len(skipped) != len(curve):
+        return ""
+    return f"{sum(1 for x in skipped if x < 1)} ({1 - sum(skipped) / len(skipped):.0%})"
+
+
+def _seed_of(run: str) -> str:
+    """A run name's training-seed suffix (``grpo-gigpo-seed1`` -> ``-seed1``; '' for seed 0)."""
+    head, sep, tail = run.rpartition("-seed")
+    return sep + tail if sep and head and tail.isdigit() else ""
+
+
+def _step_credit(data: dict[str, Any]) -> str:
+    """The learning tables, then each arm against trajectory-level GRPO of the same training seed on the same
+    held-out seeds (difference, two-proportion z) with the signal metrics that say whether the step baseline had
+    anything to work with."""
+    parts = [_learning(data)]
+    for task, t in data["tasks"].items():
+        runs = t.get("runs", {})
+        rows = []
+        for name, run in runs.items():
+            grpo = (runs.get("grpo" + _seed_of(name)) or {}).get("after")
+            if not grpo:
+                continue
+            after, train = run.get("after") or {}, run.get("train") or {}
+            curve = train.get("curve") or []
+            own = after is grpo
+            rows.append([
+                name, f"{after.get('success', 0.0):.3f} [{_interval(after).replace('-', ', ')}]",
+                "" if own else f"{after.get('success', 0.0) - grpo['success']:+.3f}",
+                "" if own else f"{two_proportion_z(after, grpo):+.1f}",
+                f"{train.get('wall_s', 0.0) / 60:.0f}", train.get("steps"), _updates(curve),
+                (train.get("per_step_s") or {}).get("total"),
+                _signal(curve, "signal/step_groups_nontrivial"), _signal(curve, "signal/step_groups_nontrivial", 10),
+                _signal(curve, "signal/step_baseline_explained"),
+                _signal(curve, "signal/step_baseline_explained", 10),
+            ])  # fmt: skip
+        if not rows:
+            continue
+        header = ["run", "success [95% CI]", "vs GRPO", "z vs GRPO", "RL minutes", "RL steps",
+                  "updates (episodes with signal)", "s/step", "turns in a step group", "(last 10 steps)",
+                  "variance the step baseline explains", "(last 10 steps)"]  # fmt: skip
+        parts.append(
+            f"#### {task}: each arm against trajectory-level GRPO of its training seed\n\n"
+            + _table(header, rows)
+        )
+    return "\n\n".join(parts)
+
+
 HIGHLIGHTS = {
     "main_job": _main_job,
     "table3": _table3,
+    "step_credit": _step_credit,
 }
 
 
@@ -200,6 +262,10 @@ def page(name: str, data: dict[str, Any]) -> str:
     rerun = data.get("command") if isinstance(data.get("command"), str) and name != "main_job" else None
     lines += [f"Rerun: `python benchmarks/{script}`" + (f" (this file: `{rerun}`)" if rerun else "")
               + f"; the numbers below are read from [`benchmarks/results/{name}.json`](data/{name}.json).", ""]  # fmt: skip
+    if isinstance(data.get("commands"), list) and name in HIGHLIGHTS:
+        lines += ["The commands that made it:", "", "```", *data["commands"], "```", ""]
+    if isinstance(data.get("note"), str) and name in HIGHLIGHTS:
+        lines += [data["note"], ""]
     machine = data.get("machine") or {}
     if machine:
         versions = ", ".join(f"{k} {v}" for k, v in (machine.get("versions") or {}).items() if v)
@@ -237,7 +303,7 @@ def _load(name: str) -> dict[str, Any]:
 
 
 def headline_rows() -> list[list[str]]:
-    """The README's three rows: the main job, a reasoning-gym task, the worlds."""
+    """The README's rows: the main job, a reasoning-gym task, step-level credit on a text game, the shop."""
     rows = []
     main = _load("main_job")
     if "runs" in main:
@@ -260,6 +326,31 @@ def headline_rows() -> list[list[str]]:
                 f"({run['after']['success'] / start:.2f}x, {algo.upper()})",
                 f"{run['train'].get('steps')} steps, {run['train'].get('wall_s', 0) / 60:.0f} min",
             ])  # fmt: skip
+    credit = _load("step_credit")
+    for task, t in credit["tasks"].items():
+        runs = t["runs"]
+        arms = [name for name in runs if name != "grpo" and not _seed_of(name)]
+        if task != "textworld" or "grpo" not in runs or not arms:
+            continue
+        best = max(arms, key=lambda name: runs[name]["after"]["success"])  # on training seed 0
+        seeds = [s for s in sorted({_seed_of(n) for n in runs}) if "grpo" + s in runs and best + s in runs]
+        grpo = [runs["grpo" + s]["after"] for s in seeds]
+        arm = [runs[best + s]["after"] for s in seeds]
+        minutes = max(r["train"].get("wall_s", 0) for r in runs.values()) / 60
+        grpo_s = ", ".join(f"{g['success']:.3f}" for g in grpo)
+        arm_s = ", ".join(f"{a['success']:.3f}" for a in arm)
+        z_s = ", ".join(f"{two_proportion_z(a, g):+.1f}" for a, g in zip(arm, grpo))
+        seeds_s = (
+            f"; training seeds {', '.join(s.replace('-seed', '') or '0' for s in seeds)}"
+            if len(seeds) > 1
+            else ""
+        )
+        rows.append([
+            "[step-level credit on a text game](docs/results/step_credit.md)",
+            f"`{t['start']['env']}` held-out success {t['start']['after_sft']['success']:.3f} after the warm start; "
+            f"trajectory-level GRPO {grpo_s}, {best} {arm_s} (z {z_s}{seeds_s})",
+            f"{len(runs)} runs of {minutes:.0f} min",
+        ])  # fmt: skip
     worlds = _load("worlds")
     for task, t in worlds["tasks"].items():
         if task != "webshop":

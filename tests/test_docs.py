@@ -60,3 +60,41 @@ def test_relative_links_resolve():
             if not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def test_step_credit_arms_are_compared_with_grpo_of_their_own_training_seed(monkeypatch):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import report
+    finally:
+        sys.path.pop(0)
+
+    def run(success: float, skipped: list[float]) -> dict:
+        curve = [{"step": i + 1, "reward": 0.0, "signal/skipped_rows": s} for i, s in enumerate(skipped)]
+        return {
+            "after": {"success": success, "episodes": 200},
+            "train": {"steps": len(skipped), "curve": curve},
+        }
+
+    data = {"tasks": {"textworld": {
+        "start": {"env": "AgentR1/TextWorld-CoinCollector-v0", "after_sft": {"success": 0.1, "episodes": 200}},
+        "runs": {"grpo": run(0.2, [0.0, 1.0]), "grpo-gigpo": run(0.4, [0.5, 0.5]),
+                 "grpo-seed1": run(0.3, [0.0]), "grpo-gigpo-seed1": run(0.3, [1.0])},
+    }}}  # fmt: skip
+    table = report._step_credit(data).split("#### textworld")[1]
+    rows = {
+        line.split(" | ")[0].strip("| "): line.split(" | ")
+        for line in table.splitlines()
+        if line.startswith("| grpo")
+    }
+    assert (
+        rows["grpo-gigpo"][2] == "+0.200" and rows["grpo-gigpo-seed1"][2] == "+0.000"
+    )  # each against its own seed's GRPO
+    assert (
+        rows["grpo"][6] == "1 (50%)" and rows["grpo-gigpo"][6] == "2 (50%)"
+    )  # updates: steps not wholly skipped
+    assert report._seed_of("grpo-gigpo-seed12") == "-seed12" and report._seed_of("grpo-gigpo") == ""
+    monkeypatch.setattr(report, "_load", lambda name: data if name == "step_credit" else report.json.loads(
+        (report.RESULTS / f"{name}.json").read_text()))  # fmt: skip
+    row = next(r for r in report.headline_rows() if "step-level credit" in r[0])
+    assert "GRPO 0.200, 0.300, grpo-gigpo 0.400, 0.300" in row[1] and "training seeds 0, 1" in row[1]
