@@ -342,7 +342,8 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
             if time.perf_counter() > deadline:
                 control.should_training_stop = True
 
-    out_dir = _dir(args) / run_name(algo, args.seed)
+    name = run_name(algo, args.seed)
+    out_dir = _dir(args) / name
     step_rows = args.generations * args.groups
     micro = args.micro_batch or step_rows
     common = dict(
@@ -455,7 +456,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
             value_guided=args.vg_n,
             value_head=trainer.value_head,
         )
-    (_dir(args) / f"{run_name(algo, args.seed)}.json").write_text(json.dumps(out, indent=2))
+    (_dir(args) / f"{name}.json").write_text(json.dumps(out, indent=2))
     return out
 
 
