@@ -204,6 +204,11 @@ def _updates(curve: list[dict[str, Any]]) -> str:
     return f"{sum(1 for x in skipped if x < 1)} ({1 - sum(skipped) / len(skipped):.0%})"
 
 
+def _bounds(result: dict[str, Any]) -> tuple[float, float]:
+    """A success rate's 95% Wilson interval (as :func:`_interval`, as numbers)."""
+    return wilson(float(result.get("success", 0.0)), int(result.get("episodes") or 0))
+
+
 def _seed_of(run: str) -> str:
     """A run name's training-seed suffix (``grpo-gigpo-seed1`` -> ``-seed1``; '' for seed 0)."""
     head, sep, tail = run.rpartition("-seed")
@@ -226,7 +231,7 @@ def _step_credit(data: dict[str, Any]) -> str:
             curve = train.get("curve") or []
             own = after is grpo
             rows.append([
-                name, f"{after.get('success', 0.0):.3f} [{_interval(after).replace('-', ', ')}]",
+                name, f"{after.get('success', 0.0):.3f} [{', '.join(f'{x:.3f}' for x in _bounds(after))}]",
                 "" if own else f"{after.get('success', 0.0) - grpo['success']:+.3f}",
                 "" if own else f"{two_proportion_z(after, grpo):+.1f}",
                 f"{train.get('wall_s', 0.0) / 60:.0f}", train.get("steps"), _updates(curve),
