@@ -307,8 +307,13 @@ def _load(name: str) -> dict[str, Any]:
     return json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
 
 
+#: the step-credit result file's worlds that get a README row, and what the row calls them
+CREDIT_ROWS = {"textworld": "a text game", "webshop": "the shop"}
+
+
 def headline_rows() -> list[list[str]]:
-    """The README's rows: the main job, a reasoning-gym task, step-level credit on a text game, the shop."""
+    """The README's rows: the main job, a reasoning-gym task, step-level credit on a text game and on the shop, the
+    worlds benchmark's shop."""
     rows = []
     main = _load("main_job")
     if "runs" in main:
@@ -335,13 +340,13 @@ def headline_rows() -> list[list[str]]:
     for task, t in credit["tasks"].items():
         runs = t["runs"]
         arms = [name for name in runs if name != "grpo" and not _seed_of(name)]
-        if task != "textworld" or "grpo" not in runs or not arms:
+        if task not in CREDIT_ROWS or "grpo" not in runs or not arms:
             continue
         best = max(arms, key=lambda name: runs[name]["after"]["success"])  # on training seed 0
         seeds = [s for s in sorted({_seed_of(n) for n in runs}) if "grpo" + s in runs and best + s in runs]
         grpo = [runs["grpo" + s]["after"] for s in seeds]
         arm = [runs[best + s]["after"] for s in seeds]
-        minutes = max(r["train"].get("wall_s", 0) for r in runs.values()) / 60
+        minutes = max(r["settings"]["minutes"] for r in runs.values())  # the budget; a last step may overrun it
         grpo_s = ", ".join(f"{g['success']:.3f}" for g in grpo)
         arm_s = ", ".join(f"{a['success']:.3f}" for a in arm)
         z_s = ", ".join(f"{two_proportion_z(a, g):+.1f}" for a, g in zip(arm, grpo))
@@ -351,10 +356,10 @@ def headline_rows() -> list[list[str]]:
             else ""
         )
         rows.append([
-            "[step-level credit on a text game](docs/results/step_credit.md)",
+            f"[step-level credit on {CREDIT_ROWS[task]}](docs/results/step_credit.md)",
             f"`{t['start']['env']}` held-out success {t['start']['after_sft']['success']:.3f} after the warm start; "
             f"trajectory-level GRPO {grpo_s}, {best} {arm_s} (z {z_s}{seeds_s})",
-            f"{len(runs)} runs of {minutes:.0f} min",
+            f"{len(runs)} runs, {minutes:.0f} min of training each",
         ])  # fmt: skip
     worlds = _load("worlds")
     for task, t in worlds["tasks"].items():

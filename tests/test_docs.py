@@ -73,7 +73,8 @@ def test_step_credit_arms_are_compared_with_grpo_of_their_own_training_seed(monk
         curve = [{"step": i + 1, "reward": 0.0, "signal/skipped_rows": s} for i, s in enumerate(skipped)]
         return {
             "after": {"success": success, "episodes": 200},
-            "train": {"steps": len(skipped), "curve": curve},
+            "train": {"steps": len(skipped), "wall_s": 1900.0, "curve": curve},
+            "settings": {"minutes": 30.0},
         }
 
     data = {"tasks": {"textworld": {
@@ -98,3 +99,4 @@ def test_step_credit_arms_are_compared_with_grpo_of_their_own_training_seed(monk
         (report.RESULTS / f"{name}.json").read_text()))  # fmt: skip
     row = next(r for r in report.headline_rows() if "step-level credit" in r[0])
     assert "GRPO 0.200, 0.300, grpo-gigpo 0.400, 0.300" in row[1] and "training seeds 0, 1" in row[1]
+    assert row[2] == "4 runs, 30 min of training each"  # the budget, not a last step's overrun
