@@ -346,7 +346,8 @@ def headline_rows() -> list[list[str]]:
         seeds = [s for s in sorted({_seed_of(n) for n in runs}) if "grpo" + s in runs and best + s in runs]
         grpo = [runs["grpo" + s]["after"] for s in seeds]
         arm = [runs[best + s]["after"] for s in seeds]
-        minutes = max(r["settings"]["minutes"] for r in runs.values())  # the budget; a last step may overrun it
+        # the budget; a run's last step may overrun it
+        minutes = max(r["settings"]["minutes"] for r in runs.values())
         grpo_s = ", ".join(f"{g['success']:.3f}" for g in grpo)
         arm_s = ", ".join(f"{a['success']:.3f}" for a in arm)
         z_s = ", ".join(f"{two_proportion_z(a, g):+.1f}" for a, g in zip(arm, grpo))
