@@ -29,9 +29,24 @@ from agentr1_gym.errors import BadArgumentError, ConfigError, NoOracleError, Res
 from agentr1_gym.formats import ParsedAction, ToolCall, ToolCallFormat, get_format
 from agentr1_gym.rewards import GENERIC_PROCESS_KEYS, OUTCOME_KEYS, ProcessReward, RewardConfig
 from agentr1_gym.spaces import FreeText
+from agentr1_gym.text import MAX_JSON_DEPTH, clean_json, clean_text
 from agentr1_gym.tools.base import Tool, ToolResult, describe_validation_error
 
 __all__ = ["EnvSettings", "ToolEnv", "truncate_text"]
+
+
+def _clean_calls(parsed: ParsedAction) -> tuple[ParsedAction, frozenset[int]]:
+    """The parsed calls with untrusted text made safe (:func:`~agentr1_gym.text.clean_json`), and the indices
+    of calls whose arguments had to be cut for depth (those calls are refused, never run)."""
+    if not parsed.calls:
+        return parsed, frozenset()
+    calls, deep = [], set()
+    for i, call in enumerate(parsed.calls):
+        arguments, cut = clean_json(call.arguments)
+        if cut:
+            deep.add(i)
+        calls.append(ToolCall(name=clean_text(call.name), arguments=arguments))
+    return dataclasses.replace(parsed, calls=tuple(calls)), frozenset(deep)
 
 
 class EnvSettings(BaseModel):
@@ -279,7 +294,8 @@ class ToolEnv(gym.Env[str, str], ABC):
         self._component_keys = (*GENERIC_PROCESS_KEYS, *self._weights, *OUTCOME_KEYS)
         self.observation_space = FreeText(max_length=max(1_000_000, (config.max_context_chars or 0)))
         self.action_space = FreeText(max_length=self.max_action_chars)
-        self._tool_schemas = [t.schema() for t in tools]
+        # a server's tool descriptions are untrusted text too
+        self._tool_schemas = [clean_json(t.schema(), 64)[0] for t in tools]
         self.task: Any = None
         self.messages: list[dict[str, Any]] = []
         self.turn = 0
@@ -498,7 +514,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         self._world_ended = False
         self.on_reset()
         instructions = self.tool_format.instructions(list(self.tools.values()), answer=self.final_answer)
-        prompt = f"{instructions}\n\n{self.task_prompt(self.task)}"
+        prompt = clean_text(f"{instructions}\n\n{self.task_prompt(self.task)}")
         self.messages = [{"role": "user", "content": prompt}]
         self._context_chars = len(prompt)
         self._episode_task_id = self.task_id()  # the task is fixed for the episode: every step reports this
@@ -540,6 +556,9 @@ class ToolEnv(gym.Env[str, str], ABC):
             raise ResetNeededError("The episode has ended (terminated or truncated); call env.reset() first.")
         if not isinstance(action, str):
             raise TypeError(f"an action is one assistant turn as str, got {type(action).__name__}")
+        action = clean_text(
+            action
+        )  # model text is untrusted: no lone surrogate goes on (see agentr1_gym.text)
         self.turn += 1
         components = dict.fromkeys(self._component_keys, 0.0)
         self.messages.append({"role": "assistant", "content": action})
@@ -552,6 +571,7 @@ class ToolEnv(gym.Env[str, str], ABC):
             )
         else:
             parsed = self.tool_format.parse(action, self.tools)
+        parsed, too_deep = _clean_calls(parsed)
         if parsed.error is None and len(parsed.calls) > self.max_calls_per_turn:
             parsed = ParsedAction(
                 error=f"The turn makes {len(parsed.calls)} tool calls; at most {self.max_calls_per_turn} "
@@ -579,9 +599,11 @@ class ToolEnv(gym.Env[str, str], ABC):
         elif parsed.answer is not None:
             terminated = True
         else:
-            action_error = self._run_calls(parsed.calls, components, new_messages, obs_parts)
+            action_error = self._run_calls(parsed.calls, components, new_messages, obs_parts, too_deep)
             terminated = self._world_ended
 
+        for message in new_messages:  # error texts may quote the model's own (untrusted) text
+            message["content"] = clean_text(message["content"])
         self.messages.extend(new_messages)
         self._context_chars += sum(len(m["content"]) for m in new_messages)
         truncated_reason = ""
@@ -611,7 +633,7 @@ class ToolEnv(gym.Env[str, str], ABC):
             outcome_reward=outcome,
             messages=list(self.messages),
         )
-        obs = "" if terminated else "\n".join(obs_parts)
+        obs = "" if terminated else clean_text("\n".join(obs_parts))
         if self.render_mode == "human":
             self.render()
         return obs, float(process + outcome), terminated, truncated, info
@@ -622,8 +644,10 @@ class ToolEnv(gym.Env[str, str], ABC):
         components: dict[str, float],
         new_messages: list[dict[str, Any]],
         obs_parts: list[str],
+        too_deep: frozenset[int] = frozenset(),
     ) -> str | None:
-        """Validate and run the calls of one turn (batched per tool); fill the result messages."""
+        """Validate and run the calls of one turn (batched per tool); fill the result messages. ``too_deep``:
+        the indices of calls whose arguments nest deeper than :data:`~agentr1_gym.text.MAX_JSON_DEPTH`."""
         role = self.tool_format.result_role
         errors: list[str] = []
         results: list[ToolResult | None] = [None] * len(calls)
@@ -635,6 +659,12 @@ class ToolEnv(gym.Env[str, str], ABC):
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 errors.append(
                     f"Unknown tool {call.name[:100]!r}; available tools: {sorted(self.tools)}.{hint}"
+                )
+                results[i] = ToolResult(errors[-1], success=False, metadata={"call_error": True})
+                continue
+            if i in too_deep:
+                errors.append(
+                    f"Invalid arguments for tool {call.name!r}: they nest more than {MAX_JSON_DEPTH} levels deep."
                 )
                 results[i] = ToolResult(errors[-1], success=False, metadata={"call_error": True})
                 continue
@@ -658,7 +688,8 @@ class ToolEnv(gym.Env[str, str], ABC):
                     components[key] += units * self._weights[key]
             if result.terminal:
                 self._world_ended = True
-            content = truncate_text(result.content, self.tool_output_chars)
+            raw = result.content if isinstance(result.content, str) else str(result.content)
+            content = truncate_text(clean_text(raw), self.tool_output_chars)
             new_messages.append(
                 {"role": role, "name": call.name, "content": content}
                 if role == "tool"

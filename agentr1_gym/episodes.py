@@ -27,10 +27,11 @@ template is not prefix-stable has no single sequence to score).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from agentr1_gym.text import clean_json
 
 __all__ = ["EPISODES_FILE", "SCHEMA", "append_episodes", "read_episodes", "scripted_record", "turn_record"]
 
@@ -39,25 +40,29 @@ EPISODES_FILE = "episodes.jsonl"
 SCHEMA = 1
 
 
+#: records nest a few levels (a turn's tool call arguments); anything deeper is cut when written
+_RECORD_DEPTH = 64
+
+
 def _finite(value: Any) -> Any:
-    """JSON has no NaN/inf: they become None (a number a browser can show stays a number)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    return value
+    """A record as JSON can hold it (:func:`agentr1_gym.text.clean_json`, strict): NaN/inf become None (a number
+    a browser can show stays a number), lone surrogates U+FFFD, and nesting past 64 levels ``"..."``. Model text
+    reaches records (a rejected call's raw arguments), so writing one never raises on what a model wrote."""
+    return clean_json(value, _RECORD_DEPTH, strict=True)[0]
 
 
 def append_episodes(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
-    """Append records (one JSON line each) to ``path``; returns how many were written."""
+    """Append records (one JSON line each) to ``path``, each flushed as it is written (a run that stops later
+    keeps what was written); returns how many were written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
     with path.open("a", encoding="utf-8") as f:
         for record in records:
-            f.write(json.dumps(_finite({"schema": SCHEMA, **record}), ensure_ascii=False) + "\n")
+            f.write(
+                json.dumps(_finite({"schema": SCHEMA, **record}), ensure_ascii=False, allow_nan=False) + "\n"
+            )
+            f.flush()
             n += 1
     return n
 

@@ -24,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 
 from agentr1_gym.generation import GenerationBackend, SamplingConfig, check_backend, check_generations
+from agentr1_gym.text import clean_json, clean_text
 
 __all__ = ["EpisodeRecorder", "Sample", "Trajectory", "collect_rollouts", "observation_delta", "render_chat"]
 
@@ -172,7 +173,12 @@ def observation_delta(
 
 
 def _clean(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [dict(m) for m in messages]
+    """Copies of the messages whose text a tokenizer can encode (:func:`~agentr1_gym.text.clean_text`: envs that
+    are not ToolEnvs may pass a tool's or server's text on as it came)."""
+    return [
+        {**m, "content": clean_text(m["content"])} if isinstance(m.get("content"), str) else dict(m)
+        for m in messages
+    ]
 
 
 class EpisodeRecorder:
@@ -200,7 +206,8 @@ class EpisodeRecorder:
         self.kw = chat_template_kwargs
         self.eos_ids = {tokenizer.eos_token_id}
         self.messages = _clean(reset_info["messages"])
-        self.tools: list[dict] | None = reset_info.get("tools")
+        tools = reset_info.get("tools")
+        self.tools: list[dict] | None = clean_json(tools, 64)[0] if tools else tools
         #: the template's text of ``messages`` plus the generation prompt
         self.rendered = render_chat(
             tokenizer, self.messages, self.tools, add_generation_prompt=True, chat_template_kwargs=self.kw

@@ -18,8 +18,11 @@ from the docstring's first paragraph.
 {'description': 'the first addend', 'type': 'integer'}
 
 Calling it: the env validates the model's arguments against the schema (a bad call is an ``invalid_call`` with a
-one-line observation), then calls the function. Sync and ``async def`` functions both work (coroutines run on one
-background event loop, with ``timeout_s``). What the function returns becomes the observation: a ``str`` as is,
+one-line observation), then calls the function. Sync and ``async def`` functions both work. ``timeout_s`` bounds a call
+either way: a coroutine is cancelled (coroutines share one background event loop; one that blocks its thread gets
+the loop replaced, so later calls do not wait behind it), and a sync function runs in a thread that is abandoned
+when late (Python cannot stop a thread: code that may loop forever belongs in the sandbox,
+:mod:`agentr1_gym.tools.python`). A late call is a failed call; ``sys.exit()`` in a tool is one too. What the function returns becomes the observation: a ``str`` as is,
 ``None`` as ``"(no output)"``, a :class:`ToolResult` as is (set ``terminal=True`` for a move that ends the world),
 anything else as JSON. A function that raises becomes a failed call whose observation names the exception, so the
 model can react; it earns no process reward. :class:`~agentr1_gym.errors.ToolInfrastructureError` (your backing
@@ -42,35 +45,81 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from agentr1_gym.errors import ConfigError, ToolInfrastructureError
 from agentr1_gym.tools.base import Tool, ToolResult
 
-__all__ = ["FunctionTool", "run_coroutine", "tool", "tools_from_object"]
+__all__ = ["FunctionTool", "call_with_deadline", "run_coroutine", "tool", "tools_from_object"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 
 
-# ---- one background event loop for async tools (and MCP sessions) -------------------------------------------
-_LOOP: asyncio.AbstractEventLoop | None = None
+# ---- background event loops: one for async tools, one for MCP sessions --------------------------------------
+#: a tool's coroutine that blocks (``time.sleep`` in an ``async def``) stops every other coroutine on its loop; MCP
+#: sessions therefore run on a loop of their own, and a loop found blocked after a time-out is replaced
+_LOOPS: dict[str, asyncio.AbstractEventLoop] = {}
 _LOOP_LOCK = threading.Lock()
+#: how long a time-out waits for the loop to answer a no-op before it counts the loop as blocked
+_PROBE_S = 1.0
 
 
-def _loop() -> asyncio.AbstractEventLoop:
-    global _LOOP
+def _loop(name: str = "tools") -> asyncio.AbstractEventLoop:
+    """The process's background loop ``name`` (``"tools"`` for async tools, ``"mcp"`` for MCP sessions)."""
     with _LOOP_LOCK:
-        if _LOOP is None or _LOOP.is_closed():
+        loop = _LOOPS.get(name)
+        if loop is None or loop.is_closed():
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="agentr1-async-tools", daemon=True).start()
-            _LOOP = loop
-        return _LOOP
+            threading.Thread(target=loop.run_forever, name=f"agentr1-async-{name}", daemon=True).start()
+            _LOOPS[name] = loop
+        return loop
 
 
-def run_coroutine(coro: Coroutine[Any, Any, Any], timeout_s: float | None = None) -> Any:
-    """Run a coroutine on the shared background loop and wait for it (``TimeoutError`` after ``timeout_s``;
-    the coroutine is cancelled then). Works whether or not the caller is itself inside an event loop."""
-    future = asyncio.run_coroutine_threadsafe(coro, _loop())
+def _retire_if_blocked(name: str, loop: asyncio.AbstractEventLoop) -> bool:
+    """After a time-out on ``loop``: if it does not run a no-op within ``_PROBE_S`` (a coroutine on it blocks
+    its thread), stop handing it out, so that later calls get a fresh loop instead of timing out behind the
+    blocked one (its thread stays stuck: Python cannot stop a thread). Returns whether it was retired."""
+    try:
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(_PROBE_S)
+        return False
+    except (TimeoutError, RuntimeError):
+        with _LOOP_LOCK:
+            if _LOOPS.get(name) is loop:
+                del _LOOPS[name]
+        return True
+
+
+def run_coroutine(
+    coro: Coroutine[Any, Any, Any], timeout_s: float | None = None, *, loop: str = "tools"
+) -> Any:
+    """Run a coroutine on the background loop ``loop`` and wait for it (``TimeoutError`` after ``timeout_s``;
+    the coroutine is cancelled then, and a loop it left blocked is replaced). Works whether or not the caller
+    is itself inside an event loop."""
+    target = _loop(loop)
+    future = asyncio.run_coroutine_threadsafe(coro, target)
     try:
         return future.result(timeout_s)
     except TimeoutError:
         future.cancel()
+        _retire_if_blocked(loop, target)
         raise
+
+
+def call_with_deadline(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float) -> Any:
+    """``fn(**kwargs)`` in a daemon thread, waited for at most ``timeout_s`` (then ``TimeoutError``; the thread
+    is left to finish on its own, since Python cannot stop it). What ``fn`` raises is re-raised here."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = fn(**kwargs)
+        except BaseException as exc:  # handed to the caller, whatever it is
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="agentr1-tool-call", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise TimeoutError(f"no answer within {timeout_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 # ---- docstrings --------------------------------------------------------------------------------------------
@@ -138,8 +187,8 @@ def _to_result(value: Any) -> ToolResult:
         return ToolResult(value)
     try:
         return ToolResult(json.dumps(value, ensure_ascii=False, default=str))
-    except (TypeError, ValueError):
-        return ToolResult(str(value))
+    except (TypeError, ValueError, RecursionError):  # not JSON, circular, or nested past the recursion limit
+        return ToolResult(str(value)[:100_000])
 
 
 class FunctionTool(Tool):
@@ -175,10 +224,18 @@ class FunctionTool(Tool):
         try:
             if self.is_async:
                 value = run_coroutine(self.fn(**kwargs), self.timeout_s)
+            elif self.timeout_s is not None:
+                value = call_with_deadline(self.fn, kwargs, self.timeout_s)
             else:
                 value = self.fn(**kwargs)
         except ToolInfrastructureError:
             raise
+        except SystemExit as exc:  # sys.exit() in a tool ends the call, never the training process
+            return ToolResult(
+                f"Error: the tool exited (SystemExit: {exc.code!r:.100}).",
+                success=False,
+                metadata={"exception": "SystemExit"},
+            )
         except TimeoutError:
             return ToolResult(
                 f"Error: {self.name} did not finish within {self.timeout_s:g} s.",

@@ -13,6 +13,16 @@ Following the library's rules:
   :class:`~agentr1_gym.errors.ToolInfrastructureError` naming the server (and, for stdio, the tail of its
   stderr log): never a silent zero.
 
+A server is untrusted input too:
+
+* its schemas are validated once when the tools are built (an invalid schema, a regular expression that does not
+  compile, or a ``$ref`` outside the schema raises :class:`MCPSchemaError` naming the tool); the env never fetches
+  a URL or reads a file a schema names, and the schema's regular expressions run with a time bound;
+* a call that times out is the model's slow call only while the server still answers ``tools/list`` and sent nothing
+  unreadable; otherwise (a stopped or stuck server, invalid JSON or UTF-8, answers to the wrong request) it is a
+  :class:`~agentr1_gym.errors.ToolInfrastructureError`;
+* a stdio server's stderr is kept in memory, its last 64 KB only (error messages quote its tail); no file is left.
+
 One connection per server and process is shared by every tool and every env copy that uses it (a vector env's
 copies, a trainer's batch of envs); it opens on first use, and closes when the last env holding it closes
 (``env.close()``) or the process exits. A pickled tool reconnects in the process that unpickles it.
@@ -24,19 +34,65 @@ import asyncio
 import atexit
 import contextlib
 import copy
-import tempfile
+import json
+import os
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agentr1_gym.errors import ConfigError, MissingDependencyError, ToolInfrastructureError
+from agentr1_gym.text import MAX_JSON_DEPTH, clean_json
 from agentr1_gym.tools.base import Tool, ToolResult, _clean_schema
-from agentr1_gym.tools.function import run_coroutine
+from agentr1_gym.tools.function import _loop, run_coroutine
 
-__all__ = ["MCPConnection", "MCPTool", "mcp_tools"]
+__all__ = ["MCPConnection", "MCPSchemaError", "MCPTool", "mcp_tools"]
+
+#: the loop MCP sessions run on (async tools have their own: one that blocks cannot stall the sessions)
+_LOOP = "mcp"
+#: how much of a stdio server's stderr is kept (the tail)
+STDERR_TAIL_BYTES = 64 * 1024
+#: the longest a schema's regular expression may take on one value (then the value counts as not matching)
+PATTERN_TIMEOUT_S = 0.05
+#: how long a server has to answer a probe (``tools/list``) after a call timed out before it counts as stuck
+PING_TIMEOUT_S = 5.0
+
+
+class MCPSchemaError(ToolInfrastructureError):
+    """A server's tool schema the env cannot use as given (invalid, a regular expression that does not compile, a
+    ``$ref`` outside the schema). The server's fault, never the model's: fix the server or leave the tool out with
+    ``mcp_tools(..., names=[...])``."""
+
+
+class _StderrTail:
+    """A pipe a stdio server writes its stderr to, read by a daemon thread that keeps the last
+    :data:`STDERR_TAIL_BYTES` bytes (a noisy server cannot fill a disk, and nothing is left behind)."""
+
+    def __init__(self) -> None:
+        read_fd, write_fd = os.pipe()
+        self.writer = os.fdopen(write_fd, "w")
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._drain, args=(read_fd,), name="agentr1-mcp-stderr", daemon=True).start()
+
+    def _drain(self, fd: int) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := os.read(fd, 65536):
+                with self._lock:
+                    self._buf += chunk
+                    if len(self._buf) > STDERR_TAIL_BYTES:
+                        del self._buf[: len(self._buf) - STDERR_TAIL_BYTES]
+        os.close(fd)
+
+    def close_writer(self) -> None:
+        """Drop this process's copy of the write end (the server keeps its own; the reader ends when it exits)."""
+        with contextlib.suppress(OSError):
+            self.writer.close()
+
+    def text(self) -> str:
+        with self._lock:
+            return self._buf.decode("utf-8", "replace")
 
 
 def _require_mcp() -> Any:
@@ -79,8 +135,12 @@ class MCPConnection:
         self.client: Any = None
         self._closing: asyncio.Event | None = None
         self._task: asyncio.Future[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._failure: BaseException | None = None
-        self.stderr_path: Path | None = None
+        self.stderr: _StderrTail | None = None
+        #: transport faults (unreadable messages) the session reported, counted, and the last one
+        self.faults = 0
+        self.last_fault: BaseException | None = None
         self.label = key[1] if key[0] == "http" else " ".join(key[1])
 
     @classmethod
@@ -113,11 +173,18 @@ class MCPConnection:
 
     def describe(self) -> str:
         where = f"MCP server {self.label!r}"
-        if self.stderr_path is not None and self.stderr_path.is_file():
-            tail = self.stderr_path.read_text(errors="replace").strip().splitlines()[-3:]
+        if self.stderr is not None:
+            tail = self.stderr.text().strip().splitlines()[-3:]
             if tail:
-                where += f" (its stderr, {self.stderr_path}: {' | '.join(t.strip() for t in tail)[:300]})"
+                where += f" (the tail of its stderr: {' | '.join(t.strip() for t in tail)[:300]})"
         return where
+
+    async def _on_message(self, message: Any) -> None:
+        """The session's message handler: transport faults (a line that is not JSON, bytes that are not UTF-8)
+        are counted, so that a call they leave unanswered is not blamed on the model."""
+        if isinstance(message, Exception):
+            self.faults += 1
+            self.last_fault = message
 
     def open(self) -> None:
         if self.client is not None and not self.closed:
@@ -134,15 +201,14 @@ class MCPConnection:
                     from mcp.client.stdio import stdio_client
 
                     argv, env, cwd = self.key[1], dict(self.key[2]), self.key[3]
-                    log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed by the session)
-                        "w", prefix="agentr1-mcp-", suffix=".log", delete=False
-                    )
-                    self.stderr_path = Path(log.name)
+                    self.stderr = _StderrTail()
                     params = mcp.StdioServerParameters(
                         command=argv[0], args=list(argv[1:]), env=env or None, cwd=cwd
                     )
-                    transport = stdio_client(params, errlog=log)
-                async with mcp.Client(transport) as client:
+                    transport = stdio_client(params, errlog=self.stderr.writer)
+                async with mcp.Client(transport, message_handler=self._on_message) as client:
+                    if self.stderr is not None:
+                        self.stderr.close_writer()  # the server has its own copy now
                     self.client = client
                     ready.set()
                     await self._closing.wait()
@@ -150,12 +216,13 @@ class MCPConnection:
                 self._failure = exc
             finally:
                 self.client = None
+                if self.stderr is not None:
+                    self.stderr.close_writer()
                 ready.set()
 
-        from agentr1_gym.tools.function import _loop
-
         self._failure = None
-        self._task = asyncio.run_coroutine_threadsafe(session(), _loop())
+        self._loop = _loop(_LOOP)
+        self._task = asyncio.run_coroutine_threadsafe(session(), self._loop)
         if not ready.wait(self.connect_timeout_s):
             self._task.cancel()
             raise ToolInfrastructureError(
@@ -165,24 +232,52 @@ class MCPConnection:
             raise ToolInfrastructureError(f"cannot connect to {self.describe()}: {_why(self._failure)}")
 
     def call(self, name: str, arguments: dict[str, Any], timeout_s: float) -> Any:
-        """``tools/call``; returns the SDK's result, raises ``TimeoutError`` when slow and
-        :class:`ToolInfrastructureError` when the server is gone."""
+        """``tools/call``; returns the SDK's result, raises ``TimeoutError`` when the call was slow while the server
+        stayed healthy, and :class:`ToolInfrastructureError` when the server is gone, stuck or sent something
+        unreadable."""
         if self.client is None or self.closed:
             raise ToolInfrastructureError(f"{self.describe()} is not connected: {_why(self._failure)}")
         from mcp.shared.exceptions import MCPError
 
+        faults = self.faults
         try:
             return run_coroutine(
-                self.client.call_tool(name, arguments, read_timeout_seconds=timeout_s), timeout_s + 5
+                self.client.call_tool(name, arguments, read_timeout_seconds=timeout_s),
+                timeout_s + 5,
+                loop=_LOOP,
             )
         except MCPError as exc:
             if "timed out" in str(exc).lower():
+                self._check_health(name, faults)
                 raise TimeoutError(str(exc)) from None
             raise ToolInfrastructureError(f"{self.describe()} failed on {name!r}: {exc}") from None
         except TimeoutError:
+            self._check_health(name, faults)
             raise
         except Exception as exc:
             raise ToolInfrastructureError(f"{self.describe()} failed on {name!r}: {_why(exc)}") from None
+
+    def _check_health(self, name: str, faults_before: int) -> None:
+        """After a call to ``name`` timed out: raise :class:`ToolInfrastructureError` unless the server is healthy
+        (connected, no unreadable message since the call began, and it answers ``tools/list`` in time)."""
+        if self.faults != faults_before:
+            raise ToolInfrastructureError(
+                f"{self.describe()} sent a message that could not be read while {name!r} ran "
+                f"({_why(self.last_fault)}); the call got no answer"
+            )
+        if self.client is None or self.closed:
+            raise ToolInfrastructureError(
+                f"{self.describe()} closed while {name!r} ran: {_why(self._failure)}"
+            )
+        try:
+            # tools/list, uncached, is the probe every server answers (ping is gone from the 2026 protocol)
+            run_coroutine(self.client.list_tools(cache_mode="bypass"), PING_TIMEOUT_S, loop=_LOOP)
+        except Exception as exc:
+            raise ToolInfrastructureError(
+                f"{self.describe()} did not answer {name!r} in time, nor a tools/list after it "
+                f"({_why(exc) if not isinstance(exc, TimeoutError) else f'no answer in {PING_TIMEOUT_S:g} s'}): "
+                "the server is stuck, stopped or answering other requests' ids"
+            ) from None
 
     def list_tools(self) -> list[Any]:
         if self.client is None:
@@ -190,7 +285,7 @@ class MCPConnection:
         tools: list[Any] = []
         cursor = None
         while True:
-            page = run_coroutine(self.client.list_tools(cursor=cursor), self.connect_timeout_s)
+            page = run_coroutine(self.client.list_tools(cursor=cursor), self.connect_timeout_s, loop=_LOOP)
             tools.extend(page.tools)
             cursor = getattr(page, "next_cursor", None)
             if not cursor:
@@ -208,9 +303,7 @@ class MCPConnection:
 
     def shutdown(self) -> None:
         if self._closing is not None and self._task is not None and not self._task.done():
-            from agentr1_gym.tools.function import _loop
-
-            _loop().call_soon_threadsafe(self._closing.set)
+            self._loop.call_soon_threadsafe(self._closing.set)
             with contextlib.suppress(Exception):
                 self._task.result(10)
 
@@ -229,6 +322,129 @@ def _why(exc: BaseException | None) -> str:
 def _close_all() -> None:
     for conn in list(MCPConnection._pool.values()):
         conn.shutdown()
+
+
+# ---- schemas: validated once, no retrieval, regular expressions with a time bound ------------------------------
+def _pattern_search(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` matches somewhere in ``text``, giving up (as no match) after
+    :data:`PATTERN_TIMEOUT_S`: ``^(a+)+$`` on 35 characters would otherwise run for minutes."""
+    import regex
+
+    try:
+        return regex.search(pattern, text, timeout=PATTERN_TIMEOUT_S) is not None
+    except TimeoutError:
+        return False
+
+
+def _bounded_keywords() -> dict[str, Any]:
+    """jsonschema's three keywords that run regular expressions, on :func:`_pattern_search`."""
+    from jsonschema.exceptions import ValidationError as SchemaValidationError
+
+    def pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Any:
+        if validator.is_type(instance, "string") and not _pattern_search(patrn, instance):
+            yield SchemaValidationError(f"{instance[:80]!r} does not match {patrn!r}")
+
+    def pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any, schema: Any) -> Any:
+        if not validator.is_type(instance, "object"):
+            return
+        for patrn, subschema in patterns.items():
+            for k, v in instance.items():
+                if _pattern_search(patrn, k):
+                    yield from validator.descend(v, subschema, path=k, schema_path=patrn)
+
+    def additional_properties(validator: Any, ap: Any, instance: Any, schema: Any) -> Any:
+        if not validator.is_type(instance, "object"):
+            return
+        props, patterns = schema.get("properties", {}), list(schema.get("patternProperties", {}))
+        extras = [k for k in instance if k not in props and not any(_pattern_search(p, k) for p in patterns)]
+        if validator.is_type(ap, "object"):
+            for extra in extras:
+                yield from validator.descend(instance[extra], ap, path=extra)
+        elif ap is False and extras:
+            yield SchemaValidationError(
+                f"unexpected argument(s) {', '.join(repr(e[:40]) for e in sorted(extras)[:5])}"
+            )
+
+    return {
+        "pattern": pattern,
+        "patternProperties": pattern_properties,
+        "additionalProperties": additional_properties,
+    }
+
+
+def _walk(schema: Any) -> Any:
+    """Every (key, value) pair in a schema, at any depth (iteratively)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield key, value
+                stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def safe_validator(schema: Any, where: str) -> Any:
+    """A jsonschema validator for a server's ``schema`` that retrieves nothing (no URL, no file), runs its
+    regular expressions with a time bound, and was checked first: an invalid schema (unknown type, bad keyword
+    value), a regular expression that does not compile, or a ``$ref`` outside the schema raises
+    :class:`MCPSchemaError` naming ``where``."""
+    try:
+        import jsonschema
+        import referencing
+        import referencing.exceptions
+        import regex
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f'MCP tools need jsonschema and regex ({exc}): pip install "agentr1-gym[mcp]"'
+        ) from None
+    if not isinstance(schema, dict):
+        raise MCPSchemaError(f"{where}: its input schema is not a JSON object")
+    base = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        base.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        at = "/".join(str(p) for p in exc.path) or "the top"
+        raise MCPSchemaError(f"{where}: its input schema is invalid at {at}: {exc.message[:200]}") from None
+    except RecursionError:
+        raise MCPSchemaError(f"{where}: its input schema nests too deeply") from None
+    for key, value in _walk(schema):
+        if key in ("$ref", "$dynamicRef", "$recursiveRef") and not (
+            isinstance(value, str) and value.startswith("#")
+        ):
+            raise MCPSchemaError(
+                f"{where}: its input schema refers to {str(value)[:120]!r} outside itself; the env fetches no URL "
+                "and reads no file a server names (inline the definition under $defs)"
+            )
+        patterns = [value] if key == "pattern" else list(value) if key == "patternProperties" else []
+        for patrn in patterns:
+            if not isinstance(patrn, str):
+                continue  # check_schema has refused non-strings where they matter
+            try:
+                regex.compile(patrn)
+            except (regex.error, OverflowError, RecursionError) as exc:
+                raise MCPSchemaError(
+                    f"{where}: its input schema's pattern {patrn[:80]!r} does not compile ({exc})"
+                ) from None
+
+    def refuse(uri: str) -> Any:
+        raise referencing.exceptions.NoSuchResource(ref=uri)
+
+    cls = jsonschema.validators.extend(base, _bounded_keywords())
+    validator = cls(schema, registry=referencing.Registry(retrieve=refuse))
+    try:  # every local reference must resolve, now rather than at the model's first call
+        resolver = validator._resolver
+        for key, value in _walk(schema):
+            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                resolver.lookup(value)
+    except referencing.exceptions.Unresolvable as exc:
+        raise MCPSchemaError(
+            f"{where}: its input schema's reference {str(exc)[:120]} does not resolve"
+        ) from None
+    except AttributeError:
+        pass  # an older jsonschema without _resolver: unresolvable references then fail at the first call
+    return validator
 
 
 class _RawArgs(BaseModel):
@@ -259,7 +475,7 @@ class MCPTool(Tool):
         self._options = options
         self._conn: MCPConnection | None = connection
         self._transferable = True  # the first env built with this tool takes over its claim on the connection
-        self._validator: Any = None
+        self._validator: Any = safe_validator(self.input_schema, f"MCP tool {self.name!r} of {connection.label!r}")
 
     def schema_view(self) -> dict[str, Any]:
         params = _clean_schema(self.input_schema)
@@ -270,12 +486,23 @@ class MCPTool(Tool):
         }
 
     def validate(self, arguments: dict[str, Any]) -> BaseModel:
-        import jsonschema
-
         if self._validator is None:
-            cls = jsonschema.validators.validator_for(self.input_schema)
-            self._validator = cls(self.input_schema)
-        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
+            self._validator = safe_validator(self.input_schema, f"MCP tool {self.name!r}")
+        arguments, cut = clean_json(arguments)
+        if cut:
+            raise ValidationError.from_exception_data(
+                self.name,
+                [{"type": "value_error", "loc": ("arguments",), "input": "...",
+                  "ctx": {"error": f"nested more than {MAX_JSON_DEPTH} levels deep"}}],
+            )  # fmt: skip
+        try:
+            errors = sorted(self._validator.iter_errors(arguments), key=lambda e: [str(p) for p in e.path])
+        except Exception as exc:  # a schema fault the construction-time checks could not see
+            raise MCPSchemaError(
+                f"MCP tool {self.name!r}: its input schema cannot be applied ({type(exc).__name__}: {exc})"[
+                    :400
+                ]
+            ) from None
         if errors:
             raise ValidationError.from_exception_data(
                 self.name,
@@ -297,7 +524,15 @@ class MCPTool(Tool):
         return self._conn
 
     def execute(self, args: BaseModel) -> ToolResult:
-        arguments = dict(args.model_extra or {})
+        arguments, _ = clean_json(dict(args.model_extra or {}))
+        try:
+            json.dumps(arguments, allow_nan=False)
+        except (TypeError, ValueError) as exc:  # NaN/inf or a non-JSON value: the session must never see it
+            return ToolResult(
+                f"Error: the arguments cannot be sent as JSON ({exc}).",
+                success=False,
+                metadata={"call_error": True},
+            )
         try:
             result = self._connection().call(self.name, arguments, self.timeout_s)
         except TimeoutError:
@@ -398,11 +633,9 @@ def mcp_tools(
             chosen = list(specs.values())
         if not chosen:
             raise ConfigError(f"MCP server {conn.label!r} offers no tools")
-        tools = []
-        for spec in chosen:
-            with MCPConnection._pool_lock:  # each tool holds the connection until it is closed
-                conn.users += 1
-            tools.append(MCPTool(server, spec, timeout_s=timeout_s, connection=conn, options=options))
+        tools = [MCPTool(server, spec, timeout_s=timeout_s, connection=conn, options=options) for spec in chosen]
+        with MCPConnection._pool_lock:  # each tool holds the connection until it is closed
+            conn.users += len(tools)
         return tools
     finally:
         conn.release()
