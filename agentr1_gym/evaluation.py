@@ -84,7 +84,6 @@ def evaluate(
 
     returns: list[float] = []
     metrics: dict[str, list[float]] = {}
-    records: list[dict[str, Any]] = []
     env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
     for i in tqdm(range(episodes), desc="eval", disable=not progress, unit="ep"):
         obs, info = env.reset(seed=seed + i)
@@ -98,9 +97,10 @@ def evaluate(
             if save_episodes is not None:
                 turns.append(turn_record(action, reward, info, obs))
         returns.append(total)
-        if save_episodes is not None:
-            records.append(
-                scripted_record(
+        if save_episodes is not None:  # written as each episode ends: a later failure keeps what was played
+            append_episodes(
+                save_episodes,
+                [scripted_record(
                     source="eval",
                     index=i,
                     env_id=env_id,
@@ -111,8 +111,8 @@ def evaluate(
                     metrics=dict(info.get("metrics", {})),
                     terminated=bool(terminated),
                     truncated_reason=str(info.get("truncated_reason", "")),
-                )
-            )
+                )],
+            )  # fmt: skip
         m = dict(info.get("metrics", {}))
         for key, value in m.items():
             metrics.setdefault(key, []).append(float(value))
@@ -121,6 +121,4 @@ def evaluate(
     if "pass" in metrics:  # code envs: one sample per task, so the pass rate is pass@1
         summary["pass@1"] = summary["pass"]
     summary["returns"] = returns
-    if save_episodes is not None:
-        append_episodes(save_episodes, records)
     return summary

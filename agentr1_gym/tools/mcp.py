@@ -475,7 +475,9 @@ class MCPTool(Tool):
         self._options = options
         self._conn: MCPConnection | None = connection
         self._transferable = True  # the first env built with this tool takes over its claim on the connection
-        self._validator: Any = safe_validator(self.input_schema, f"MCP tool {self.name!r} of {connection.label!r}")
+        self._validator: Any = safe_validator(
+            self.input_schema, f"MCP tool {self.name!r} of {connection.label!r}"
+        )
 
     def schema_view(self) -> dict[str, Any]:
         params = _clean_schema(self.input_schema)
@@ -633,7 +635,9 @@ def mcp_tools(
             chosen = list(specs.values())
         if not chosen:
             raise ConfigError(f"MCP server {conn.label!r} offers no tools")
-        tools = [MCPTool(server, spec, timeout_s=timeout_s, connection=conn, options=options) for spec in chosen]
+        tools = [
+            MCPTool(server, spec, timeout_s=timeout_s, connection=conn, options=options) for spec in chosen
+        ]
         with MCPConnection._pool_lock:  # each tool holds the connection until it is closed
             conn.users += len(tools)
         return tools

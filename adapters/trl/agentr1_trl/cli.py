@@ -204,6 +204,17 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, l
 def cmd_train(args: argparse.Namespace) -> int:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     settings, resume, run_file, changes = _plan(args)
+    eval_episodes = args.eval_episodes
+    if run_file is not None:  # a resumed run evaluates as many episodes as it was started with
+        recorded = json.loads(run_file.read_text(encoding="utf-8")).get("eval_episodes")
+        if eval_episodes is None:
+            eval_episodes = recorded
+        elif recorded is not None and eval_episodes != recorded:
+            changes.append(f"eval_episodes {recorded} -> {eval_episodes}")
+    if eval_episodes is None:
+        eval_episodes = EVAL_EPISODES
+    if isinstance(eval_episodes, bool) or not isinstance(eval_episodes, int) or eval_episodes < 0:
+        raise ConfigError(f"--eval-episodes must be a whole number >= 0, got {eval_episodes!r}")
     plan = RunPlan(
         algo=settings.pop("algo"),
         model=settings.pop("model"),
@@ -213,7 +224,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         resume=resume,
         run_file=run_file,
         changes=changes,
-        eval_episodes=args.eval_episodes,
+        eval_episodes=eval_episodes,
     )
     return run_training(plan)
 
@@ -363,10 +374,10 @@ def _run_flags(p: Any) -> None:
     p.add_argument(
         "--eval-episodes",
         type=int,
-        default=EVAL_EPISODES,
+        default=None,
         metavar="N",
         help=f"greedy evaluation on N held-out seeds ({EVAL_SEED}+, never trained on) before and after RL "
-        f"(default {EVAL_EPISODES}; 0: none)",
+        f"(default {EVAL_EPISODES}; 0: none; a resumed run keeps its own)",
     )
     p.add_argument(
         "--resume",

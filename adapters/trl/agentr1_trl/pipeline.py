@@ -349,6 +349,7 @@ def _make_trainer(
     # written only now that the model loaded: a failed invocation never overwrites an earlier run's config,
     # which `--resume` reads
     run = {"algo": plan.algo, "model": plan.model, "lora_r": plan.lora_r, "warm_start": plan.warm_start}
+    run["eval_episodes"] = plan.eval_episodes  # a resume evaluates as many as the run started with
     run["settings"] = plan.settings
     if plan.run_file is not None:  # a resumed run keeps what it recorded about itself (its engine, ...)
         run = {**json.loads(plan.run_file.read_text(encoding="utf-8")), **run}
@@ -423,11 +424,21 @@ def _train_and_report(
     before_file = output_dir / "eval_before_rl.json"
     if resume_from and before_file.is_file():
         before = json.loads(before_file.read_text(encoding="utf-8"))
+    elif resume_from:
+        # the policy loads its checkpoint only when training resumes: evaluated now, it would be neither the
+        # RL start nor the checkpoint (a fresh adapter), so the run has no before-RL figure
+        before = None
+        if plan.eval_episodes > 0:
+            print(f"no {before_file.name} in {output_dir}: the RL start cannot be measured after training began; "
+                  "the run reports no before-RL figure")  # fmt: skip
     else:
         before = _evaluate(trainer, config, plan, "before RL", eval_kwargs, 0)
         if before is not None:
             before_file.write_text(json.dumps(before, indent=1), encoding="utf-8")
     trainer.train(resume_from_checkpoint=resume_from)
+    _save_model_and_metrics(
+        trainer, output_dir
+    )  # first: an evaluation that fails cannot lose the trained model
     after = _evaluate(trainer, config, plan, "after RL", eval_kwargs, trainer.state.global_step)
     if after is not None:
         (output_dir / "eval_after_rl.json").write_text(json.dumps(after, indent=1), encoding="utf-8")
@@ -440,14 +451,19 @@ def _train_and_report(
     _write_outputs(trainer, config, plan, (before, after))
 
 
-def _write_outputs(trainer: Any, config: Any, plan: RunPlan, evals: Sequence[Any]) -> None:
-    output_dir, tokenizer = plan.output_dir, trainer.processing_class
+def _save_model_and_metrics(trainer: Any, output_dir: Path) -> None:
+    """The trained adapter (with its tokenizer) and the metrics log."""
     adapter = output_dir / "adapter"
     trainer.save_model(str(adapter))
-    tokenizer.save_pretrained(str(adapter))
+    trainer.processing_class.save_pretrained(str(adapter))
     with (output_dir / "metrics.jsonl").open("w", encoding="utf-8") as f:
         for row in trainer.state.log_history:
             f.write(json.dumps(row) + "\n")
+
+
+def _write_outputs(trainer: Any, config: Any, plan: RunPlan, evals: Sequence[Any]) -> None:
+    output_dir = plan.output_dir
+    adapter = output_dir / "adapter"
     plot_reward_curve(
         trainer.state.log_history,
         output_dir / "reward_curve.png",
