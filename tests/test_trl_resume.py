@@ -194,3 +194,24 @@ def test_an_unwritable_output_dir_is_one_line(tmp_path, tiny_dir, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"cannot write to the output dir {blocker / 'run'}" in err
+
+
+def test_a_resume_keeps_the_runs_own_evaluation_count(run, capsys):
+    """The run was started with --eval-episodes 0; resuming without the flag adds no evaluations."""
+    assert _record(run)["eval_episodes"] == 0
+    assert main(["train", "--resume", str(run), "--set", "max_steps=3"]) == 0
+    assert _step(run) == 3
+    assert not (run / "eval_before_rl.json").exists() and not (run / "eval_after_rl.json").exists()
+    assert "held-out" not in capsys.readouterr().out
+
+
+def test_a_resume_never_measures_before_rl_on_a_fresh_adapter(run, capsys):
+    """Asked for evaluations on resume, a run without eval_before_rl.json reports no before-RL figure (the
+    policy's checkpoint loads only when training resumes) and evaluates after RL on the trained policy."""
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--set", "max_steps=3", "--eval-episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "eval_episodes 0 -> 2" in out and "the RL start cannot be measured after training began" in out
+    assert not (run / "eval_before_rl.json").exists()
+    assert json.loads((run / "eval_after_rl.json").read_text())["episodes"] == 2
+    assert (run / "adapter").is_dir() and (run / "metrics.jsonl").is_file()
