@@ -303,6 +303,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         self._format_ok = True
         self._world_ended = False
         self._context_chars = 0
+        self._paid_units: dict[str, float] = {}
 
     def _check_rewards(self, reward: RewardConfig) -> str:
         declared = [c.name for c in self.process_rewards]
@@ -442,8 +443,10 @@ class ToolEnv(gym.Env[str, str], ABC):
         caps = self.process_reward_caps()
         total = self.reward_config.max_outcome()
         total += sum(max(w, 0.0) * caps.get(name, 0.0) for name, w in self._weights.items())
-        if self.reward_config.tool_success_reward > 0:
-            total += self.reward_config.tool_success_reward * (self.max_turns - 1) * self.max_calls_per_turn
+        w = self.reward_config.tool_success_reward
+        if w > 0:  # paid for at most tool_success_cap calls; an answer-shaped task's last turn answers
+            calls = (self.max_turns - (1 if self.final_answer else 0)) * self.max_calls_per_turn
+            total += w * min(self.reward_config.tool_success_cap, calls)
         return total
 
     def is_success(self, metrics: dict[str, float]) -> bool:
@@ -512,6 +515,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         self._done = False
         self._format_ok = True
         self._world_ended = False
+        self._paid_units: dict[str, float] = {}  # process-reward units paid this episode, per component
         self.on_reset()
         instructions = self.tool_format.instructions(list(self.tools.values()), answer=self.final_answer)
         prompt = clean_text(f"{instructions}\n\n{self.task_prompt(self.task)}")
@@ -677,15 +681,20 @@ class ToolEnv(gym.Env[str, str], ABC):
             outputs = self.tools[name].execute_batch([args for _, args in items])
             for (i, _), out in zip(items, outputs, strict=True):
                 results[i] = out
+        caps: dict[str, float] | None = None
         for call, result in zip(calls, results, strict=True):
             assert result is not None
             if result.metadata.get("call_error"):
                 self._format_ok = False
                 components["invalid_call"] += self.reward_config.invalid_call_penalty
             elif result.success:
-                components["tool_success"] += self.reward_config.tool_success_reward
-                for key, units in self.process_reward_units(call, result).items():
-                    components[key] += units * self._weights[key]
+                cfg = self.reward_config
+                self._pay(components, "tool_success", 1.0, cfg.tool_success_reward, cfg.tool_success_cap)
+                earned = self.process_reward_units(call, result)
+                if earned and caps is None:
+                    caps = self.process_reward_caps()
+                for key, units in earned.items():
+                    self._pay(components, key, units, self._weights[key], caps.get(key, 1.0))  # type: ignore[union-attr]
             if result.terminal:
                 self._world_ended = True
             raw = result.content if isinstance(result.content, str) else str(result.content)
@@ -697,6 +706,18 @@ class ToolEnv(gym.Env[str, str], ABC):
             )
             obs_parts.append(self.tool_format.render_result(content))
         return " ".join(errors) if errors else None
+
+    def _pay(self, components: dict[str, float], key: str, units: float, weight: float, cap: float) -> None:
+        """Pay ``units`` of process component ``key`` at ``weight``, never more than ``cap`` units per episode
+        (the library enforces every cap: an env's declared :meth:`process_reward_caps`, 1 unit for a component
+        it declares none for, and ``tool_success_cap``). Negative units (an env's own penalties) are not capped."""
+        if units > 0:
+            paid = self._paid_units.get(key, 0.0)
+            units = max(0.0, min(float(units), cap - paid))
+            if units <= 1e-12:
+                return
+            self._paid_units[key] = paid + units
+        components[key] += units * weight
 
     def render(self) -> str | None:
         text = "\n".join(f"[{m['role']}] {m['content']}" for m in self.messages)

@@ -70,16 +70,23 @@ def numeric_match(
     *,
     rel_tol: float = 1e-4,
     abs_tol: float = 1e-6,
+    integers_exact: bool = True,
 ) -> float:
-    """1.0 when the prediction holds at least one number and *every* number in it equals a gold number (within
-    ``max(abs_tol, rel_tol * |gold|)``), so hedging ("15, or maybe 12") never pays. Understands ``3/4``, ``$``,
-    ``%`` and thousands separators; signs and decimal points count ("-3" is not "3", "1.5" is not "15")."""
+    """1.0 when the prediction holds at least one number and *every* number in it equals a gold number, so
+    hedging ("15, or maybe 12") never pays. An integer gold (``123552``, ``"42"``, ``12.0``) must be matched
+    exactly (``integers_exact``: "123540", "123552.9" and "about 123550" are wrong); other golds within
+    ``max(abs_tol, rel_tol * |gold|)`` (``1/3`` as ``0.33333``). Understands ``3/4``, ``$``, ``%`` and thousands
+    separators; signs and decimal points count ("-3" is not "3", "1.5" is not "15")."""
     numbers = parse_numbers(prediction)
     if not numbers or any(v is None for v in numbers):
         return 0.0
     for g in _golds(gold):
         target = _as_fraction(g) if not isinstance(g, str) else parse_number(g)
         if target is None:
+            continue
+        if integers_exact and target.denominator == 1:
+            if all(v == target for v in numbers):
+                return 1.0
             continue
         tol = max(abs_tol, rel_tol * abs(float(target)))
         if all(abs(float(v - target)) <= tol for v in numbers if v is not None):

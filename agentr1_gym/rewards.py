@@ -174,6 +174,12 @@ class RewardConfig(BaseModel):
         -0.05, description="Per tool call that cannot run: unknown tool or bad arguments (Agent-R1: -0.05)."
     )
     tool_success_reward: float = Field(0.0, description="Per tool call that ran successfully.")
+    tool_success_cap: int = Field(
+        2,
+        ge=0,
+        description="How many successful calls per episode are paid tool_success_reward (later ones earn "
+        "nothing, so calling a cheap tool every turn cannot be farmed).",
+    )
     process: dict[str, float] = Field(
         default_factory=dict,
         description="Weights of the env's own process components by name (default: the env's declared weights).",

@@ -49,6 +49,10 @@ SCRIPTS = {
     "trainer_step": ("trainer_step.py", "Trainer step against TRL's GRPOTrainer (tiny model)"),
     "trainer_step_smollm2": ("trainer_step.py", "Trainer step against TRL's GRPOTrainer (SmolLM2)"),
     "update_step": ("update_step.py", "What one update costs, per setting"),
+    "shop_shortcuts": (
+        "shop_shortcuts.py",
+        "Shortcuts in the shop: the first hit against reading prices and options",
+    ),
 }
 
 
@@ -252,7 +256,19 @@ def _step_credit(data: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def _shop_shortcuts(data: dict[str, Any]) -> str:
+    rows = [
+        [r["catalog"], r["policy"],
+         f"{r['success']:.3f} [{', '.join(f'{x:.3f}' for x in r['success_95ci'])}]",
+         _num(r["of_oracle"]), _num(r["webshop_reward"]), _num(r["turns_per_episode"], 1)]
+        for r in data["rows"]
+    ]  # fmt: skip
+    header = ["catalog", "policy", "success [95% CI]", "of the oracle's success", "WebShop reward", "turns"]
+    return f"{data['episodes']} held-out goals per row.\n\n" + _table(header, rows)
+
+
 HIGHLIGHTS = {
+    "shop_shortcuts": _shop_shortcuts,
     "main_job": _main_job,
     "table3": _table3,
     "step_credit": _step_credit,

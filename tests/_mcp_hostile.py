@@ -64,7 +64,10 @@ def main() -> None:
         elif method == "ping":
             send({"jsonrpc": "2.0", "id": mid, "result": {}})
         elif method == "tools/list":
-            tools = [tool("probe", schema(kind)), *(tool(n) for n in ("garbage", "badutf8", "wrongid", "stop", "noisy"))]
+            tools = [
+                tool("probe", schema(kind)),
+                *(tool(n) for n in ("garbage", "badutf8", "wrongid", "stop", "noisy")),
+            ]
             send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
         elif method == "tools/call":
             name, args = msg["params"]["name"], msg["params"].get("arguments") or {}

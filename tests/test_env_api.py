@@ -66,6 +66,7 @@ CASES: dict[str, object] = {
     "show_admissible": False,
     "num_products": 300,
     "catalog_seed": 1,
+    "knockoff_share": 0.5,
     "num_test": 50,
     "human_goals": None,
     "task_split": "test",

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import gymnasium as gym
 import pytest
@@ -24,9 +25,9 @@ HOSTILE = [sys.executable, str(Path(__file__).with_name("_mcp_hostile.py"))]
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
-    hits: list[str] = []
+    hits: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         type(self).hits.append(self.path)
         body = b'{"type": "string", "enum": ["AKIA-SECRET-KEY"]}'
         self.send_response(200)
@@ -88,7 +89,7 @@ def test_a_catastrophic_pattern_is_bounded_and_the_call_is_an_invalid_call():
     env = gym.make("Tests/MCPRedos-v0")
     env.reset(seed=0)
     start = time.perf_counter()
-    obs, reward, *_, info = env.step(env.unwrapped.call_text("probe", text="a" * 35 + "!"))
+    obs, _reward, *_, info = env.step(env.unwrapped.call_text("probe", text="a" * 35 + "!"))
     assert time.perf_counter() - start < 5
     assert info["reward_components"]["invalid_call"] < 0 and "does not match" in obs
     obs, *_, info = env.step(env.unwrapped.call_text("probe", text="aaaa"))
@@ -114,11 +115,15 @@ def test_lone_surrogates_and_deep_arguments_never_reach_the_session():
     register_task("Tests/MCPText-v0", [{"q": "?", "answer": "1"}], prompt="{q}", tools=tools)
     env = gym.make("Tests/MCPText-v0")
     env.reset(seed=0)
-    obs, *_, info = env.step('<tool_call>{"name": "probe", "arguments": {"text": "Lima \\ud83c"}}</tool_call>')
+    obs, *_, info = env.step(
+        '<tool_call>{"name": "probe", "arguments": {"text": "Lima \\ud83c"}}</tool_call>'
+    )
     assert info["action_error"] is None and "Lima" in obs
     obs.encode("utf-8")
     deep = "[" * 300 + "]" * 300
-    obs, *_, info = env.step('<tool_call>{"name": "probe", "arguments": {"text": "x", "extra": ' + deep + "}}</tool_call>")
+    obs, *_, info = env.step(
+        '<tool_call>{"name": "probe", "arguments": {"text": "x", "extra": ' + deep + "}}</tool_call>"
+    )
     assert "nest more than" in info["action_error"]
     # the session is still open and answers the next call
     obs, *_, info = env.step(env.unwrapped.call_text("probe", text="still here"))

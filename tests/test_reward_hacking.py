@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import agentr1_gym  # noqa: F401  (registers the envs)
+import agentr1_gym
 from agentr1_gym.envs.code_grading import doctest_examples
 from agentr1_gym.rewards import UNEARNED_REWARD_BOUND, RewardConfig
 
@@ -152,7 +152,16 @@ def _walkthrough_but_the_last_move(env, turn):
     return env.call_text("act", command="look" if len(plan) == 1 else plan[0])
 
 
+def _chained_walkthrough(env, turn):
+    """The rest of the walkthrough in one act, its moves joined as Inform's parser would run them (before round 4:
+    12 of 12 games won in 1-2 turns)."""
+    plan = list(env.game.state.policy_commands or ["look"])
+    joiner = (". ", " then ", ", ")[turn % 3]
+    return env.call_text("act", command=joiner.join(plan)[:200])
+
+
 TEXTGAME_POLICIES = {
+    "chain the walkthrough into one command": _chained_walkthrough,
     "random admissible commands": lambda env, turn: env.random_action(),
     "repeat the first scoring move": lambda env, turn: env.call_text(
         "act", command=env.game.state.policy_commands[0] if turn == 0 else env.game.commands[0]
@@ -277,3 +286,70 @@ def test_the_format_bonus_needs_a_solved_task():
         paid += info["reward_components"]["format"] > 0
         assert not info["metrics"]["success"]
     assert paid == 0
+
+
+def test_the_shops_first_hit_with_the_named_options_rarely_meets_the_goal():
+    """Buying the first hit of the bare instruction with the options it names: before the knock-off listings it met
+    about half the held-out goals (0.525 of 200, benchmarks/results/shop_shortcuts.json); bound: 0.2 of the
+    oracle's success."""
+    env = gym.make("AgentR1/WebShop-v0", split="test").unwrapped
+
+    def success(policy) -> float:
+        wins = 0.0
+        for i in range(100):
+            env.reset(seed=i, options={"task_index": i})
+            for turn in range(env.max_turns):
+                *_, terminated, truncated, info = env.step(policy(env, turn))
+                if terminated or truncated:
+                    break
+            wins += info["metrics"]["success"]
+        return wins / 100
+
+    shortcut, oracle = success(_shop_first_with_options), success(lambda env, turn: env.oracle_action())
+    assert oracle > 0.9 and shortcut <= UNEARNED_REWARD_BOUND * oracle, (shortcut, oracle)
+
+
+# ---- a user's own task: the cheapest successful call every turn ----------------------------------------------
+@agentr1_gym.tool
+def run_sql(query: str) -> str:
+    """Run a read-only SQL query on an empty database.
+
+    Args:
+        query: one SELECT statement
+    """
+    import json
+    import sqlite3
+
+    db = sqlite3.connect("file::memory:?mode=ro", uri=True)
+    try:
+        return json.dumps(db.execute(query).fetchall())
+    finally:
+        db.close()
+
+
+agentr1_gym.register_task(
+    "Tests/SqlFarm-v0",
+    [{"question": f"How many orders were placed on day {i}?", "answer": str(40 + i)} for i in range(20)],
+    prompt="{question}",
+    tools=[run_sql],
+)
+
+
+@pytest.mark.parametrize("max_turns", [4, 6, 10])
+def test_the_cheapest_successful_call_every_turn_earns_little(max_turns):
+    """Before: ``SELECT 1`` every turn paid 16% (4 turns), 22% (6) and 32% (10) of the maximum return."""
+    env = gym.make(
+        "Tests/SqlFarm-v0", max_turns=max_turns, reward=RewardConfig(tool_success_reward=0.05)
+    ).unwrapped
+    fractions = []
+    for i in range(5):
+        env.reset(seed=i)
+        total = 0.0
+        for _ in range(max_turns):
+            _, reward, terminated, truncated, info = env.step(env.call_text("run_sql", query="SELECT 1"))
+            total += reward
+            if terminated or truncated:
+                break
+        assert not info["metrics"]["success"]
+        fractions.append(total / env.max_episode_reward())
+    assert max(fractions) <= UNEARNED_REWARD_BOUND

@@ -63,7 +63,9 @@ def test_clean_json_cuts_any_depth_without_recursion():
     assert "\ufffd" in json.dumps(cleaned, ensure_ascii=False)
 
 
-@pytest.mark.parametrize("action", [SURROGATE_TURN, '<tool_call>{"name": "broken_text", "arguments": {}}</tool_call>'])
+@pytest.mark.parametrize(
+    "action", [SURROGATE_TURN, '<tool_call>{"name": "broken_text", "arguments": {}}</tool_call>']
+)
 def test_surrogates_in_calls_and_tool_output_become_encodable_text(action):
     env = gym.make("Tests/Surrogates-v0")
     env.reset(seed=0)
@@ -78,7 +80,7 @@ def test_surrogates_in_calls_and_tool_output_become_encodable_text(action):
 def test_arguments_nested_past_the_limit_are_an_invalid_call_and_recordable():
     env = gym.make("Tests/Surrogates-v0")
     env.reset(seed=0)
-    obs, reward, *_, info = env.step(DEEP_TURN)
+    _obs, _reward, *_, info = env.step(DEEP_TURN)
     assert "nest more than" in info["action_error"] and info["reward_components"]["invalid_call"] < 0
     json.dumps(info["tool_calls"])  # cut, so any serializer takes it
 
@@ -91,7 +93,7 @@ def test_saving_episodes_never_raises_on_model_input(tmp_path):
         '<tool_call>{"name": "search", "arguments": {"query": 5, "x": "\\ud83d"}}</tool_call>',
         '<tool_call>{"name": "search", "arguments": {"query": ' + "[" * 490 + "]" * 490 + "}}</tool_call>",
     ):
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs, reward, _terminated, _truncated, info = env.step(action)
         turns.append(turn_record(action, reward, info, obs))
     # records built from raw text too (an engine that does not go through ToolEnv)
     turns.append({**turns[0], "tool_calls": [{"name": "x", "arguments": {"q": "\ud83d", "n": float("nan")}}]})
@@ -150,7 +152,14 @@ def test_rollouts_tokenize_surrogate_observations(tok):
     from agentr1_trl import ScriptedGenerator, collect_rollouts
 
     envs = [agentr1_gym.make("Tests/Surrogates-v0", max_turns=3) for _ in range(2)]
-    script = lambda prompt_ids, i: SURROGATE_TURN if i % 2 == 0 else '<tool_call>{"name": "broken_text", "arguments": {}}</tool_call>'  # noqa: E731
+
+    def script(prompt_ids, i):
+        return (
+            SURROGATE_TURN
+            if i % 2 == 0
+            else '<tool_call>{"name": "broken_text", "arguments": {}}</tool_call>'
+        )
+
     trajs = collect_rollouts(envs, ScriptedGenerator(tok, script), tok, seeds=[0, 1], max_episode_tokens=4096)
     assert all(t.num_turns >= 1 for t in trajs)
     for t in trajs:

@@ -109,7 +109,7 @@ def test_pages_buttons_and_errors(shop):
     obs, *_ = shop.step(shop.call_text("click", button=first.lower()))  # buttons match case-insensitively
     product = shop.world.products[first]
     assert product.title in obs and "[Buy Now]" in obs
-    value = product.options[0][1][1]
+    value = product.options[0][1][-1]  # a knock-off may offer one value
     obs, *_ = shop.step(shop.call_text("click", button=f"[{value}]"))  # brackets as shown are fine
     assert f"[*{value}*]" in obs and shop.world.chosen == {product.options[0][0]: value}
     obs, *_ = shop.step(shop.call_text("click", button="Description"))
@@ -146,7 +146,19 @@ def test_buying_ends_the_episode_and_pays_webshop_reward_once(shop):
 def test_catalog_is_deterministic_and_splits_are_disjoint():
     assert generate_catalog(300, 7) == generate_catalog(300, 7) != generate_catalog(300, 8)
     products = generate_catalog(2000, 0)
-    assert len({p.asin for p in products}) == 2000 and len({p.query for p in products}) == 31
+    originals = [p for p in products if not p.knockoff]
+    assert len({p.asin for p in products}) == len(products) and len(originals) == 2000
+    assert len({p.query for p in products}) == 31
+    # a knock-off is an original's listing by another seller: the same attributes, overpriced or one value per option
+    by_text: dict[tuple, list] = {}
+    for p in originals:
+        by_text.setdefault((p.query, p.attributes, p.bullet_points), []).append(p)
+    for k in (p for p in products if p.knockoff):
+        assert any(
+            k.price > o.price + 40 or all(len(values) == 1 for _, values in k.options)
+            for o in by_text[(k.query, k.attributes, k.bullet_points[:-1])]
+        )
+    assert len(generate_goals(products)) == 2000
     goals = generate_goals(products[:50])
     assert all(g.price_upper > p.price for g, p in zip(goals, products))
     train = gym.make("AgentR1/WebShop-v0").unwrapped

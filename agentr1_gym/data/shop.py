@@ -3,10 +3,13 @@
 :func:`generate_catalog` builds a catalog the way WebShop's scraped one is shaped: products with a category path,
 a search query they were found under, a title, a price, attributes (``"sulfate free"``), options to choose
 (``size: 16 fl oz``), bullet points, a description and reviews. Several brands sell every product type with
-overlapping attributes, so a goal cannot be met by buying the first hit: the agent has to compare. Goals are
-made from target products as WebShop's synthetic instructions are (some of the target's attributes, one value of
-each option, and a price bound just above its price): ``"i am looking for a sulfate free shampoo for dry hair,
-with size: 16 fl oz, and price lower than 20.00 dollars"``.
+overlapping attributes, and most products are listed a second time by another seller (a knock-off: the same
+attributes under a title that repeats them, overpriced or with one value per option), so the first hit of a
+search rarely meets a goal: buying it with the options the instruction names met 3.5% of 200 held-out goals,
+against 52.5% in the catalog without knock-offs (``benchmarks/results/shop_shortcuts.json``); the agent has to
+read prices and options. Goals are made from the original products as WebShop's synthetic instructions are (some
+of the target's attributes, one value of each option, and a price bound just above its price): ``"i am looking
+for a sulfate free shampoo for dry hair, with size: 16 fl oz, and price lower than 20.00 dollars"``.
 
 :func:`load_webshop` reads WebShop's own files (``items_shuffle*.json`` with ``items_ins_v2*.json``, or
 ``items_human_ins.json`` for human goals) where a user has them, with WebShop's rules for prices and goals.
@@ -27,7 +30,15 @@ from pydantic import BaseModel, ConfigDict
 from agentr1_gym.data.corpus import Corpus, Passage
 from agentr1_gym.errors import DataError
 
-__all__ = ["Product", "ShopGoal", "catalog_corpus", "generate_catalog", "generate_goals", "load_webshop"]
+__all__ = [
+    "KNOCKOFF_SHARE",
+    "Product",
+    "ShopGoal",
+    "catalog_corpus",
+    "generate_catalog",
+    "generate_goals",
+    "load_webshop",
+]
 
 
 class Product(BaseModel):
@@ -50,6 +61,10 @@ class Product(BaseModel):
     type_words: tuple[
         str, ...
     ] = ()  # the product type's nouns (WebShop parses them from the title with spaCy)
+    #: another seller's listing of a catalog product (procedural catalog): the same attributes and bullets under a
+    #: keyword-heavy title, but overpriced or with one value per option; no goal is made from it (see
+    #: :func:`generate_catalog`)
+    knockoff: bool = False
 
     def option_dict(self) -> dict[str, tuple[str, ...]]:
         return dict(self.options)
@@ -214,10 +229,26 @@ def _asin(rng: random.Random, taken: set[str]) -> str:
             return asin
 
 
-def generate_catalog(num_products: int = 2000, seed: int = 0) -> tuple[Product, ...]:
-    """A deterministic catalog of ``num_products`` products over 31 product types in 5 departments."""
+#: the share of the procedural catalog's products that another seller also lists (:attr:`Product.knockoff`)
+KNOCKOFF_SHARE = 0.9
+
+
+def generate_catalog(
+    num_products: int = 2000, seed: int = 0, knockoff_share: float = KNOCKOFF_SHARE
+) -> tuple[Product, ...]:
+    """A deterministic catalog of ``num_products`` products over 31 product types in 5 departments, plus
+    knock-off listings.
+
+    As in a real marketplace, ``knockoff_share`` of the products are listed a second time by another seller
+    (:attr:`Product.knockoff`): the same attributes and bullets, every attribute in its title and once more in a
+    bullet, so the knock-off ranks at or near the top of a search for the product's words, but it costs far more
+    than any goal made from the original allows, or offers a single value of each option. Buying the first hit of the bare instruction
+    and clicking the options it names therefore rarely meets the goal (``benchmarks/shop_shortcuts.py`` measures
+    how rarely); reading the price and the options does. Goals are made from the originals only."""
     if num_products < 1:
         raise DataError(f"num_products must be >= 1, got {num_products}")
+    if not 0.0 <= knockoff_share <= 1.0:
+        raise DataError(f"knockoff_share must be in [0, 1], got {knockoff_share}")
     rng = random.Random(seed)
     brands = _brands(rng, 60)
     types = [
@@ -262,7 +293,26 @@ def generate_catalog(num_products: int = 2000, seed: int = 0) -> tuple[Product, 
                 type_words=tuple(noun.replace("-", " ").split()),
             )
         )
-    return tuple(products)
+    knockoffs = [_knockoff(p, rng, brands, taken) for p in products if rng.random() < knockoff_share]
+    return tuple(products) + tuple(knockoffs)
+
+
+def _knockoff(p: Product, rng: random.Random, brands: Sequence[str], taken: set[str]) -> Product:
+    """Another seller's listing of ``p``: every attribute in the title (in the form original titles have), and either a price far above any goal's
+    bound for ``p`` (a bound is at most 40 above its price) or one value of each option."""
+    brand = rng.choice([b for b in brands if not p.title.startswith(b)])
+    noun = p.query
+    title = f"{brand} {' '.join(a.title() for a in p.attributes)} {noun.title()}"  # the originals' own form
+    if rng.random() < 0.5:
+        title += f" - {p.attributes[-1].capitalize()}"
+    if rng.random() < 0.5:
+        price, options = round(p.price + rng.uniform(45, 90), 2), p.options
+    else:
+        price, options = p.price, tuple((name, (rng.choice(values),)) for name, values in p.options)
+    bullets = (*p.bullet_points, f"{p.query.capitalize()}: {', '.join(p.attributes)}.")  # its keywords, again
+    return p.model_copy(update={"asin": _asin(rng, taken), "title": title, "price": price, "options": options,
+                                "bullet_points": bullets, "knockoff": True,
+                                "rating": round(rng.uniform(3.0, 5.0), 1)})  # fmt: skip
 
 
 def _bullet(noun: str, attr: str) -> str:
@@ -284,6 +334,8 @@ def generate_goals(products: Sequence[Product], seed: int = 0, per_product: int 
     rng = random.Random(seed + 1)
     goals = []
     for p in products:
+        if p.knockoff:
+            continue
         for j in range(per_product):
             attrs = tuple(rng.sample(p.attributes, rng.randint(1, min(3, len(p.attributes)))))
             chosen = [(name, rng.choice(values)) for name, values in p.options]

@@ -19,9 +19,11 @@ processes with a progress bar; :func:`game_path` generates one on demand.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+import threading
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -32,7 +34,15 @@ from typing import Any
 from agentr1_gym.cache import cache_dir
 from agentr1_gym.errors import ConfigError, DataError
 
-__all__ = ["FAMILIES", "GameSpec", "ensure_games", "game_path", "game_specs", "require_textworld"]
+__all__ = [
+    "FAMILIES",
+    "GameSpec",
+    "check_game_file",
+    "ensure_games",
+    "game_path",
+    "game_specs",
+    "require_textworld",
+]
 
 #: family -> (TextWorld challenge, number of levels)
 FAMILIES: dict[str, tuple[str, int]] = {
@@ -157,17 +167,114 @@ def _generate(spec: GameSpec, target: str) -> str:
     return target
 
 
-def game_path(spec: GameSpec) -> Path:
-    """The compiled game file of ``spec``, generated now if the cache does not have it (about 1-3 s)."""
-    path = _file(spec)
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            _generate(spec, str(path))
-        except Exception as exc:  # TextWorld's own errors are many; name the game
+# ---- checking a game file before the interpreter sees it ----------------------------------------------------
+#: files already checked, by (path, size, mtime): the check reads the whole file once per process
+_CHECKED: set[tuple[str, int, int]] = set()
+_CHECKED_LOCK = threading.Lock()
+
+
+def _zmachine_problem(data: bytes) -> str | None:
+    """What is wrong with a Z-machine story file (None: its header, length and checksum hold)."""
+    if len(data) < 64:
+        return f"{len(data)} bytes, shorter than a Z-machine header"
+    version = data[0]
+    if not 1 <= version <= 8:
+        return f"not a Z-machine story (version byte {version})"
+    scale = 2 if version <= 3 else 4 if version <= 5 else 8
+    length = int.from_bytes(data[0x1A:0x1C], "big") * scale
+    if length == 0 or length > len(data):
+        return f"cut short: its header says {length} bytes, the file has {len(data)}"
+    if version >= 3:
+        want = int.from_bytes(data[0x1C:0x1E], "big")
+        got = sum(memoryview(data)[0x40:length]) & 0xFFFF
+        if want != got:
+            return f"damaged: checksum {got:#06x}, its header says {want:#06x}"
+    return None
+
+
+def _glulx_problem(data: bytes) -> str | None:
+    """What is wrong with a Glulx story file (None: its magic, length and checksum hold)."""
+    if len(data) < 36 or data[:4] != b"Glul":
+        return "not a Glulx story (no 'Glul' header)"
+    length = int.from_bytes(data[12:16], "big")  # EXTSTART: the end of the file's contents
+    if length < 36 or length % 4 or length > len(data):
+        return f"cut short: its header says {length} bytes, the file has {len(data)}"
+    want = int.from_bytes(data[32:36], "big")
+    total = sum(int.from_bytes(data[i : i + 4], "big") for i in range(0, length, 4)) - want
+    if total & 0xFFFFFFFF != want:
+        return "damaged: its checksum does not match its contents"
+    return None
+
+
+def check_game_file(path: str | Path) -> None:
+    """Check a game file before an interpreter loads it, raising a one-line :class:`DataError` that names the
+    file and what is wrong. TextWorld's interpreter is C code in this process: a truncated, emptied or garbage
+    story file made it print "Fatal error: Story file read error" and exit the whole process. Story files
+    (``.z1``-``.z8``, ``.ulx``) must have an intact header, length and checksum and a readable TextWorld ``.json``
+    beside them (the score, goal and walkthrough come from it); ALFWorld's ``.tw-pddl`` must be JSON."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise DataError(f"text game {path}: cannot read it ({exc.strerror or exc})") from None
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key in _CHECKED:
+        return
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"text game {path}: cannot read it ({exc.strerror or exc})") from None
+    if path.suffix == ".tw-pddl":
+        _read_json(path, data, "an ALFWorld game (JSON)")
+    else:
+        problem = (
+            _glulx_problem(data) if path.suffix == ".ulx" or data[:4] == b"Glul" else _zmachine_problem(data)
+        )
+        if problem:
+            raise DataError(f"text game {path}: {problem}; regenerate or replace the file")
+        meta = path.with_suffix(".json")
+        if not meta.is_file():
             raise DataError(
-                f"generating the text game {spec.id} failed: {type(exc).__name__}: {exc}"
-            ) from None
+                f"text game {path}: no {meta.name} beside it (TextWorld writes one when it compiles a game; the "
+                "score, goal and walkthrough come from it)"
+            )
+        try:
+            _read_json(meta, meta.read_bytes(), "TextWorld's game description")
+        except OSError as exc:
+            raise DataError(f"text game {path}: cannot read {meta.name} ({exc.strerror or exc})") from None
+    with _CHECKED_LOCK:
+        _CHECKED.add(key)
+
+
+def _read_json(path: Path, data: bytes, what: str) -> Any:
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"{path}: not valid JSON, so not {what} ({str(exc)[:120]})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path}: a JSON {type(value).__name__}, not {what}")
+    return value
+
+
+def game_path(spec: GameSpec) -> Path:
+    """The compiled game file of ``spec``, generated now if the cache does not have it (about 1-3 s), and
+    generated again if the cached file is damaged (:func:`check_game_file`)."""
+    path = _file(spec)
+    if path.exists():
+        try:
+            check_game_file(path)
+            return path
+        except DataError as exc:
+            try:
+                path.unlink(missing_ok=True)  # a damaged cache entry (a full disk, a killed copy): made again
+            except OSError:
+                raise DataError(f"{exc}; the cache is read-only, so it cannot be made again here") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _generate(spec, str(path))
+    except Exception as exc:  # TextWorld's own errors are many; name the game
+        raise DataError(f"generating the text game {spec.id} failed: {type(exc).__name__}: {exc}") from None
+    check_game_file(path)
     return path
 
 

@@ -29,9 +29,16 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentr1_gym.data.textgames import FAMILIES, GameSpec, game_path, game_specs, require_textworld
+from agentr1_gym.data.textgames import (
+    FAMILIES,
+    GameSpec,
+    check_game_file,
+    game_path,
+    game_specs,
+    require_textworld,
+)
 from agentr1_gym.env import ToolEnv
-from agentr1_gym.errors import ConfigError
+from agentr1_gym.errors import ConfigError, DataError
 from agentr1_gym.formats import ToolCall
 from agentr1_gym.rewards import ProcessReward
 from agentr1_gym.tools.base import Tool, ToolResult
@@ -75,6 +82,18 @@ def game_command(text: str) -> str:
     return " ".join(printable.split())[:MAX_COMMAND_CHARS].strip()
 
 
+#: what chains several moves into one line for Inform's parser: sentence punctuation and "then" (each part is a
+#: move), and the words that make one command act on several objects ("take coin and key", "take all")
+_CHAIN = re.compile(r"\s*(?:[.,;!?]+|\bthen\b)\s*", re.IGNORECASE)
+_MULTI_OBJECT = re.compile(r"\b(?:and|all|everything|except|but)\b", re.IGNORECASE)
+
+
+def chained_commands(command: str) -> list[str]:
+    """The moves one typed line would make: ``"look. restart"``, ``"look then restart"`` and ``"look, restart"``
+    are two each (a trailing full stop is not a second move)."""
+    return [part for part in _CHAIN.split(command) if part.strip()]
+
+
 def _room(feedback: str) -> str:
     """The room description of the game's first reply (after its title banner and introduction)."""
     text = _clean(feedback)
@@ -107,19 +126,37 @@ class TextGame:
         textworld = require_textworld()
         if path != self.path or self._env is None:
             self.close()
+            check_game_file(path)  # a damaged story file would make the C interpreter exit the process
             infos = textworld.EnvInfos(  # no human-readable facts or descriptions: 2.2 ms a step saved
                 admissible_commands=True, policy_commands=True, max_score=True, score=True, won=True,
                 lost=True, objective=True,
             )  # fmt: skip
-            with warnings.catch_warnings():  # jericho: TextWorld's own games are "not fully supported" (its
-                warnings.simplefilter("ignore")  # score detection, which TextWorld does itself)
-                self._env = (
-                    _alfworld_env(path, infos)
-                    if path.endswith(".tw-pddl")
-                    else textworld.start(path, request_infos=infos)
-                )
+            try:
+                with warnings.catch_warnings():  # jericho: TextWorld's own games are "not fully supported"
+                    warnings.simplefilter("ignore")  # (its score detection, which TextWorld does itself)
+                    self._env = (
+                        _alfworld_env(path, infos)
+                        if path.endswith(".tw-pddl")
+                        else textworld.start(path, request_infos=infos)
+                    )
+            except (
+                KeyError,
+                TypeError,
+                ValueError,
+                AttributeError,
+                OSError,
+            ) as exc:  # a description it cannot use
+                raise DataError(
+                    f"text game {path}: TextWorld cannot load it ({type(exc).__name__}: {exc})"[:300]
+                ) from None
             self.path = path
-        self.state = self._env.reset()
+        try:
+            self.state = self._env.reset()
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            self.close()
+            raise DataError(
+                f"text game {path}: TextWorld cannot start it ({type(exc).__name__}: {exc})"[:300]
+            ) from None
         self.commands, self.best = [], int(self.state.score or 0)
         self.max_score = max(1, int(self.state.max_score or 1))
         return self.intro()
@@ -150,13 +187,30 @@ class TextGame:
                 f"The command is empty once reduced to plain text (letters, digits, punctuation).{self._footer()}",
                 success=False,
             )
-        verb = command.lower().split(" ", 1)[0]
-        if verb in META_COMMANDS:
-            return ToolResult(
-                f"'{verb}' is a command of the game engine, not of the game; it is disabled here.{self._footer()}",
-                success=False,
-            )
         admissible = {c.lower() for c in self.state.admissible_commands or ()}
+        parts = chained_commands(command)
+        for part in parts:  # a meta command is refused anywhere in a chain ("look. restart")
+            verb = part.lower().split(" ", 1)[0]
+            if verb in META_COMMANDS:
+                return ToolResult(
+                    f"'{verb}' is a command of the game engine, not of the game; it is disabled here."
+                    f"{self._footer()}",
+                    success=False,
+                )
+        if command.lower() not in admissible:  # admissible commands are single moves, whatever their words
+            if len(parts) > 1:
+                return ToolResult(
+                    f"One command per turn: that line holds {len(parts)} ({'; '.join(p[:40] for p in parts[:4])})."
+                    f" Type one, see what it did, then the next.{self._footer()}",
+                    success=False,
+                )
+            command = parts[0] if parts else command  # "go north." is "go north"
+            if _MULTI_OBJECT.search(command) and command.lower() not in admissible:
+                return ToolResult(
+                    f"One object per command: '{command[:60]}' would act on several (and/all/except/but). Name "
+                    f"one object, then the next.{self._footer()}",
+                    success=False,
+                )
         self.state, _, _ = self._env.step(command)
         self.commands.append(command)
         score = int(self.state.score or 0)

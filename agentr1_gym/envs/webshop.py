@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentr1_gym.cache import shared
 from agentr1_gym.data.shop import (
+    KNOCKOFF_SHARE,
     Product,
     ShopGoal,
     catalog_corpus,
@@ -306,12 +307,14 @@ SHOP_PROMPT = (
 )
 
 
-def _catalog(num_products: int, seed: int) -> tuple[tuple[Product, ...], tuple[ShopGoal, ...]]:
+def _catalog(
+    num_products: int, seed: int, knockoff_share: float
+) -> tuple[tuple[Product, ...], tuple[ShopGoal, ...]]:
     def build():
-        products = generate_catalog(num_products, seed)
+        products = generate_catalog(num_products, seed, knockoff_share)
         return products, generate_goals(products, seed)
 
-    return shared("shop-catalog", (num_products, seed), build)
+    return shared("shop-catalog", (num_products, seed, knockoff_share), build)
 
 
 class WebShopEnv(ToolEnv):
@@ -322,6 +325,9 @@ class WebShopEnv(ToolEnv):
         num_products: size of the procedural catalog (one goal per product).
         catalog_seed: the procedural catalog and its goals.
         num_test: how many goals are held out.
+        knockoff_share: the share of the procedural catalog's products another seller lists again, overpriced or
+            with one value per option (:func:`~agentr1_gym.data.shop.generate_catalog`; 0: the catalog before
+            0.4, in which buying the first hit with the instruction's options met about half the goals).
         data_path: a directory with WebShop's own ``items_shuffle*.json`` and ``items_ins_v2*.json`` (and
             ``items_human_ins.json`` with ``human_goals=True``) instead of the procedural catalog.
         Other arguments: :class:`~agentr1_gym.env.EnvSettings` (default ``max_turns=15``, WebShop's budget).
@@ -347,6 +353,7 @@ class WebShopEnv(ToolEnv):
         num_test: int = 500,
         data_path: str | Path | None = None,
         human_goals: bool = False,
+        knockoff_share: float = KNOCKOFF_SHARE,
         **settings: Any,
     ) -> None:
         if split not in ("train", "test"):
@@ -359,8 +366,10 @@ class WebShopEnv(ToolEnv):
         else:
             if num_products < 2:
                 raise ConfigError(f"num_products must be >= 2, got {num_products}")
-            products, goals = _catalog(num_products, catalog_seed)
-            source = f"shop:{num_products}:{catalog_seed}"
+            if not 0.0 <= knockoff_share <= 1.0:
+                raise ConfigError(f"knockoff_share must be in [0, 1], got {knockoff_share!r}")
+            products, goals = _catalog(num_products, catalog_seed, knockoff_share)
+            source = f"shop:{num_products}:{catalog_seed}:{knockoff_share}"
         held = min(num_test, len(goals) // 2)
         self.tasks = goals[:held] if split == "test" else goals[held:]
         if not self.tasks:
