@@ -69,15 +69,13 @@ def append_episodes(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
 
 def read_episodes(path: str | Path) -> Iterator[dict[str, Any]]:
     """The records of an episodes file. A line that is not a JSON object (a run killed mid-write leaves a partial
-    last line) is skipped."""
-    with Path(path).open(encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
+    last line), is not UTF-8, or nests past the parser's limit is skipped. NaN and Infinity are read."""
+    with Path(path).open("rb") as f:
+        for raw in f:
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
+                line = raw.decode("utf-8").strip()
+                record = json.loads(line) if line else None
+            except (UnicodeDecodeError, ValueError, RecursionError):
                 continue
             if isinstance(record, dict) and "turns" in record:
                 yield record

@@ -19,12 +19,12 @@ import contextlib
 import html
 import http.server
 import json
-import socketserver
 from pathlib import Path
 from typing import Any
 
 from agentr1_gym.episodes import EPISODES_FILE, read_episodes
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.text import clean_json, clean_text
 
 __all__ = ["OBS_RGB", "heat_rgb", "load_run", "render_html", "serve", "write_view"]
 
@@ -48,10 +48,25 @@ def heat_rgb(value: float | None, scale: float, diverging: bool = True) -> tuple
 
 
 def _read_json(path: Path) -> Any:
+    """A whole JSON file (NaN and Infinity, which a diverged run writes, are read; the page shows them as
+    empty); one line naming the file when it cannot be read."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: not a readable JSON file ({exc})") from None
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ConfigError(f"{path}: not a readable JSON file ({str(exc)[:200]})") from None
+
+
+def _json_lines(path: Path) -> list[Any]:
+    """The values of a JSON-lines file; a line that is not UTF-8 or not JSON (or nested past the parser's
+    limit) is skipped, as a run killed mid-write leaves one."""
+    out = []
+    with path.open("rb") as f:
+        for raw in f:
+            try:
+                out.append(json.loads(raw.decode("utf-8")))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                continue
+    return out
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -59,11 +74,7 @@ def _metrics(run_dir: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     path = run_dir / "metrics.jsonl"
     if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+        rows = _json_lines(path)
     else:
         states = sorted(
             run_dir.glob("checkpoint-*/trainer_state.json"),
@@ -107,9 +118,14 @@ def load_run(path: str | Path) -> dict[str, Any]:
     else:
         metrics, episodes_file = [], path
     episodes: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    skipped = 0
     if episodes_file.is_file():
         for record in read_episodes(episodes_file):
-            episodes[(record.get("source"), record.get("step"), record.get("index"))] = record
+            if not _well_formed(record):
+                skipped += 1
+                continue
+            key = (str(record.get("source")), record.get("step"), record.get("index"))
+            episodes[key] = record
     settings = config.get("settings", {}) if isinstance(config, dict) else {}
     title = path.name
     if settings.get("env_id"):
@@ -120,14 +136,59 @@ def load_run(path: str | Path) -> dict[str, Any]:
         "metrics": metrics,
         "evals": evals,
         "episodes": list(episodes.values()),
+        "skipped_records": skipped,
         "obs_rgb": list(OBS_RGB),
     }
 
 
+def _is_num(v: Any) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _well_formed(r: dict[str, Any]) -> bool:
+    """Whether a record has the shape the page's script draws (:mod:`agentr1_gym.episodes`); others are counted
+    and left out, so one damaged record cannot blank the page."""
+    turns = r.get("turns")
+    if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+        return False
+    for t in turns:
+        calls = t.get("tool_calls", [])
+        if not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
+            return False
+        if not isinstance(t.get("reward_components", {}), dict) or not _is_num(t.get("reward", 0.0)):
+            return False
+    if not (
+        isinstance(r.get("index", 0), int)
+        and _is_num(r.get("success", 0.0))
+        and _is_num(r.get("return", 0.0))
+    ):
+        return False
+    tokens = r.get("tokens")
+    if tokens is None:
+        return True
+    if not isinstance(tokens, dict):
+        return False
+    ids, text, mask = tokens.get("ids"), tokens.get("text"), tokens.get("action_mask")
+    if not (isinstance(ids, list) and isinstance(text, list) and isinstance(mask, list)):
+        return False
+    if not len(ids) == len(text) == len(mask) or not isinstance(tokens.get("turn_ends", []), list):
+        return False
+    return all(
+        tokens.get(k) is None or (isinstance(tokens[k], list) and len(tokens[k]) == len(ids))
+        for k in ("advantage", "ratio", "entropy", "logprob")
+    )
+
+
 def render_html(run: dict[str, Any]) -> str:
-    """The page: the run as JSON inside a document whose script draws it."""
-    data = json.dumps(run, ensure_ascii=False, allow_nan=False, default=str).replace("</", "<\\/")
-    return _PAGE.replace("__TITLE__", html.escape(run["title"])).replace("__DATA__", data)
+    """The page: the run as JSON inside a document whose script draws it. The data is made JSON-safe first
+    (NaN/inf as null, lone surrogates replaced, nesting cut at 64 levels: :func:`agentr1_gym.text.clean_json`),
+    and every ``<``, ``>`` and ``&`` in it is written as a ``\\u`` escape, so no text in it (``</script>``,
+    ``<!--<script``) can end or re-open the data block."""
+    safe, _ = clean_json(run, 64, strict=True)
+    data = json.dumps(safe, ensure_ascii=False, allow_nan=False)
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    title = html.escape(clean_text(str(run.get("title", ""))))
+    return _PAGE.replace("__TITLE__", title).replace("__DATA__", data)
 
 
 def write_view(
@@ -145,13 +206,26 @@ def write_view(
     return out
 
 
-def serve(page: str | Path, port: int = 8000) -> None:
-    """Serve ``page`` on http://127.0.0.1:PORT/ until interrupted."""
+#: how long the server waits on a client that sends nothing (an idle connection never blocks other clients)
+CLIENT_TIMEOUT_S = 10.0
+
+
+def serve(page: str | Path, port: int = 8000, *, ready: Any = None) -> None:
+    """Serve ``page`` on http://127.0.0.1:PORT/ until interrupted. Loopback only; a request whose ``Host`` is not
+    this machine's loopback name is refused (403: a web page elsewhere cannot read the run through DNS
+    rebinding); clients are served in threads, each with a time-out. ``ready(url)`` is called once listening."""
     page = Path(page).resolve()
     body = page.read_bytes()
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        timeout = CLIENT_TIMEOUT_S
+
         def do_GET(self) -> None:
+            host = (self.headers.get("Host") or "").strip().lower()
+            name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+            if name not in ("127.0.0.1", "localhost", "[::1]"):
+                self.send_error(403, "this viewer answers requests for 127.0.0.1 or localhost only")
+                return
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -161,8 +235,14 @@ def serve(page: str | Path, port: int = 8000) -> None:
         def log_message(self, *args: Any) -> None:
             pass
 
-    with socketserver.TCPServer(("127.0.0.1", port), Handler) as httpd:
-        print(f"serving {page} on http://127.0.0.1:{httpd.server_address[1]}/ (Ctrl-C stops)", flush=True)
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+    with Server(("127.0.0.1", port), Handler) as httpd:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/"
+        print(f"serving {page} on {url} (Ctrl-C stops)", flush=True)
+        if ready is not None:
+            ready(url)
         with contextlib.suppress(KeyboardInterrupt):
             httpd.serve_forever()
 
@@ -228,6 +308,7 @@ $("title").textContent = RUN.title;
 const cfg = RUN.config && RUN.config.settings ? RUN.config.settings : null;
 $("subtitle").textContent = cfg ? ("max_steps " + cfg.max_steps + " · lr " + cfg.learning_rate + " · groups of " +
   cfg.num_generations + " · " + (RUN.config.engine || "")) : (RUN.episodes.length + " saved episodes");
+if (RUN.skipped_records) $("subtitle").textContent += " · " + RUN.skipped_records + " malformed episode record(s) left out";
 
 // ---- evaluations ----
 (function evals() {
@@ -385,7 +466,10 @@ function setupPane(pane, initial) {
     const wins = snap.episodes.filter((e) => e.success > 0).length;
     stats.textContent = "success " + wins + "/" + snap.episodes.length + (scale ? " · colour scale ±" + fmt(scale) : "");
     if (!shown.length) list.append(el("div", {class: "empty"}, "no episodes match the filter"));
-    shown.forEach((e) => list.append(renderEpisode(e, mode, scale)));
+    shown.forEach((e) => {
+      try { list.append(renderEpisode(e, mode, scale)); }
+      catch (err) { list.append(el("div", {class: "episode failure"}, "episode " + e.index + " could not be drawn: " + err)); }
+    });
   };
   sel.addEventListener("change", draw);
   pane.draw = draw; draw();

@@ -310,3 +310,90 @@ def test_viewer_in_headless_chromium(grpo_run, tmp_path):
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     finally:
         browser.quit()
+
+
+# ---- damaged and hostile run files (reliability round 4) -----------------------------------------------------------
+def _hostile_run(tmp_path):
+    """A run directory holding what a diverged run, a killed write and a hostile model leave behind."""
+    run = tmp_path / "hostile"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        '{"step": 1, "env/return": NaN, "loss": Infinity, "env/success": 0.0}\n'
+        '{"step": 2, "env/return": 0.5, "loss": -Infinity, "env/success": 0.5}\n'
+    )
+    (run / "eval_after_rl.json").write_text('{"episodes": 2, "success": NaN, "return": 0.25}')
+    good = {
+        "schema": 1, "source": "eval", "step": None, "index": 0, "group": None, "env_id": "x", "task_id": "t",
+        "seed": 0, "prompt": "p", "success": 1.0, "return": float("nan"), "ended": "terminated", "metrics": {},
+        "tokens": None,
+        "turns": [{"action": "<!--<script>alert(1)</script>", "tool_calls": [], "observation": "obs \\ud800",
+                   "reward": 1.0, "reward_components": {}, "action_error": None}],
+    }  # fmt: skip
+    lines = [
+        json.dumps(good).replace('"obs \\\\ud800"', '"obs \\ud800"'),  # a lone surrogate escape
+        json.dumps({**good, "index": 1, "turns": "not a list"}),  # malformed: would blank the page
+        json.dumps({**good, "index": 2, "tokens": {"ids": [1, 2], "text": ["a"], "action_mask": [1, 1]}}),
+        '{"turns": [' + "[" * 5000 + "]" * 5000 + "]}",  # 5,000 deep
+    ]
+    with (run / "episodes.jsonl").open("wb") as f:
+        for line in lines:
+            f.write(line.encode() + b"\n")
+        f.write(b'{"turns": [], "bad": "\xff\xfe"}\n')  # not UTF-8
+        f.write(json.dumps({**good, "index": 3}).encode() + b"\n")
+    return run
+
+
+def test_a_damaged_run_still_makes_a_page(tmp_path):
+    """Before: NaN/Infinity, one invalid UTF-8 line, a \\ud800 escape or a 5,000-deep line each made
+    ``agentr1 view`` fail."""
+    run = load_run(_hostile_run(tmp_path))
+    assert sorted(e["index"] for e in run["episodes"]) == [0, 3]
+    assert run["skipped_records"] == 2
+    page = render_html(run)
+    page.encode("utf-8")
+    assert "<!--" not in page.split('id="run-data">')[1].split("</script>")[0]
+    assert page.count("</script>") == 2
+
+
+def test_a_damaged_run_renders_in_chromium(tmp_path):
+    run_dir = _hostile_run(tmp_path)
+    page = write_view(load_run(run_dir), source=run_dir)
+    browser = _browser()
+    try:
+        browser.get(page.as_uri())
+        body = browser.find_element("tag name", "body")
+        assert body.get_attribute("data-ready") == "1", browser.get_log("browser")
+        assert browser.execute_script("return window.__xss === undefined")
+        cards = browser.find_elements("css selector", "#pane-a .episode")
+        assert len(cards) == 2
+        assert "<!--<script>alert(1)</script>" in cards[0].text
+        assert "2 malformed episode record(s) left out" in browser.find_element("id", "subtitle").text
+    finally:
+        browser.quit()
+
+
+def test_serve_refuses_foreign_hosts_and_is_not_blocked_by_an_idle_client(tmp_path):
+    import http.client
+    import socket
+    import threading
+
+    from agentr1_gym.viewer import serve
+
+    page = tmp_path / "p.html"
+    page.write_text("<p>run</p>")
+    urls: list[str] = []
+    ready = threading.Event()
+    threading.Thread(
+        target=serve, args=(page, 0), kwargs={"ready": lambda u: (urls.append(u), ready.set())}, daemon=True
+    ).start()
+    assert ready.wait(10)
+    port = int(urls[0].rsplit(":", 1)[1].strip("/"))
+    idle = socket.create_connection(("127.0.0.1", port))  # connects and sends nothing
+    try:
+        for host, status in (("127.0.0.1", 200), ("localhost", 200), ("evil.example", 403)):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/", headers={"Host": f"{host}:{port}"})
+            assert conn.getresponse().status == status
+            conn.close()
+    finally:
+        idle.close()
