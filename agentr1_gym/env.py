@@ -25,7 +25,13 @@ import gymnasium as gym
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentr1_gym.errors import BadArgumentError, ConfigError, NoOracleError, ResetNeededError
+from agentr1_gym.errors import (
+    BadArgumentError,
+    ConfigError,
+    NoOracleError,
+    ResetNeededError,
+    ToolContractError,
+)
 from agentr1_gym.formats import ParsedAction, ToolCall, ToolCallFormat, get_format
 from agentr1_gym.rewards import GENERIC_PROCESS_KEYS, OUTCOME_KEYS, ProcessReward, RewardConfig
 from agentr1_gym.spaces import FreeText
@@ -33,6 +39,22 @@ from agentr1_gym.text import MAX_JSON_DEPTH, clean_json, clean_text
 from agentr1_gym.tools.base import Tool, ToolResult, describe_validation_error
 
 __all__ = ["EnvSettings", "ToolEnv", "truncate_text"]
+
+
+def _check_result(tool: str, result: Any) -> None:
+    """A tool's result has ToolResult's types (a tool's code is the programmer's: a wrong one is a
+    :class:`ToolContractError` naming the tool, not an AttributeError deep in the env)."""
+    problem = None
+    if not isinstance(result, ToolResult):
+        problem = f"returned {type(result).__name__}, not a ToolResult"
+    elif not isinstance(result.content, str):
+        problem = f"returned ToolResult(content={type(result.content).__name__}); content must be str"
+    elif not isinstance(result.metadata, dict):
+        problem = f"returned ToolResult(metadata={type(result.metadata).__name__}); metadata must be a dict"
+    elif not isinstance(result.success, (int, np.bool_)) or not isinstance(result.terminal, (int, np.bool_)):
+        problem = "returned a ToolResult whose success or terminal is not a bool"
+    if problem:
+        raise ToolContractError(f"tool {tool!r} {problem}")
 
 
 def _clean_calls(parsed: ParsedAction) -> tuple[ParsedAction, frozenset[int]]:
@@ -679,7 +701,13 @@ class ToolEnv(gym.Env[str, str], ABC):
                 results[i] = ToolResult(errors[-1], success=False, metadata={"call_error": True})
         for name, items in pending.items():
             outputs = self.tools[name].execute_batch([args for _, args in items])
+            if not isinstance(outputs, list) or len(outputs) != len(items):
+                raise ToolContractError(
+                    f"tool {name!r}: execute_batch returned {type(outputs).__name__} for {len(items)} calls; it must "
+                    "return a list of one ToolResult per call"
+                )
             for (i, _), out in zip(items, outputs, strict=True):
+                _check_result(name, out)
                 results[i] = out
         caps: dict[str, float] | None = None
         for call, result in zip(calls, results, strict=True):

@@ -24,6 +24,7 @@ __all__ = [
     "MissingDependencyError",
     "NoOracleError",
     "ResetNeededError",
+    "ToolContractError",
     "ToolInfrastructureError",
     "UnknownEnvError",
 ]
@@ -67,6 +68,11 @@ class NoOracleError(ConfigError):
 
 class ResetNeededError(AgentR1Error, gymnasium.error.ResetNeeded):
     """``step`` was called before ``reset`` or after the episode ended."""
+
+
+class ToolContractError(ConfigError):
+    """A tool returned something other than what the tool contract says (a ToolResult with a str content, a dict
+    of metadata and bool flags): a bug in the tool's code, never the model's fault. The message names the tool."""
 
 
 class ToolInfrastructureError(AgentR1Error, RuntimeError):

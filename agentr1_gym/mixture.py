@@ -20,6 +20,7 @@ The CLI: ``agentr1 train --mix AgentR1/RG-ChainSum-v0=1,AgentR1/Calculator-v0=1`
 from __future__ import annotations
 
 import difflib
+import math
 from typing import Any
 
 import numpy as np
@@ -91,12 +92,24 @@ class MixtureEnv(ToolEnv):
                 raise ConfigError(
                     f"envs[{i}]: unknown field(s) {sorted(unknown)}; fields: id, weight, kwargs, name"
                 )
+            if not isinstance(entry["id"], str) or not entry["id"]:
+                raise ConfigError(f"envs[{i}]: 'id' must be an env id string, got {entry['id']!r:.80}")
             weight = entry.get("weight", 1.0)
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+            if (
+                isinstance(weight, bool)
+                or not isinstance(weight, (int, float))
+                or not math.isfinite(weight)
+                or not weight > 0
+            ):
                 raise ConfigError(
-                    f"envs[{i}] ({entry['id']}): weight must be a positive number, got {weight!r}"
+                    f"envs[{i}] ({entry['id']}): weight must be a finite positive number, got {weight!r}"
                 )
-            kwargs = dict(entry.get("kwargs") or {})
+            kwargs = entry.get("kwargs") or {}
+            if not isinstance(kwargs, dict):
+                raise ConfigError(
+                    f"envs[{i}] ({entry['id']}): 'kwargs' must be a dict of keyword arguments, got {kwargs!r:.80}"
+                )
+            kwargs = dict(kwargs)
             name = str(entry.get("name") or _short(entry["id"]))
             if entry["id"].split(":")[-1] == "AgentR1/Mixture-v0":
                 raise ConfigError(f"envs[{i}]: a mixture cannot contain a mixture")
@@ -106,7 +119,8 @@ class MixtureEnv(ToolEnv):
         names = [e["name"] for e in self.entries]
         if len(set(names)) != len(names):
             raise ConfigError(f"envs: two components are named alike {names}; give them distinct 'name's")
-        weights = np.array([e["weight"] for e in self.entries])
+        weights = np.array([e["weight"] for e in self.entries], dtype=np.float64)
+        weights = weights / weights.max()  # first: finite weights whose sum overflows still normalise
         self.weights = weights / weights.sum()
         self.current: ToolEnv = self.components[0]
         self.current_index = 0

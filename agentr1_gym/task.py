@@ -33,9 +33,11 @@ that name, and ``score`` is their weighted mean. An episode succeeds when ``scor
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
+import numbers
 import string
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +53,7 @@ from agentr1_gym.tools.function import FunctionTool, _to_result, _tool_class, fr
 __all__ = [
     "REWARD_PARAMETERS",
     "RewardFunctionError",
+    "TaskCodeError",
     "TaskEnv",
     "TaskSpec",
     "load_rows",
@@ -66,6 +69,11 @@ _RESERVED = ("score", "success", "format_ok", "turns")
 _WORLD_API = ("state_key",)
 #: registered tasks: env id -> spec
 _TASKS: dict[str, TaskSpec] = {}
+
+
+class TaskCodeError(ConfigError):
+    """A task's own code (its prompt function, its world's constructor) raised: a bug in the task, never the
+    model's fault. The message names the function and the task."""
 
 
 class RewardFunctionError(ConfigError):
@@ -91,7 +99,9 @@ def load_rows(dataset: Any) -> list[dict[str, Any]]:
                 raise ConfigError(f"{path}: a JSON dataset is a list of objects, got {type(rows).__name__}")
         else:
             rows = []
-            for n, line in enumerate(text.splitlines(), 1):
+            for n, line in enumerate(
+                text.split("\n"), 1
+            ):  # not splitlines(): U+2028 is text inside a JSON string
                 if line.strip():
                     try:
                         rows.append(json.loads(line))
@@ -154,7 +164,19 @@ class RewardFn:
             ) from exc
         if isinstance(out, bool):
             return float(out)
-        if not isinstance(out, (int, float)) or not math.isfinite(out) or not 0.0 <= out <= 1.0:
+        if not isinstance(out, (int, float)) and isinstance(out, numbers.Real):  # numpy scalars, Fractions
+            out = float(out)
+        elif not isinstance(out, (int, float)) and callable(
+            getattr(out, "item", None)
+        ):  # a 0-d array, a tensor
+            with contextlib.suppress(TypeError, ValueError):
+                out = out.item()
+        if (
+            isinstance(out, bool)
+            or not isinstance(out, (int, float))
+            or not math.isfinite(out)
+            or not 0.0 <= out <= 1.0
+        ):
             raise RewardFunctionError(
                 f"reward function {self.name!r} returned {out!r} for task {task_id!r}; a reward function returns "
                 "a number in [0, 1] or a bool (scale components with weights)"
@@ -308,6 +330,16 @@ def make_task(
         description: one line for ``agentr1 list``.
     """
     rows = tuple(load_rows(dataset))
+    ids = [row.get(id_field) for row in rows]
+    seen: set[str] = set()
+    for i, rid in enumerate(ids):
+        if rid is None:
+            continue
+        if str(rid) in seen:  # the train/held-out split is by task: one id in both would leak the test set
+            raise ConfigError(
+                f"dataset row {i}: id {rid!r} ({id_field!r}) is used by an earlier row; ids must be unique"
+            )
+        seen.add(str(rid))
     if isinstance(prompt, str):
         for name in _template_fields(prompt):
             for i, row in enumerate(rows):
@@ -317,6 +349,16 @@ def make_task(
                         f"dataset row {i} (id {rid!r}) lacks the field {name!r} that the prompt template needs "
                         f"(its fields: {sorted(row)[:10]})"
                     )
+        for i, row in enumerate(
+            rows
+        ):  # attribute, index and format-spec errors too, now rather than at reset
+            try:
+                prompt.format_map(row)
+            except Exception as exc:
+                raise ConfigError(
+                    f"dataset row {i} (id {row.get(id_field, i)!r}): the prompt template {prompt[:60]!r} cannot "
+                    f"be filled ({type(exc).__name__}: {str(exc)[:120]})"
+                ) from None
     elif not callable(prompt):
         raise ConfigError(f"prompt=: a format string or a function of the row, got {type(prompt).__name__}")
     if world is not None and not isinstance(world, type):
@@ -477,7 +519,12 @@ class TaskEnv(ToolEnv):
         prompt = self.task_spec.prompt
         if isinstance(prompt, str):
             return prompt.format_map(task)
-        text = prompt(task)
+        try:
+            text = prompt(task)
+        except Exception as exc:
+            raise TaskCodeError(
+                f"the prompt function raised {type(exc).__name__}: {str(exc)[:200]} (task {self.task_id()!r})"
+            ) from exc
         if not isinstance(text, str):
             raise ConfigError(
                 f"prompt function returned {type(text).__name__} for task {self.task_id()!r}, not str"
@@ -494,8 +541,15 @@ class TaskEnv(ToolEnv):
         return tuple(str(g) for g in _golds(task.get(field_))) if field_ else ()
 
     def on_reset(self) -> None:
-        if self.task_spec.world is not None:
-            self.world = self.task_spec.world(dict(self.task))
+        world = self.task_spec.world
+        if world is not None:
+            try:
+                self.world = world(dict(self.task))
+            except Exception as exc:
+                raise TaskCodeError(
+                    f"world {world.__name__}(task) raised {type(exc).__name__}: {str(exc)[:200]} "
+                    f"(task {self.task_id()!r}); a world must build from every row of its dataset"
+                ) from exc
 
     def score_answer(self, answer: str | None) -> dict[str, float]:
         values = {

@@ -94,7 +94,7 @@ def test_mixture_settings_apply_to_every_component_and_own_kwargs_win():
     assert [c.max_turns for c in env.components] == [3, 8]
     with pytest.raises(ConfigError, match="cannot contain a mixture"):
         agentr1_gym.make("AgentR1/Mixture-v0", envs=["AgentR1/Mixture-v0", "AgentR1/Calculator-v0"])
-    with pytest.raises(ConfigError, match="weight must be a positive number"):
+    with pytest.raises(ConfigError, match="weight must be a finite positive number"):
         agentr1_gym.make("AgentR1/Mixture-v0", envs=[{"id": "AgentR1/Calculator-v0", "weight": 0}, MIX[0]])
     with pytest.raises(ConfigError, match="named alike"):
         agentr1_gym.make("AgentR1/Mixture-v0", envs=["AgentR1/Calculator-v0", "AgentR1/Calculator-v0"])

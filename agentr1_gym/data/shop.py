@@ -420,7 +420,10 @@ def load_webshop(
             options = []
             for name, contents in (p.get("customization_options") or {}).items():
                 if contents:
-                    values = tuple(str(c["value"]).strip().replace("/", " | ").lower() for c in contents)
+                    values = tuple(
+                        _not_a_button(str(c["value"]).strip().replace("/", " | ").lower(), name.lower())
+                        for c in contents
+                    )
                     options.append((name.lower(), values))
             small = p.get("small_description") or []
             bullets = tuple(small if isinstance(small, list) else [small])
@@ -433,7 +436,7 @@ def load_webshop(
                     product_category=str(p.get("product_category", "")),
                     query=str(p.get("query", "")),
                     price=_price(p.get("pricing")),
-                    attributes=tuple(raw_attrs.get(asin, {}).get("attributes") or ("DUMMY_ATTR",)),
+                    attributes=_strings(raw_attrs.get(asin, {}).get("attributes")) or ("DUMMY_ATTR",),
                     options=tuple(options),
                     bullet_points=tuple(str(b) for b in bullets),
                     description=str(p.get("full_description") or ""),
@@ -446,6 +449,20 @@ def load_webshop(
             ) from None
     if not products:
         raise DataError(f"{items} holds no products")
+    try:
+        goals = _webshop_goals(products, raw_attrs, raw_human, human_goals, seed)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise DataError(
+            f"{root}: a goal is not in WebShop's format ({type(exc).__name__}: {exc})"[:300]
+        ) from None
+    if not goals:
+        raise DataError(f"{root}: no product has an instruction with attributes (no goals)")
+    return tuple(products), tuple(goals)
+
+
+def _webshop_goals(
+    products: Sequence[Product], raw_attrs: dict[str, Any], raw_human: Any, human_goals: bool, seed: int
+) -> list[ShopGoal]:
     rng = random.Random(seed)
     goals: list[ShopGoal] = []
     for p in products:
@@ -470,9 +487,25 @@ def load_webshop(
             )
             goals.append(_goal(p, f"{p.asin}-{j}", text, info["instruction_attributes"],
                                [v for _, v in chosen], [n for n, _ in chosen], price_bound(p.price, rng)))  # fmt: skip
-    if not goals:
-        raise DataError(f"{root}: no product has an instruction with attributes (no goals)")
-    return tuple(products), tuple(goals)
+    return goals
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    """A field that should list strings: a single string is one item (``"organic"``, not its letters)."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(str(v) for v in value)
+
+
+#: the shop's page buttons (an option value spelled like one would be clicked as the button instead)
+BUTTONS = frozenset(("next >", "< prev", "back to search", "buy now", "description", "features", "reviews"))
+
+
+def _not_a_button(value: str, name: str) -> str:
+    """An option value that reads like a page button gets its option's name appended, so it stays clickable."""
+    return f"{value} ({name})" if value.strip().lower() in BUTTONS else value
 
 
 def _goal(p: Product, gid: str, text: str, attributes, options, names, upper: float) -> ShopGoal:
@@ -483,8 +516,8 @@ def _goal(p: Product, gid: str, text: str, attributes, options, names, upper: fl
         id=gid,
         asin=p.asin,
         instruction=text,
-        attributes=tuple(str(a) for a in attributes),
-        options=tuple(str(o) for o in options),
+        attributes=_strings(attributes),
+        options=_strings(options),
         option_names=tuple(names),
         price_upper=upper,
         query=p.query,

@@ -79,6 +79,56 @@ class RGTask(dict):
         return str(self["id"])
 
 
+#: config numbers above this are tried in a subprocess with :data:`PROBE_TIMEOUT_S` before the env is built
+LARGE_CONFIG_NUMBER = 1000
+PROBE_TIMEOUT_S = 10.0
+#: a generated question longer than this is refused (a prompt no model context holds)
+MAX_QUESTION_CHARS = 100_000
+
+
+def _has_large_numbers(config: dict[str, Any]) -> bool:
+    values = [v for x in config.values() for v in (x if isinstance(x, (list, tuple)) else [x])]
+    return any(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) > LARGE_CONFIG_NUMBER
+        for v in values
+    )
+
+
+def _probe_in_subprocess(task: str, config: dict[str, Any]) -> None:
+    """Generate one task of ``config`` in a child process, killed after :data:`PROBE_TIMEOUT_S` (reasoning-gym
+    generates in Python: a huge size cannot be interrupted in this process)."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys, reasoning_gym\n"
+        "item = reasoning_gym.create_dataset(sys.argv[1], seed=0, size=1, **json.loads(sys.argv[2]))[0]\n"
+        "print(len(item['question']))\n"
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, task, json.dumps(config)],
+            capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ConfigError(
+            f"reasoning-gym {task!r} config {config}: generating one task took longer than {PROBE_TIMEOUT_S:g} s; "
+            "lower its sizes"
+        ) from None
+    except (TypeError, ValueError) as exc:  # a config JSON cannot hold
+        raise ConfigError(f"reasoning-gym {task!r} config {config!r:.120}: {exc}") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+        raise ConfigError(f"reasoning-gym {task!r} config {config}: {last[:200]}")
+    chars = int(proc.stdout.split()[-1])
+    if chars > MAX_QUESTION_CHARS:
+        raise ConfigError(
+            f"reasoning-gym {task!r} config {config}: a task's question is {chars:,} characters (the limit is "
+            f"{MAX_QUESTION_CHARS:,}); lower its sizes"
+        )
+
+
 class ReasoningGymEnv(ToolEnv):
     """One reasoning-gym dataset as an answer-shaped env.
 
@@ -122,9 +172,13 @@ class ReasoningGymEnv(ToolEnv):
             )
         self.rg_task = task
         self.rg_config = dict(config or {})
+        if _has_large_numbers(
+            self.rg_config
+        ):  # a size like min_terms=10**7 would hang reset: try it first, bounded
+            _probe_in_subprocess(task, self.rg_config)
         try:  # validate the config once, at construction (one-line error naming the field)
-            self._dataset(0)
-        except (TypeError, ValueError, AssertionError) as exc:
+            self._dataset(0)[0]
+        except (TypeError, ValueError, AssertionError, KeyError, IndexError) as exc:
             raise ConfigError(f"reasoning-gym {task!r} config {self.rg_config}: {exc}") from None
         del rg
         if tool == "calculator":
