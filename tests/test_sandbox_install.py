@@ -64,24 +64,40 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def installed_python():
-    """A venv under /var/tmp (not shadowed by runs' /tmp) with this project installed as a wheel."""
+    """A venv under /var/tmp (not shadowed by runs' /tmp) with this project installed the way a wheel installs:
+    its packages unpacked under the venv's site-packages, with their dist-info (copied, so that the test needs no
+    build backend in the environment under test: a fresh venv's setuptools cannot build a wheel without the
+    ``wheel`` package). The venv sees the running environment's packages (gymnasium, numpy, ...) through a
+    ``.pth`` file naming its site-packages, which works whether the tests run in the system Python or in a venv
+    (``--system-site-packages`` would inherit the base interpreter's packages, not a venv's)."""
+    import site
+    import sysconfig
+
     base = Path(tempfile.mkdtemp(prefix="agentr1-install-", dir="/var/tmp"))
     try:
-        src = base / "src"
-        src.mkdir()
-        for name in ("pyproject.toml", "setup.cfg", "README.md"):
-            shutil.copy(REPO / name, src / name)
-        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-        shutil.copytree(REPO / "agentr1_gym", src / "agentr1_gym", ignore=ignore)
-        shutil.copytree(REPO / "adapters", src / "adapters", ignore=ignore)
         venv = base / "venv"
-        subprocess.run(
-            [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True
-        )
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
         python = venv / "bin" / "python"
-        pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
-        done = subprocess.run([*pip, str(src)], capture_output=True, text=True, cwd=base)
-        assert done.returncode == 0, done.stderr[-3000:]
+        target = Path(
+            subprocess.run(
+                [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                capture_output=True, text=True, check=True,
+            ).stdout.strip()
+        )  # fmt: skip
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+        shutil.copytree(REPO / "agentr1_gym", target / "agentr1_gym", ignore=ignore)
+        for package in ("trl", "skyrl", "verl", "verifiers"):
+            shutil.copytree(
+                REPO / "adapters" / package / f"agentr1_{package}",
+                target / f"agentr1_{package}",
+                ignore=ignore,
+            )
+        info = target / "agentr1_gym-0.1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: agentr1-gym\nVersion: 0.1.0\n")
+        (info / "INSTALLER").write_text("tests\n")
+        outer = [p for p in (*site.getsitepackages(), sysconfig.get_paths()["purelib"]) if Path(p).is_dir()]
+        (target / "outer-env.pth").write_text("\n".join(dict.fromkeys(outer)) + "\n")
         yield python
     finally:
         shutil.rmtree(base, ignore_errors=True)

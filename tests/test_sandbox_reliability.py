@@ -504,3 +504,35 @@ def test_a_policy_cannot_copy_earlier_requests_through_env_step(scenario):
         _, _, _, _, info = env.step(env.answer_text(f"```python\n{copies[0] if copies else 'pass'}\n```"))
         passed += int(info["metrics"]["pass"])
     assert (found, passed) == (0, 0)
+
+
+def test_named_packages_can_be_exposed_from_an_environment_under_tmp(tmp_path_factory):
+    """Before: with the Python installation under /tmp (a venv, or a clone made there), the run's private /tmp
+    shadowed it and a package named for exposure was not importable (ModuleNotFoundError)."""
+    import shutil
+    import sysconfig
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="agentr1-tmpvenv-", dir="/tmp"))
+    try:
+        venv = base / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        python = str(venv / "bin" / "python")
+        purelib = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                      capture_output=True, text=True, check=True).stdout.strip())  # fmt: skip
+        (purelib / "exposeme").mkdir()
+        (purelib / "exposeme" / "__init__.py").write_text("VALUE = 'exposed from /tmp'\n")
+        outer = [str(HERE.parent), sysconfig.get_paths()["purelib"]]
+        (purelib / "outer.pth").write_text("\n".join(outer) + "\n")
+        code = (
+            "from agentr1_gym.tools.python import PythonSandbox, SandboxConfig\n"
+            "sb = PythonSandbox(SandboxConfig(packages=('exposeme',), pool_size=1))\n"
+            "r = sb.run('import exposeme\\nprint(exposeme.VALUE)')\n"
+            "sb.close()\n"
+            "print(repr((r.stdout, r.exception)))\n"
+        )
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(base))
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "exposed from /tmp" in out.stdout and "ModuleNotFoundError" not in out.stdout, out.stdout
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

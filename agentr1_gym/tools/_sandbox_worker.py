@@ -361,15 +361,18 @@ def _enter_private_root() -> None:
     root = SKELETON
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount(root, root, None, MS_BIND)
+    # the run's /tmp first: a Python installation that lives under /tmp (a venv, a clone) is bound on top of it,
+    # not shadowed by it (its site-packages, and so the packages named for exposure, stay importable)
+    size = f"size={LIMITS['disk_mb']}m,nr_inodes={LIMITS['disk_inodes']},mode=1777"
+    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, size)
     for path in BIND_DIRS:
         target = root + path
+        os.makedirs(target, exist_ok=True)  # inside the fresh /tmp for an installation there
         _mount(path, target, None, MS_BIND | MS_REC)
         extra = MS_NOEXEC if os.statvfs(path).f_flag & os.ST_NOEXEC else 0  # a locked flag must be kept
         _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | extra)
     for path in HIDDEN:
         _hide(root + path, path)
-    size = f"size={LIMITS['disk_mb']}m,nr_inodes={LIMITS['disk_inodes']},mode=1777"
-    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, size)
     for dev in DEVICES:
         _mount("/dev/" + dev, f"{root}/dev/{dev}", None, MS_BIND)
     _check(_libc.syscall(_pivot_nr(), root.encode(), (root + "/.oldroot").encode()), "pivot_root")
