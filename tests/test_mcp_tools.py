@@ -150,7 +150,7 @@ def test_fuzz_mcp_tools_and_no_reward_without_the_answer():
     import math
     import random
 
-    from test_fuzz_steps import _adversarial
+    from test_fuzz_steps import UNIVERSAL_ARGS, _adversarial, _assert_recordable
 
     tools = mcp_tools(STDIO, names=["add", "lookup"], timeout_s=5.0)
     register_task("Tests/MCPFuzz-v0", [{"q": "2+3?", "answer": "5"}], prompt="{q}", tools=tools, max_turns=4)
@@ -160,10 +160,13 @@ def test_fuzz_mcp_tools_and_no_reward_without_the_answer():
     for i in range(300):
         action = _adversarial(rng, ["add", "lookup"])
         if rng.random() < 0.4:  # well-formed calls with hostile values under the server's own parameter names
-            value = rng.choice(["", "x" * 50_000, -(10**30), None, [1], {"a": 1}, "\x00", 1e308, "🙂"])
+            value = rng.choice(
+                ["", "x" * 50_000, -(10**30), None, [1], {"a": 1}, "\x00", 1e308, "🙂", *UNIVERSAL_ARGS]
+            )
             action = env.unwrapped.call_text(rng.choice(["add", "lookup"]), a=value, b=value, city=value)
-        obs, reward, terminated, truncated, _ = env.step(action)
+        obs, reward, terminated, truncated, info = env.step(action)
         assert isinstance(obs, str) and math.isfinite(reward), action[:200]
+        _assert_recordable(obs, info, action)
         if terminated or truncated:
             env.reset(seed=i)
     # calling tools until the turns run out earns no more than answering wrong at once
