@@ -145,8 +145,9 @@ def test_site_packages_and_this_package_are_hidden_from_runs(sandbox):
     if not sandbox.isolation["mount_namespace"]:
         pytest.skip("isolation='off' promises nothing about files beyond the Python guards")
     seen = json.loads(sandbox.run(code).stdout)
-    # each is empty, or gone with a hidden parent (ENOENT)
-    assert all(v in ([], errno.ENOENT) for k, v in seen.items() if k != "pydantic"), seen
+    # each is empty, gone with a hidden parent (ENOENT), or behind a directory runs may not enter (EACCES: a venv
+    # made in a mkdtemp directory, mode 0700)
+    assert all(v in ([], errno.ENOENT, errno.EACCES) for k, v in seen.items() if k != "pydantic"), seen
     assert seen["pydantic"] is False
 
 
@@ -522,7 +523,9 @@ def test_named_packages_can_be_exposed_from_an_environment_under_tmp(tmp_path_fa
                                       capture_output=True, text=True, check=True).stdout.strip())  # fmt: skip
         (purelib / "exposeme").mkdir()
         (purelib / "exposeme" / "__init__.py").write_text("VALUE = 'exposed from /tmp'\n")
-        outer = [str(HERE.parent), sysconfig.get_paths()["purelib"]]
+        import site
+
+        outer = [str(HERE.parent), *site.getsitepackages(), sysconfig.get_paths()["purelib"]]
         (purelib / "outer.pth").write_text("\n".join(outer) + "\n")
         code = (
             "from agentr1_gym.tools.python import PythonSandbox, SandboxConfig\n"
