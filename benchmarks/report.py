@@ -376,7 +376,8 @@ def headline_rows() -> list[list[str]]:
             f"[step-level credit on {CREDIT_ROWS[task]}](docs/results/step_credit.md)",
             f"`{t['start']['env']}` held-out success {t['start']['after_sft']['success']:.3f} after the warm start; "
             f"trajectory-level GRPO {grpo_s}, {best} {arm_s} (z {z_s}{seeds_s})",
-            f"{len(runs)} runs, {minutes:.0f} min of training each",
+            f"{len(runs)} runs, {minutes:.0f} min of training each"
+            + ("; the shop's catalog before knock-off listings" if task == "webshop" else ""),
         ])  # fmt: skip
     worlds = _load("worlds")
     for task, t in worlds["tasks"].items():
@@ -388,7 +389,8 @@ def headline_rows() -> list[list[str]]:
             "[the WebShop-style shop](docs/results/worlds.md)",
             f"held-out success {start:.3f} after the warm start -> {best[1]['after']['success']:.3f} "
             f"({best[0].upper()})",
-            f"{best[1]['train'].get('steps')} steps, {best[1]['train'].get('wall_s', 0) / 60:.0f} min",
+            f"{best[1]['train'].get('steps')} steps, {best[1]['train'].get('wall_s', 0) / 60:.0f} min; "
+            "the catalog before knock-off listings",
         ])  # fmt: skip
     return rows
 
