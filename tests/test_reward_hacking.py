@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -113,26 +115,19 @@ CALCULATOR_POLICIES = {
 }
 
 
+# the shop's shortcut policies are the ones benchmarks/shop_shortcuts.py measures
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from shop_shortcuts import first_hit, first_hit_with_options  # noqa: E402
+
+
 def _shop_first_result(env, turn):
     """Search the whole instruction, buy the first result without looking at its options."""
-    page = env.world.page
-    if page == "search":
-        return env.call_text("search", query=env.task.instruction)
-    if page == "results":
-        return env.call_text("click", button=env.world._page_asins()[0])
-    return env.call_text("click", button="Buy Now")
+    return first_hit(env)
 
 
 def _shop_first_with_options(env, turn):
     """As above, but pick every option the instruction names that the product offers (the usual near miss)."""
-    w = env.world
-    if w.page in ("search", "results"):
-        return _shop_first_result(env, turn)
-    values = [v for _, vals in w.products[w.asin].options for v in vals]
-    for v in env.task.options:
-        if v in values and v not in w.chosen.values():
-            return env.call_text("click", button=v)
-    return env.call_text("click", button="Buy Now")
+    return first_hit_with_options(env)
 
 
 WEBSHOP_POLICIES = {

@@ -4,18 +4,17 @@ capped per episode by the library."""
 
 from __future__ import annotations
 
-import json
 import shutil
-import sqlite3
 import subprocess
 import sys
 import textwrap
 
 import gymnasium as gym
 import pytest
+from test_reward_hacking import run_sql  # the same read-only SQL tool
 
 import agentr1_gym
-from agentr1_gym import register_task, tool
+from agentr1_gym import register_task
 from agentr1_gym.envs.textgames import chained_commands
 from agentr1_gym.errors import DataError
 from agentr1_gym.matching import answer_match, numeric_match
@@ -166,20 +165,6 @@ def test_register_tasks_default_reward_wants_the_exact_integer():
 
 
 # ---- process rewards capped by the library ---------------------------------------------------------------------
-@tool
-def run_sql(query: str) -> str:
-    """Run a read-only SQL query on the shop's database.
-
-    Args:
-        query: one SELECT statement
-    """
-    db = sqlite3.connect("file::memory:?mode=ro", uri=True)
-    try:
-        return json.dumps(db.execute(query).fetchall())
-    finally:
-        db.close()
-
-
 register_task(
     "Tests/SqlCaps-v0",
     [{"question": f"How many orders were placed on day {i}?", "answer": str(40 + i)} for i in range(20)],
