@@ -18,7 +18,7 @@ import functools
 import inspect
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
@@ -38,7 +38,35 @@ from agentr1_gym.spaces import FreeText
 from agentr1_gym.text import MAX_JSON_DEPTH, clean_json, clean_text
 from agentr1_gym.tools.base import Tool, ToolResult, describe_validation_error
 
-__all__ = ["EnvSettings", "ToolEnv", "truncate_text"]
+__all__ = ["EnvSettings", "ToolEnv", "parse_context", "split_turns", "truncate_text"]
+
+
+def parse_context(value: Any) -> tuple[str, Any]:
+    """A context policy as ``(kind, argument)``: ``("full", None)``, ``("window", K)``, ``("state", None)`` or
+    ``("function", fn)``; a bad one raises ``ValueError`` saying what is accepted."""
+    if callable(value):
+        return "function", value
+    if value in ("full", "state"):
+        return value, None
+    if isinstance(value, str) and value.startswith("window:"):
+        k = value.split(":", 1)[1]
+        if k.isdigit() and int(k) >= 1:
+            return "window", int(k)
+    raise ValueError(
+        f"context must be 'full', 'window:K' (K >= 1 turns), 'state' or a function (task_messages, history) -> "
+        f"messages; got {value!r:.60}"
+    )
+
+
+def split_turns(history: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The chat after the first user message, cut into turns: each assistant message with the messages that answer
+    it (tool results, user turns), in order."""
+    turns: list[list[dict[str, Any]]] = []
+    for message in history:
+        if message.get("role") == "assistant" or not turns:
+            turns.append([])
+        turns[-1].append(message)
+    return turns
 
 
 def _check_result(tool: str, result: Any) -> None:
@@ -101,6 +129,18 @@ class EnvSettings(BaseModel):
         "split: test_fraction of the tasks are held out).",
     )
     test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="The held-out share of a fixed task list.")
+    context: str | Callable[..., Any] = Field(
+        "full",
+        description="What the agent sees each step (info['context']): 'full' (the whole chat), 'window:K' (the task "
+        "and the last K turns; a note says how many were left out), 'state' (the task and the world's compact "
+        "state, from the env's state_text()), or a function (task_messages, history) -> messages.",
+    )
+
+    @field_validator("context")
+    @classmethod
+    def _check_context(cls, value: Any) -> Any:
+        parse_context(value)
+        return value
 
     @field_validator("reward", mode="before")
     @classmethod
@@ -310,6 +350,12 @@ class ToolEnv(gym.Env[str, str], ABC):
         self.tool_output_chars = config.tool_output_chars
         self.max_context_chars = config.max_context_chars
         self.render_mode = config.render_mode
+        self.context_policy = parse_context(config.context)
+        if self.context_policy[0] == "state" and not self.has_state_text():
+            raise ConfigError(
+                f"context='state' needs the world's compact state, and {type(self).__name__} has no state_text(); "
+                "use context='window:K' (the task and the last K turns) or 'full'"
+            )
         self.reward_config = config.reward
         self.answer_metric = self._check_rewards(config.reward)
         self._weights = {c.name: config.reward.process_weight(c) for c in self.process_rewards}
@@ -429,6 +475,59 @@ class ToolEnv(gym.Env[str, str], ABC):
         own = self.split_kwargs(split)
         return {**own, **env_kwargs} if split == "train" else {**env_kwargs, **own}
 
+    def state_text(self) -> str:
+        """The world's compact state as text, for ``context='state'`` (text games: the room, the inventory, the
+        score and the last feedback; the shop: the page and the options chosen). Envs that have one override it."""
+        raise NotImplementedError(f"{type(self).__name__} has no state_text()")
+
+    def has_state_text(self) -> bool:
+        """Whether :meth:`state_text` is available (``context='state'`` needs it)."""
+        return type(self).state_text is not ToolEnv.state_text
+
+    def context_messages(self) -> list[dict[str, Any]]:
+        """What the agent sees for its next turn under the env's context policy (``info["context"]``): the whole
+        chat (``full``), the task and the last K turns with a note of how many were left out (``window:K``), the
+        task and :meth:`state_text` (``state``), or what the user's function returns. The env decides; every
+        rollout loop, evaluation and engine adapter that reads ``info["context"]`` shows the same."""
+        kind, arg = self.context_policy
+        if kind == "full" or not self.messages:
+            return list(self.messages)
+        first, history = self.messages[0], self.messages[1:]
+        if kind == "window":
+            turns = split_turns(history)
+            kept = turns[-arg:]
+            dropped = len(turns) - len(kept)
+            head = dict(first)
+            if dropped:
+                head["content"] = (
+                    f"{first['content']}\n\n[{dropped} earlier turn{'s' if dropped > 1 else ''} not shown]"
+                )
+            return [head, *(m for turn in kept for m in turn)]
+        if kind == "state":
+            state = clean_text(str(self.state_text())) if history else ""
+            return [
+                {
+                    **first,
+                    "content": f"{first['content']}\n\nCurrent state:\n{state}"
+                    if state
+                    else first["content"],
+                }
+            ]
+        out = arg(task_messages=[dict(first)], history=[dict(m) for m in history])
+        if (
+            not isinstance(out, list)
+            or not out
+            or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in out
+            )
+        ):
+            raise ConfigError(
+                "the context function must return a non-empty list of messages ({'role': str, 'content': str}), "
+                f"got {out!r:.80}"
+            )
+        return out
+
     def state_key(self) -> Any:
         """A hashable key of the world's current state, equal for equal states (world envs: the room, the
         inventory, the page; step-level credit groups turns by it). ``None`` for answer-shaped envs, whose state
@@ -546,6 +645,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         self._episode_task_id = self.task_id()  # the task is fixed for the episode: every step reports this
         info = {
             "messages": list(self.messages),
+            "context": self.context_messages(),
             "tools": copy.deepcopy(self._tool_schemas),
             "task_id": self._episode_task_id,
             "turn": 0,
@@ -659,6 +759,7 @@ class ToolEnv(gym.Env[str, str], ABC):
             outcome_reward=outcome,
             messages=list(self.messages),
         )
+        info["context"] = info["messages"] if self.context_policy[0] == "full" else self.context_messages()
         obs = "" if terminated else clean_text("\n".join(obs_parts))
         if self.render_mode == "human":
             self.render()

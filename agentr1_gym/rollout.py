@@ -13,6 +13,11 @@ The observation text is the difference of two renderings, which is only valid fo
 earlier turns (e.g. one that drops earlier ``<think>`` blocks) is detected, the episode switches to re-rendering
 the context each turn, and training uses one sample per turn (:meth:`Trajectory.samples`) instead of a
 mis-masked single sequence.
+
+The context is what the env says the agent sees (``info["context"]``, its context policy: the whole chat, a window
+of the last K turns, or a compact state). When the env rewrites it (a window that drops old turns, a state
+summary), each step is its own training row the same way: its context, then its action, with the action mask. A
+window bounds a row's length, and so the update's memory, whatever the episode's length.
 """
 
 from __future__ import annotations
@@ -172,6 +177,13 @@ def observation_delta(
     return close + nxt[len(closed) :], nxt
 
 
+def _context(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the agent sees for its next turn: the env's ``info["context"]`` (its context policy), else the whole
+    chat (``info["messages"]``, for envs that predate context policies)."""
+    context = info.get("context")
+    return context if context else info["messages"]
+
+
 def _clean(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Copies of the messages whose text a tokenizer can encode (:func:`~agentr1_gym.text.clean_text`: envs that
     are not ToolEnvs may pass a tool's or server's text on as it came)."""
@@ -205,7 +217,7 @@ class EpisodeRecorder:
         self.tokenizer = tokenizer
         self.kw = chat_template_kwargs
         self.eos_ids = {tokenizer.eos_token_id}
-        self.messages = _clean(reset_info["messages"])
+        self.messages = _clean(_context(reset_info))
         tools = reset_info.get("tools")
         self.tools: list[dict] | None = clean_json(tools, 64)[0] if tools else tools
         #: the template's text of ``messages`` plus the generation prompt
@@ -287,15 +299,24 @@ class EpisodeRecorder:
             reason = "" if terminated else traj.truncated_reason or info.get("truncated_reason") or "env"
             self._end(terminated=terminated, truncated_reason=reason)
             return
-        self._append_observation(_clean(info["messages"]))
+        self._append_observation(_clean(_context(info)))
         self._check_budget()
 
     def _append_observation(self, messages: list[dict[str, Any]]) -> None:
         traj = self.traj
         ended_with_eos = traj.completion_ids[traj.turn_ends[-1]] in self.eos_ids
-        delta, nxt = observation_delta(
-            self.tokenizer, self.rendered, self.messages, messages, self.tools, ended_with_eos, self.kw
-        )
+        n = len(self.messages)
+        if (
+            len(messages) > n and messages[:n] == self.messages
+        ):  # the chat grew: one sequence, if the template is
+            delta, nxt = observation_delta(  # prefix-stable
+                self.tokenizer, self.rendered, self.messages, messages, self.tools, ended_with_eos, self.kw
+            )
+        else:  # the env rewrote what the agent sees (a context window, a state summary): one sample per step
+            delta = None
+            nxt = render_chat(
+                self.tokenizer, messages, self.tools, add_generation_prompt=True, chat_template_kwargs=self.kw
+            )
         if traj.prefix_stable and delta is not None:
             obs_ids = self.tokenizer.encode(delta, add_special_tokens=False)
             traj.completion_ids += obs_ids

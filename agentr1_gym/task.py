@@ -66,7 +66,7 @@ REWARD_PARAMETERS = ("answer", "task", "world", "messages")
 #: metric names the env sets itself (a reward component cannot take them)
 _RESERVED = ("score", "success", "format_ok", "turns")
 #: world methods that are not tools
-_WORLD_API = ("state_key",)
+_WORLD_API = ("state_key", "state_text")
 #: registered tasks: env id -> spec
 _TASKS: dict[str, TaskSpec] = {}
 
@@ -570,6 +570,19 @@ class TaskEnv(ToolEnv):
     def state_key(self) -> Any:
         key = getattr(self.world, "state_key", None)
         return key() if callable(key) else None
+
+    def has_state_text(self) -> bool:
+        world = self.task_spec.world
+        return world is not None and callable(getattr(world, "state_text", None))
+
+    def state_text(self) -> str:
+        """The world's own ``state_text()`` (``context='state'``)."""
+        try:
+            return str(self.world.state_text())
+        except Exception as exc:
+            raise TaskCodeError(
+                f"world {type(self.world).__name__}.state_text() raised {type(exc).__name__}: {str(exc)[:200]}"
+            ) from exc
 
     def oracle_action(self) -> str:
         self._require_task("oracle_action()")

@@ -80,6 +80,7 @@ CASES: dict[str, object] = {
         {"id": "AgentR1/Calculator-v0", "name": "calc"},
     ],
     "test_fraction": 0.3,
+    "context": "window:2",
 }
 
 

@@ -20,7 +20,8 @@ def env():
 def test_reset_info_and_no_gold_leak():
     env = gym.make("AgentR1/HotpotQA-v0")
     obs, info = env.reset(seed=0)
-    assert set(info) == {"messages", "tools", "task_id", "turn"}
+    assert set(info) == {"messages", "context", "tools", "task_id", "turn"}
+    assert info["context"] == info["messages"]  # the default context policy shows the whole chat
     assert info["messages"] == [{"role": "user", "content": obs}]
     assert info["tools"][0]["function"]["name"] == "search"
     gold = env.unwrapped.gold_answers

@@ -113,12 +113,16 @@ def _clean(feedback: str) -> str:
 class TextGame:
     """One running game and its progress: the TextWorld env, the last state, the best score, the commands."""
 
-    def __init__(self, show_admissible: bool = True) -> None:
+    def __init__(self, show_admissible: bool = True, inventory: bool = False) -> None:
         self.show_admissible = show_admissible
+        self.inventory = (
+            inventory  # TextWorld asks the game for it each move: only when a state context needs it
+        )
         self.path = ""
         self._env: Any = None
         self.state: Any = None
         self.commands: list[str] = []
+        self._intro_text = ""
         self.best = 0
         self.max_score = 1
 
@@ -129,7 +133,7 @@ class TextGame:
             check_game_file(path)  # a damaged story file would make the C interpreter exit the process
             infos = textworld.EnvInfos(  # no human-readable facts or descriptions: 2.2 ms a step saved
                 admissible_commands=True, policy_commands=True, max_score=True, score=True, won=True,
-                lost=True, objective=True,
+                lost=True, objective=True, inventory=self.inventory,
             )  # fmt: skip
             try:
                 with warnings.catch_warnings():  # jericho: TextWorld's own games are "not fully supported"
@@ -158,6 +162,7 @@ class TextGame:
                 f"text game {path}: TextWorld cannot start it ({type(exc).__name__}: {exc})"[:300]
             ) from None
         self.commands, self.best = [], int(self.state.score or 0)
+        self._intro_text = self.state.feedback or ""
         self.max_score = max(1, int(self.state.max_score or 1))
         return self.intro()
 
@@ -241,11 +246,29 @@ class TextGame:
             self._env.close()
         self._env, self.path = None, ""
 
+    def location(self) -> str:
+        """The room the player is in: the last ``-= Room =-`` header the game printed (its intro included)."""
+        for text in (self.state.feedback if self.state is not None else "", self._intro_text):
+            rooms = re.findall(r"-= (.+?) =-", text or "")
+            if rooms:
+                return rooms[-1]
+        return "unknown"
+
+    def summary(self) -> str:
+        """The game's compact state: location, inventory (when tracked) and score."""
+        lines = [f"Location: {self.location()}"]
+        if self.inventory and self.state is not None:
+            held = _clean(self.state.inventory or "").replace("\n", " ").strip()
+            lines.append(f"Inventory: {held or 'nothing'}")
+        lines.append(f"Score: {int(self.state.score or 0) if self.state is not None else 0}/{self.max_score}")
+        return "\n".join(lines)
+
     def __getstate__(self) -> dict[str, Any]:  # a pickled game restarts and replays its commands
-        return {"show_admissible": self.show_admissible, "path": self.path, "commands": list(self.commands)}
+        return {"show_admissible": self.show_admissible, "path": self.path, "commands": list(self.commands),
+                "inventory": self.inventory}  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["show_admissible"])
+        self.__init__(state["show_admissible"], state.get("inventory", False))
         if state["path"]:
             self.start(state["path"])
             for command in state["commands"]:
@@ -355,7 +378,7 @@ class TextGameEnv(ToolEnv):
             self.tasks = game_specs(self.family, levels, split, num_games, pool_seed)
             self.levels = levels
         self.split = split
-        self.game = TextGame(show_admissible)
+        self.game = TextGame(show_admissible, inventory=settings.get("context") == "state")
         settings.setdefault("max_turns", 20)
         super().__init__([ActTool(self.game)], **settings)
         self._intro = ""
@@ -399,6 +422,18 @@ class TextGameEnv(ToolEnv):
 
     def state_key(self) -> str:
         return self.game.state_key()
+
+    def state_text(self) -> str:
+        """Location, inventory, score and the last feedback (with the admissible commands, when shown): what
+        ``context='state'`` shows instead of the history."""
+        last = (
+            self.messages[-1]["content"] if self.messages and self.messages[-1]["role"] != "assistant" else ""
+        )
+        last = last.removeprefix("<information>").removesuffix("</information>").strip()
+        return (
+            f"{self.game.summary()}\nLast command: {self.game.commands[-1] if self.game.commands else '(none)'}"
+            + (f"\nLast feedback:\n{last}" if last else "")
+        )
 
     def oracle_action(self) -> str:
         """The next command of the game's walkthrough from the current state (TextWorld plans it)."""

@@ -413,6 +413,20 @@ class WebShopEnv(ToolEnv):
     def state_key(self) -> tuple:
         return self.world.state_key()
 
+    def state_text(self) -> str:
+        """The current page, the options chosen and the last action's result where it was not the page (an
+        error): what ``context='state'`` shows instead of the history (the instruction is in the task message)."""
+        w = self.world
+        page = w.render()
+        chosen = ", ".join(f"{k}: {v}" for k, v in w.chosen.items()) or "none"
+        last = (
+            self.messages[-1]["content"] if self.messages and self.messages[-1]["role"] != "assistant" else ""
+        )
+        last = last.removeprefix("<information>").removesuffix("</information>").strip()
+        note = f"Last result: {last.splitlines()[0][:300]}\n" if last and page not in last else ""
+        query = f" for '{w.query}'" if w.query and w.page in ("results", "item", "sub") else ""
+        return f"{note}Page: {w.page}{query}\nOptions chosen: {chosen}\n{page}"
+
     def _meets(self, asin: str) -> bool:
         """Whether buying ``asin`` with the goal's option values earns WebShop's full reward."""
         product, goal = self.world.products[asin], self.task

@@ -179,6 +179,8 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, l
         _apply_credit(args, overrides, overrides.get("algo", FLAG_DEFAULTS["algo"]))
         settings = {**DEFAULTS, **FLAG_DEFAULTS, **overrides}
         settings.setdefault("env_kwargs", _env_kwargs(None, settings["env_id"]))
+        if getattr(args, "context", None) is not None:
+            settings["env_kwargs"] = {**settings["env_kwargs"], "context": _context(args.context)}
         settings.setdefault("output_dir", f"runs/agentr1-{settings['algo']}")
         return settings, resume, None, []
     if args.resume is True:
@@ -191,6 +193,9 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, l
     saved = read_run_file(run_file)
     _apply_credit(args, overrides, overrides.get("algo", saved["algo"]))
     flat = {**saved["settings"], **{k: saved[k] for k in ("algo", "model", "lora_r", "warm_start")}}
+    if getattr(args, "context", None) is not None:  # a change is refused below, as any env_kwargs change is
+        base = overrides.get("env_kwargs", saved["settings"]["env_kwargs"])
+        overrides["env_kwargs"] = {**base, "context": _context(args.context)}
     was = saved["settings"].get("output_dir")
     moved = (
         [f"the run moved: it was in {was}, it continues in {run_dir}"]
@@ -199,6 +204,17 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, l
     )
     settings, changes = merge_resume_overrides(run_dir, flat, overrides)
     return settings, resume or True, run_file, moved + changes
+
+
+def _context(text: str) -> str:
+    """``--context``, checked now (one line), before any model loads."""
+    from agentr1_gym.env import parse_context
+
+    try:
+        parse_context(text)
+    except ValueError as exc:
+        raise ConfigError(f"--context: {exc}") from None
+    return text
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -323,6 +339,14 @@ def _env_flags(p: Any) -> None:
         default=None,
         help='env keyword arguments as JSON (default for the synthetic env {"max_hops": 1, "max_turns": 3}; '
         "other envs: their own defaults)",
+    )
+    p.add_argument(
+        "--context",
+        default=None,
+        metavar="POLICY",
+        help="what the agent sees each step: full (the whole chat; the default), window:K (the task and the last K "
+        "turns: each step is its own training row, bounded by the window), or state (the world's compact state, "
+        "for envs with state_text()); stored in the run's env_kwargs, so a resume keeps it",
     )
     p.add_argument("--algo", default=None, choices=["grpo", "ppo"], help="default grpo")
     p.add_argument(

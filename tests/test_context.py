@@ -1,0 +1,200 @@
+"""Context policies (the step-level MDP): the env decides what the agent sees each step (``info["context"]``), the
+whole chat, a window of the last K turns or the world's compact state, and rollouts turn a rewritten context into
+one training row per step, so a row's length (and the update's memory) is bounded by the window."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import agentr1_gym
+from agentr1_gym.errors import ConfigError
+
+WORLDS = {
+    "AgentR1/TextWorld-CoinCollector-v0": {"level": 3, "num_games": 2},
+    "AgentR1/TextWorld-Cooking-v0": {"level": 1, "num_games": 2},
+    "AgentR1/WebShop-v0": {"split": "test"},
+}
+POLICIES = ("full", "window:1", "window:2", "state")
+
+
+def _oracle_episode(env, **reset) -> tuple[float, list[list[dict]]]:
+    obs, info = env.reset(**reset)
+    contexts, total = [info["context"]], 0.0
+    for _ in range(env.unwrapped.max_turns):
+        obs, reward, terminated, truncated, info = env.step(env.unwrapped.oracle_action())
+        total += reward
+        contexts.append(info["context"])
+        if terminated or truncated:
+            break
+    return total, contexts
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("env_id", sorted(WORLDS))
+def test_worlds_pass_check_env_and_the_oracle_reaches_the_maximum_under_every_policy(env_id, policy):
+    pytest.importorskip("textworld")
+    for tool_format in ("hermes", "search_r1"):
+        env = gym.make(env_id, context=policy, tool_format=tool_format, **WORLDS[env_id])
+        check_env(env.unwrapped, skip_render_check=True)
+        total, _ = _oracle_episode(env, seed=0, options={"task_index": 0})
+        assert total == pytest.approx(env.unwrapped.max_episode_reward()), (env_id, policy, tool_format)
+        env.close()
+
+
+def test_rewards_do_not_depend_on_what_the_agent_sees():
+    """The env scores the world, never the context: every step's reward is the same under every policy (so the
+    reward-hacking bounds measured under ``full`` hold under each)."""
+    pytest.importorskip("textworld")
+    rewards = {}
+    for policy in POLICIES:
+        env = agentr1_gym.make("AgentR1/TextWorld-CoinCollector-v0", level=3, num_games=2, context=policy)
+        env.reset(seed=0, options={"task_index": 1})
+        steps = []
+        for i in range(8):
+            action = env.unwrapped.random_action() if i % 2 else env.unwrapped.oracle_action()
+            _, reward, terminated, truncated, _ = env.step(action)
+            steps.append(reward)
+            if terminated or truncated:
+                break
+        rewards[policy] = steps
+        env.close()
+    assert all(r == rewards["full"] for r in rewards.values())
+
+
+def test_a_window_shows_the_task_the_last_turns_and_a_note():
+    env = agentr1_gym.make("AgentR1/SyntheticMultihop-v0", context="window:1", max_turns=6, max_hops=2)
+    obs, info = env.reset(seed=0)
+    first = info["context"][0]["content"]
+    for _ in range(3):
+        *_, info = env.step(env.unwrapped.call_text("search", query="anything"))
+    roles = [m["role"] for m in info["context"]]
+    assert roles == ["user", "assistant", "tool"]
+    assert info["context"][0]["content"] == first + "\n\n[2 earlier turns not shown]"
+    assert len(info["messages"]) == 7  # the env keeps the whole chat; the agent sees the window
+
+
+def test_state_context_is_the_worlds_compact_state():
+    pytest.importorskip("textworld")
+    env = agentr1_gym.make("AgentR1/TextWorld-Cooking-v0", level=1, num_games=1, context="state")
+    env.reset(seed=0)
+    *_, info = env.step(env.unwrapped.call_text("act", command="inventory"))
+    (only,) = info["context"]
+    assert only["role"] == "user" and "Current state:" in only["content"]
+    for part in ("Location:", "Inventory:", "Score:", "Last command: inventory", "Last feedback:"):
+        assert part in only["content"], part
+    shop = agentr1_gym.make("AgentR1/WebShop-v0", split="test", context="state").unwrapped
+    shop.reset(options={"task_index": 0})
+    *_, info = shop.step(shop.call_text("search", query=shop.task.query))
+    text = info["context"][0]["content"]
+    assert shop.task.instruction in text and "Page: results for" in text and "Options chosen: none" in text
+
+
+def test_bad_policies_are_one_line_errors():
+    with pytest.raises(ConfigError, match="context must be 'full', 'window:K'"):
+        agentr1_gym.make("AgentR1/HotpotQA-v0", context="window:0")
+    with pytest.raises(ConfigError, match="has no state_text"):
+        agentr1_gym.make("AgentR1/HotpotQA-v0", context="state")
+
+
+def test_a_users_function_decides_the_context():
+    def last_only(task_messages, history):
+        return task_messages + history[-1:]
+
+    env = agentr1_gym.make("AgentR1/SyntheticMultihop-v0", context=last_only, max_turns=5)
+    env.reset(seed=0)
+    for _ in range(2):
+        *_, info = env.step(env.unwrapped.call_text("search", query="x"))
+    assert [m["role"] for m in info["context"]] == ["user", "tool"]
+    bad = agentr1_gym.make(
+        "AgentR1/SyntheticMultihop-v0", context=lambda task_messages, history: "no", max_turns=5
+    )
+    with pytest.raises(ConfigError, match="context function must return"):
+        bad.reset(seed=0)  # called for the first turn already
+
+
+def test_a_world_task_may_define_state_text():
+    class Counter:
+        def __init__(self, task):
+            self.n, self.done = 0, False
+
+        def bump(self) -> str:
+            """Add one."""
+            self.n += 1
+            self.done = self.n >= 3
+            return "ok"
+
+        def state_text(self) -> str:
+            return f"count {self.n}"
+
+    agentr1_gym.register_task("Tests/CtxWorld-v0", [{"q": "count to 3"}], prompt="{q}", world=Counter,
+                              reward=lambda world: world.n >= 3)  # fmt: skip
+    env = agentr1_gym.make("Tests/CtxWorld-v0", context="state")
+    env.reset(seed=0)
+    *_, info = env.step(env.unwrapped.call_text("bump"))
+    assert info["context"][0]["content"].endswith("Current state:\ncount 1")
+    assert "state_text" not in [t["function"]["name"] for t in env.reset(seed=0)[1]["tools"]]
+
+
+# ---- rows: one per step, bounded by the window -------------------------------------------------------------------
+def _contexts(tok, policy: str, turns: int) -> list[int]:
+    from agentr1_trl import ScriptedGenerator, collect_rollouts
+
+    env = agentr1_gym.make("AgentR1/TextWorld-CoinCollector-v0", level=10, num_games=1, context=policy,
+                           max_turns=turns)  # fmt: skip
+    look = env.unwrapped.call_text("act", command="look")
+    (traj,) = collect_rollouts([env], ScriptedGenerator(tok, lambda p, i: look), tok, seeds=[0],
+                               max_episode_tokens=10**6)  # fmt: skip
+    assert traj.num_turns == turns
+    if policy == "full":
+        return [len(traj.prompt_ids) + traj.turn_ends[t] for t in range(turns)]
+    assert not traj.prefix_stable  # one row per step
+    samples = traj.samples()
+    assert len(samples) == turns and all(sum(s.action_mask) == len(s.completion_ids) for s in samples)
+    return [len(s.prompt_ids) for s in samples]
+
+
+def test_a_fifty_turn_game_stays_flat_under_a_window(tok):
+    pytest.importorskip("textworld")
+    full = _contexts(tok, "full", 50)
+    window = _contexts(tok, "window:2", 50)
+    state = _contexts(tok, "state", 50)
+    assert full[-1] > 6 * full[2]  # the whole chat grows with every turn
+    assert max(window[5:]) <= 1.05 * max(window[2:5])  # a window does not
+    assert max(state[5:]) <= 1.05 * max(state[1:5])
+    assert max(window) < full[-1] / 5 and max(state) < full[-1] / 5
+
+
+# ---- training on step rows from the command line --------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("algo", "extra"),
+    [("grpo", []), ("grpo", ["--credit", "step"]), ("ppo", []), ("ppo", ["--credit", "step"])],
+)
+def test_train_on_step_rows_with_a_window(tmp_path, tiny_dir, algo, extra, capsys):
+    """`agentr1 train --context window:1` on a text game: every estimator trains on one row per step; the policy
+    is in run_config.json and a resume refuses another."""
+    pytest.importorskip("textworld")
+    import json
+
+    from agentr1_gym.cli import main
+
+    out = tmp_path / "run"
+    argv = ["train", "--env", "AgentR1/TextWorld-CoinCollector-v0", "--env-kwargs", '{"level": 2, "num_games": 2, '
+            '"max_turns": 4}', "--context", "window:1", "--algo", algo, *extra, "--model", tiny_dir, "--max-steps",
+            "1", "--lora-r", "2", "--warm-start", "2", "--eval-episodes", "0", "--output-dir", str(out)]  # fmt: skip
+    for field in (
+        "per_device_train_batch_size=2",
+        "num_generations=2",
+        "use_cpu=true",
+        "max_new_tokens_per_turn=8",
+    ):
+        argv += ["--set", field]
+    assert main(argv) == 0, capsys.readouterr().err
+    record = json.loads((out / "run_config.json").read_text())
+    assert record["settings"]["env_kwargs"]["context"] == "window:1"
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any("loss" in r for r in rows)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--context", "window:2", "--set", "max_steps=2"]) == 2
+    assert "cannot resume" in capsys.readouterr().err
