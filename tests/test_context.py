@@ -23,7 +23,7 @@ def _oracle_episode(env, **reset) -> tuple[float, list[list[dict]]]:
     obs, info = env.reset(**reset)
     contexts, total = [info["context"]], 0.0
     for _ in range(env.unwrapped.max_turns):
-        obs, reward, terminated, truncated, info = env.step(env.unwrapped.oracle_action())
+        _obs, reward, terminated, truncated, info = env.step(env.unwrapped.oracle_action())
         total += reward
         contexts.append(info["context"])
         if terminated or truncated:
@@ -65,7 +65,7 @@ def test_rewards_do_not_depend_on_what_the_agent_sees():
 
 def test_a_window_shows_the_task_the_last_turns_and_a_note():
     env = agentr1_gym.make("AgentR1/SyntheticMultihop-v0", context="window:1", max_turns=6, max_hops=2)
-    obs, info = env.reset(seed=0)
+    _obs, info = env.reset(seed=0)
     first = info["context"][0]["content"]
     for _ in range(3):
         *_, info = env.step(env.unwrapped.call_text("search", query="anything"))

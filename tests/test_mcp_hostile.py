@@ -144,3 +144,20 @@ def test_a_noisy_servers_stderr_is_kept_bounded_in_memory_and_leaves_no_file(tmp
     assert "noisy: last line" in tail and len(tail.encode()) <= STDERR_TAIL_BYTES
     tools[0].close()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_broken_session_fails_fast_and_the_next_user_gets_a_fresh_one():
+    """Before: after a protocol fault the pool kept handing out the wedged session, so listing the server's tools
+    again timed out with a bare TimeoutError."""
+    tools = mcp_tools([*HOSTILE, "plain"], names=["garbage", "probe"], timeout_s=2)
+    garbage, probe = tools
+    with pytest.raises(ToolInfrastructureError, match="could not be read"):
+        garbage.execute(garbage.validate({}))
+    start = time.perf_counter()
+    with pytest.raises(ToolInfrastructureError, match="could not be read"):  # at once, not after a time-out
+        probe.execute(probe.validate({"text": "x"}))
+    assert time.perf_counter() - start < 1
+    fresh = mcp_tools([*HOSTILE, "plain"], names=["probe"], timeout_s=2)[0]
+    assert '"ok"' in fresh.execute(fresh.validate({"text": "ok"})).content
+    for t in (*tools, fresh):
+        t.close()

@@ -141,6 +141,8 @@ class MCPConnection:
         #: transport faults (unreadable messages) the session reported, counted, and the last one
         self.faults = 0
         self.last_fault: BaseException | None = None
+        #: why the session was found broken (a protocol fault, a server that stopped answering), or None
+        self.broken: str | None = None
         self.label = key[1] if key[0] == "http" else " ".join(key[1])
 
     @classmethod
@@ -169,7 +171,16 @@ class MCPConnection:
 
     @property
     def closed(self) -> bool:
-        return self._task is not None and self._task.done()
+        """Whether the session ended, or was found broken (then the pool opens a fresh one for the next user)."""
+        return self.broken is not None or (self._task is not None and self._task.done())
+
+    def _break(self, error: ToolInfrastructureError) -> ToolInfrastructureError:
+        """Mark the session broken (every later call fails at once with this error; the pool replaces it) and
+        close it, stopping a stdio server."""
+        if self.broken is None:
+            self.broken = str(error)
+            threading.Thread(target=self.shutdown, name="agentr1-mcp-close", daemon=True).start()
+        return error
 
     def describe(self) -> str:
         where = f"MCP server {self.label!r}"
@@ -235,6 +246,8 @@ class MCPConnection:
         """``tools/call``; returns the SDK's result, raises ``TimeoutError`` when the call was slow while the server
         stayed healthy, and :class:`ToolInfrastructureError` when the server is gone, stuck or sent something
         unreadable."""
+        if self.broken is not None:
+            raise ToolInfrastructureError(self.broken)
         if self.client is None or self.closed:
             raise ToolInfrastructureError(f"{self.describe()} is not connected: {_why(self._failure)}")
         from mcp.shared.exceptions import MCPError
@@ -261,10 +274,10 @@ class MCPConnection:
         """After a call to ``name`` timed out: raise :class:`ToolInfrastructureError` unless the server is healthy
         (connected, no unreadable message since the call began, and it answers ``tools/list`` in time)."""
         if self.faults != faults_before:
-            raise ToolInfrastructureError(
+            raise self._break(ToolInfrastructureError(
                 f"{self.describe()} sent a message that could not be read while {name!r} ran "
                 f"({_why(self.last_fault)}); the call got no answer"
-            )
+            ))  # fmt: skip
         if self.client is None or self.closed:
             raise ToolInfrastructureError(
                 f"{self.describe()} closed while {name!r} ran: {_why(self._failure)}"
@@ -273,11 +286,11 @@ class MCPConnection:
             # tools/list, uncached, is the probe every server answers (ping is gone from the 2026 protocol)
             run_coroutine(self.client.list_tools(cache_mode="bypass"), PING_TIMEOUT_S, loop=_LOOP)
         except Exception as exc:
-            raise ToolInfrastructureError(
+            raise self._break(ToolInfrastructureError(
                 f"{self.describe()} did not answer {name!r} in time, nor a tools/list after it "
                 f"({_why(exc) if not isinstance(exc, TimeoutError) else f'no answer in {PING_TIMEOUT_S:g} s'}): "
                 "the server is stuck, stopped or answering other requests' ids"
-            ) from None
+            )) from None  # fmt: skip
 
     def list_tools(self) -> list[Any]:
         if self.client is None:
@@ -285,7 +298,18 @@ class MCPConnection:
         tools: list[Any] = []
         cursor = None
         while True:
-            page = run_coroutine(self.client.list_tools(cursor=cursor), self.connect_timeout_s, loop=_LOOP)
+            try:
+                page = run_coroutine(
+                    self.client.list_tools(cursor=cursor), self.connect_timeout_s, loop=_LOOP
+                )
+            except TimeoutError:
+                raise self._break(ToolInfrastructureError(
+                    f"{self.describe()} did not list its tools within {self.connect_timeout_s:g} s"
+                )) from None  # fmt: skip
+            except Exception as exc:
+                raise ToolInfrastructureError(
+                    f"{self.describe()} failed to list its tools: {_why(exc)}"
+                ) from None
             tools.extend(page.tools)
             cursor = getattr(page, "next_cursor", None)
             if not cursor:
