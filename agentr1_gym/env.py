@@ -237,7 +237,9 @@ class ToolEnv(gym.Env[str, str], ABC):
 
     * observation: text (the first user message on reset; the rendered tool results after a step;
       ``""`` once terminated); action: one assistant turn of text.
-    * ``info``: ``messages`` (the chat so far, OpenAI-style dicts), ``tools`` (JSON schemas, on reset),
+    * ``info``: ``messages`` (the chat so far, OpenAI-style dicts), ``context`` (the messages the agent sees for
+      its next turn under the ``context`` setting: the whole chat, a window of the last K turns, the world's
+      compact state, see :meth:`context_messages`), ``tools`` (JSON schemas, on reset),
       ``task_id``, ``turn``, and after a step ``reward_components`` (sums to the reward), ``process_reward``,
       ``outcome_reward``, ``action_error`` (None, or what was wrong with the turn), ``num_tool_calls``,
       ``tool_calls`` (the parsed calls, ``{"name", "arguments"}``), ``truncated_reason`` and, at episode end, ``metrics`` (``score``, ``success``, ``format_ok``, ``turns`` and
