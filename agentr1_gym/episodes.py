@@ -12,7 +12,8 @@ Training (``save_episodes_steps``), the held-out evaluations of ``agentr1 train`
      "index": position in its batch, "group": GRPO group (train), "env_id", "task_id", "seed",
      "prompt": the first user message,
      "turns": [{"action", "tool_calls": [{"name", "arguments"}], "observation", "reward",
-                "reward_components": {...}, "action_error": str | None}, ...],
+                "reward_components": {...}, "action_error": str | None,
+                "context": the text the agent saw, only where the env rewrote it (a context policy)}, ...],
      "success", "return", "ended": "terminated" | "max_turns" | "token_budget" | ..., "metrics": {...},
      "tokens": None | {"ids", "text" (one piece per token), "action_mask",
                        "turn_ends" (index of each turn's last generated token),
@@ -118,9 +119,16 @@ def scripted_record(
     }
 
 
-def turn_record(action: str, reward: float, info: dict[str, Any], observation: str) -> dict[str, Any]:
-    """One turn of a record, from the env's ``step`` answer."""
-    return {
+def turn_record(
+    action: str,
+    reward: float,
+    info: dict[str, Any],
+    observation: str,
+    context: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One turn of a record, from the env's ``step`` answer; ``context``: the messages the agent saw for this turn
+    when the env's context policy rewrote them (kept as text, ``[role] content`` per message)."""
+    record = {
         "action": action,
         "tool_calls": list(info.get("tool_calls") or []),
         "observation": observation,
@@ -128,3 +136,6 @@ def turn_record(action: str, reward: float, info: dict[str, Any], observation: s
         "reward_components": {k: float(v) for k, v in (info.get("reward_components") or {}).items()},
         "action_error": info.get("action_error"),
     }
+    if context is not None:
+        record["context"] = "\n\n".join(f"[{m.get('role')}] {m.get('content')}" for m in context)
+    return record

@@ -91,11 +91,13 @@ def evaluate(
         total, done, turns = 0.0, False, []
         while not done:
             action = policy(obs, info, env.unwrapped)
+            seen = info.get("context")
+            rewritten = seen is not None and seen != info.get("messages")  # a context policy's own view
             obs, reward, terminated, truncated, info = env.step(action)
             total += float(reward)
             done = terminated or truncated
             if save_episodes is not None:
-                turns.append(turn_record(action, reward, info, obs))
+                turns.append(turn_record(action, reward, info, obs, seen if rewritten else None))
         returns.append(total)
         if save_episodes is not None:  # written as each episode ends: a later failure keeps what was played
             append_episodes(

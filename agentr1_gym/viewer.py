@@ -439,6 +439,11 @@ function renderEpisode(e, mode, scale) {
   } else {
     e.turns.forEach((turn, k) => {
       const box = el("div", {class: "turn"}); box.append(el("div", {class: "turn-head"}, "turn " + (k + 1)));
+      if (typeof turn.context === "string") {  // the env rewrote what the agent saw (a window, a state summary)
+        const ctx = el("details", {class: "prompt context"});
+        ctx.append(el("summary", {}, "the context the model saw (" + turn.context.length + " characters)"));
+        ctx.append(el("pre", {}, turn.context)); box.append(ctx);
+      }
       box.append(el("div", {class: "plain act"}, turn.action));
       if (turn.observation) box.append(el("div", {class: "plain obs"}, turn.observation));
       box.append(turnFooter(turn, k)); card.append(box);

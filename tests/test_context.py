@@ -195,6 +195,33 @@ def test_train_on_step_rows_with_a_window(tmp_path, tiny_dir, algo, extra, capsy
     assert record["settings"]["env_kwargs"]["context"] == "window:1"
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("loss" in r for r in rows)
+    saved = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert any("context" in t for r in saved for t in r["turns"])  # each row's own context, for the viewer
     capsys.readouterr()
     assert main(["train", "--resume", str(out), "--context", "window:2", "--set", "max_steps=2"]) == 2
     assert "cannot resume" in capsys.readouterr().err
+
+
+def test_the_viewer_shows_the_context_each_step_saw(tmp_path):
+    """Saved episodes keep, per turn, the context the agent saw where the env rewrote it; the page shows it."""
+    pytest.importorskip("textworld")
+    from agentr1_gym.episodes import read_episodes
+    from agentr1_gym.evaluation import evaluate
+    from agentr1_gym.viewer import load_run, write_view
+    from test_viewer import _browser
+
+    env = agentr1_gym.make("AgentR1/TextWorld-CoinCollector-v0", level=5, num_games=2, context="window:1")
+    path = tmp_path / "eps.jsonl"
+    evaluate(env, "random", episodes=2, save_episodes=str(path), progress=False)
+    records = list(read_episodes(path))
+    contexts = [t.get("context") for r in records for t in r["turns"]]
+    assert contexts[0] is None and any(c and "earlier turn" in c for c in contexts)
+    page = write_view(load_run(path), source=path)
+    browser = _browser()
+    try:
+        browser.get(page.as_uri())
+        assert browser.find_element("tag name", "body").get_attribute("data-ready") == "1"
+        shown = browser.find_elements("css selector", "#pane-a details.context")
+        assert len(shown) == sum(c is not None for c in contexts) > 0  # both episodes are on the page
+    finally:
+        browser.quit()
