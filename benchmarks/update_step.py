@@ -4,15 +4,21 @@
 
 AgentGRPOTrainer with the CLI's settings (LoRA r=16 on q_proj/v_proj, 8 episodes = 2 seeds x 4, beta=0,
 AgentR1/SyntheticMultihop-v0 with 1 hop and 3 turns). Turns come from a scripted generator, so every variant
-trains on the same tokens and a step's time is the update (the scripted rollout costs milliseconds). Each variant
-runs in its own process (its own peak memory); the first step is warm-up and not timed. Variants:
+trains on the same tokens and a step's time is the update (the scripted rollout costs milliseconds). The script
+differs within each GRPO group (one episode of four writes malformed turns), so every group has reward variance
+and every row is trained: each run records the share of rows trained (``rows_trained``, from the trainer's
+``signal/skipped_rows``) and the first step's gradient norm, and a run whose update skipped every row fails (an
+empty update is not a speed-up). Each variant runs in its own process (its own peak memory); the first step is
+warm-up and not timed. Variants:
 
 * ``trl-default``: TRL's GRPOConfig default, gradient checkpointing on (every forward is recomputed in backward);
 * ``no-checkpointing``: gradient checkpointing off (same arithmetic, more activation memory), full forward;
 * ``shared-prompt``: checkpointing off and each distinct prompt run once (``share_prompt_prefix``, the CLI's
   default): a GRPO group's 4 episodes share their prompt;
 * ``bf16``, ``shared-prompt+bf16``: the same with bf16 autocast on the CPU (not the same arithmetic; whether it is
-  faster depends on the CPU's bf16 matmul speed, printed in the JSON as ``matmul_gflops``).
+  faster depends on the CPU's bf16 matmul speed, printed in the JSON as ``matmul_gflops``);
+* ``shared-prompt+bf16-weights``: the base model's weights stored in bf16, the LoRA adapter and its optimizer
+  state in fp32 (peft keeps adapter weights in fp32), no autocast.
 
 Each run reports the step split: ``forward`` (the loss's forward pass), ``backward``, ``optimizer`` (the
 optimizer step and zeroing), the micro-batch's tokens and padding fraction, and ``score`` (what TRL computes
@@ -36,12 +42,24 @@ VARIANTS = {
     "shared-prompt": {"gradient_checkpointing": False, "bf16": False, "share_prompt_prefix": True},
     "bf16": {"gradient_checkpointing": True, "bf16": True, "share_prompt_prefix": False},
     "shared-prompt+bf16": {"gradient_checkpointing": False, "bf16": True, "share_prompt_prefix": True},
-}
+    "shared-prompt+bf16-weights": {
+        "gradient_checkpointing": False, "bf16": False, "share_prompt_prefix": True, "bf16_weights": True,
+    },
+}  # fmt: skip
 TURN = '<tool_call>{"name": "search", "arguments": {"query": "who founded the record label of the band"}}</tool_call>'
 
 
-def _script(prompt_ids, i):
-    return TURN if i % 3 != 2 else "<answer>the founder of the label</answer>"
+def _script(tok):
+    """One episode of four writes malformed turns (a format penalty each), the others search, then answer once a
+    tool response is in their context: the returns differ within every group, so no row has a zero advantage."""
+
+    def script(prompt_ids, i):
+        if i % 4 == 0:
+            return "no tags at all"
+        searched = "tool_response" in tok.decode(list(prompt_ids)[-300:])
+        return "<answer>the founder of the label</answer>" if searched else TURN
+
+    return script
 
 
 def worker(variant: str, steps: int, threads: int) -> dict:
@@ -57,7 +75,9 @@ def worker(variant: str, steps: int, threads: int) -> dict:
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model, tok = load_default_policy()
+    settings = dict(VARIANTS[variant])
+    bf16_weights = settings.pop("bf16_weights", False)
+    model, tok = load_default_policy(dtype=torch.bfloat16 if bf16_weights else None)
     times: list[float] = []
 
     args = AgentGRPOConfig(
@@ -77,7 +97,7 @@ def worker(variant: str, steps: int, threads: int) -> dict:
         env_kwargs={"max_hops": 1, "max_turns": 3},
         max_new_tokens_per_turn=48,
         max_episode_tokens=1536,
-        **VARIANTS[variant],
+        **settings,
     )
     phases: dict[str, list[float]] = {"forward": [], "optimizer": []}
 
@@ -95,7 +115,7 @@ def worker(variant: str, steps: int, threads: int) -> dict:
         peft_config=LoraConfig(
             r=16, lora_alpha=32, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
         ),
-        generator=ScriptedGenerator(tok, _script),
+        generator=ScriptedGenerator(tok, _script(tok)),
         callbacks=[step_timer(times), OptimizerTimer()],
     )
     loss = trainer.loss
@@ -114,6 +134,9 @@ def worker(variant: str, steps: int, threads: int) -> dict:
         xs = xs[1:]  # the first step is warm-up
         return sum(xs) / len(xs)
 
+    trained = 1.0 - sum(h.get("signal/skipped_rows", 0.0) for h in logs) / max(len(logs), 1)
+    if not logs or trained <= 0.0:
+        raise RuntimeError("the update skipped every row (no advantage anywhere): nothing was measured")
     update = mean([h["time/update_s"] for h in logs])
     forward = mean(phases["forward"])
     return {
@@ -130,6 +153,9 @@ def worker(variant: str, steps: int, threads: int) -> dict:
         },
         "micro_batch_tokens": logs[-1]["update/tokens"],
         "padding_fraction": logs[-1]["update/padding_fraction"],
+        # proof of a real update: the share of rows with a non-zero advantage, and the first step's gradient
+        "rows_trained": trained,
+        "grad_norm_first_step": logs[0].get("grad_norm") if logs else None,
         "loss_first_step": logs[0]["loss"] if logs else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
