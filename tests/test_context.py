@@ -20,7 +20,7 @@ POLICIES = ("full", "window:1", "window:2", "state")
 
 
 def _oracle_episode(env, **reset) -> tuple[float, list[list[dict]]]:
-    obs, info = env.reset(**reset)
+    _, info = env.reset(**reset)
     contexts, total = [info["context"]], 0.0
     for _ in range(env.unwrapped.max_turns):
         _obs, reward, terminated, truncated, info = env.step(env.unwrapped.oracle_action())
@@ -180,16 +180,11 @@ def test_train_on_step_rows_with_a_window(tmp_path, tiny_dir, algo, extra, capsy
     from agentr1_gym.cli import main
 
     out = tmp_path / "run"
+    from test_trl_durable import TINY_FLAGS  # the tiny runs' flags: no warm start, no evaluations, LoRA r=2
+
     argv = ["train", "--env", "AgentR1/TextWorld-CoinCollector-v0", "--env-kwargs", '{"level": 2, "num_games": 2, '
             '"max_turns": 4}', "--context", "window:1", "--algo", algo, *extra, "--model", tiny_dir, "--max-steps",
-            "1", "--lora-r", "2", "--warm-start", "2", "--eval-episodes", "0", "--output-dir", str(out)]  # fmt: skip
-    for field in (
-        "per_device_train_batch_size=2",
-        "num_generations=2",
-        "use_cpu=true",
-        "max_new_tokens_per_turn=8",
-    ):
-        argv += ["--set", field]
+            "1", *TINY_FLAGS, "--output-dir", str(out)]  # fmt: skip
     assert main(argv) == 0, capsys.readouterr().err
     record = json.loads((out / "run_config.json").read_text())
     assert record["settings"]["env_kwargs"]["context"] == "window:1"
@@ -205,10 +200,11 @@ def test_train_on_step_rows_with_a_window(tmp_path, tiny_dir, algo, extra, capsy
 def test_the_viewer_shows_the_context_each_step_saw(tmp_path):
     """Saved episodes keep, per turn, the context the agent saw where the env rewrote it; the page shows it."""
     pytest.importorskip("textworld")
+    from test_viewer import _browser
+
     from agentr1_gym.episodes import read_episodes
     from agentr1_gym.evaluation import evaluate
     from agentr1_gym.viewer import load_run, write_view
-    from test_viewer import _browser
 
     env = agentr1_gym.make("AgentR1/TextWorld-CoinCollector-v0", level=5, num_games=2, context="window:1")
     path = tmp_path / "eps.jsonl"
