@@ -367,7 +367,7 @@ def _enter_private_root() -> None:
     _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, size)
     for path in BIND_DIRS:
         target = root + path
-        os.makedirs(target, exist_ok=True)  # inside the fresh /tmp for an installation there
+        _mount_point(target)  # inside the fresh /tmp for an installation there
         _mount(path, target, None, MS_BIND | MS_REC)
         extra = MS_NOEXEC if os.statvfs(path).f_flag & os.ST_NOEXEC else 0  # a locked flag must be kept
         _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | extra)
@@ -379,6 +379,29 @@ def _enter_private_root() -> None:
     os.chdir("/")
     _check(_libc.umount2(b"/.oldroot", MNT_DETACH), "umount old root")
     _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _mount_point(path: str) -> None:
+    """Make the directory ``path`` to mount on. In a user namespace this process still has the host's ids (which
+    the namespace does not map: the run's tmpfs refuses them a new inode with EOVERFLOW), so a short-lived child
+    makes it as the namespace's own root."""
+    if os.path.isdir(path):
+        return
+    if MODE != "userns":
+        os.makedirs(path, exist_ok=True)
+        return
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setresgid(0, 0, 0)
+            os.setresuid(0, 0, 0)
+            os.makedirs(path, exist_ok=True)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise OSError(errno.EPERM, f"cannot make the mount point {path}")
 
 
 def _pivot_nr() -> int:
@@ -706,7 +729,7 @@ def _isolate(workdir: str, sync_w: int, go_r: int) -> None:
             os.setresgid(NOBODY, NOBODY, NOBODY)
             os.setresuid(NOBODY, NOBODY, NOBODY)
         return
-    flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (0 if PID_FROM_WORKER else CLONE_NEWPID)
+    flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS
     if not WORKER_NET_ISOLATED:
         flags |= CLONE_NEWNET
     if MODE == "userns":
@@ -718,6 +741,10 @@ def _isolate(workdir: str, sync_w: int, go_r: int) -> None:
     else:
         _check(_libc.unshare(flags), "unshare")
     _enter_private_root()
+    if (
+        not PID_FROM_WORKER
+    ):  # after the root is built: a helper it forks must not become the PID namespace's init
+        _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
     os.chdir("/tmp")
     if MODE == "userns":
         os.setresgid(0, 0, 0)  # the mapped ids: host nobody (root worker) or the caller's own ids
