@@ -53,6 +53,7 @@ SCRIPTS = {
         "shop_shortcuts.py",
         "Shortcuts in the shop: the first hit against reading prices and options",
     ),
+    "context": ("context.py", "Context policies: the tokens an update trains on"),
 }
 
 
@@ -267,7 +268,24 @@ def _shop_shortcuts(data: dict[str, Any]) -> str:
     return f"{data['episodes']} held-out goals per row.\n\n" + _table(header, rows)
 
 
+def _context(data: dict[str, Any]) -> str:
+    cost = [[r["env"], r["context"], _num(r["rows_per_episode"], 1), _num(round(r["tokens_per_episode"])),
+             _num(r["longest_row"]), _num(round(r["mean_row"]))] for r in data["cost"]]  # fmt: skip
+    growth = [[g["context"], g["turns"], _num(g["longest_row"]), _num(g["tokens_per_episode"])]
+              for g in data["longest_row_vs_episode_length"]]  # fmt: skip
+    return (
+        f"Random admissible play, {data['cost'][0]['episodes']} episodes per row.\n\n"
+        + _table(
+            ["env", "context", "rows per episode", "tokens trained per episode", "longest row", "mean row"],
+            cost,
+        )
+        + "\n\nThe longest row as a Coin Collector episode grows (the agent types `look`):\n\n"
+        + _table(["context", "turns", "longest row", "tokens trained per episode"], growth)
+    )
+
+
 HIGHLIGHTS = {
+    "context": _context,
     "shop_shortcuts": _shop_shortcuts,
     "main_job": _main_job,
     "table3": _table3,
