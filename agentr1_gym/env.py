@@ -482,6 +482,16 @@ class ToolEnv(gym.Env[str, str], ABC):
         score and the last feedback; the shop: the page and the options chosen). Envs that have one override it."""
         raise NotImplementedError(f"{type(self).__name__} has no state_text()")
 
+    def last_feedback(self) -> str:
+        """What the env answered the last turn (tool outputs and error messages, the format's wrapping removed);
+        ``""`` before the first turn. For :meth:`state_text`."""
+        parts: list[str] = []
+        for message in reversed(self.messages[1:]):
+            if message["role"] == "assistant":
+                break
+            parts.append(self.tool_format.unwrap_result(message["content"]).strip())
+        return "\n".join(reversed(parts))
+
     def has_state_text(self) -> bool:
         """Whether :meth:`state_text` is available (``context='state'`` needs it)."""
         return type(self).state_text is not ToolEnv.state_text
@@ -506,15 +516,10 @@ class ToolEnv(gym.Env[str, str], ABC):
                 )
             return [head, *(m for turn in kept for m in turn)]
         if kind == "state":
-            state = clean_text(str(self.state_text())) if history else ""
-            return [
-                {
-                    **first,
-                    "content": f"{first['content']}\n\nCurrent state:\n{state}"
-                    if state
-                    else first["content"],
-                }
-            ]
+            if not history:  # the task message already holds the world's first view
+                return [dict(first)]
+            state = clean_text(str(self.state_text()))
+            return [{**first, "content": f"{first['content']}\n\nCurrent state:\n{state}"}]
         out = arg(task_messages=[dict(first)], history=[dict(m) for m in history])
         if (
             not isinstance(out, list)
@@ -638,7 +643,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         self._done = False
         self._format_ok = True
         self._world_ended = False
-        self._paid_units: dict[str, float] = {}  # process-reward units paid this episode, per component
+        self._paid_units = {}  # process-reward units paid this episode, per component
         self.on_reset()
         instructions = self.tool_format.instructions(list(self.tools.values()), answer=self.final_answer)
         prompt = clean_text(f"{instructions}\n\n{self.task_prompt(self.task)}")
@@ -684,9 +689,8 @@ class ToolEnv(gym.Env[str, str], ABC):
             raise ResetNeededError("The episode has ended (terminated or truncated); call env.reset() first.")
         if not isinstance(action, str):
             raise TypeError(f"an action is one assistant turn as str, got {type(action).__name__}")
-        action = clean_text(
-            action
-        )  # model text is untrusted: no lone surrogate goes on (see agentr1_gym.text)
+        # model text is untrusted: no lone surrogate goes on (see agentr1_gym.text)
+        action = clean_text(action)
         self.turn += 1
         components = dict.fromkeys(self._component_keys, 0.0)
         self.messages.append({"role": "assistant", "content": action})

@@ -153,6 +153,11 @@ class ToolCallFormat(ABC):
     def format_answer(self, answer: str) -> str:
         return f"<answer>{answer}</answer>"
 
+    def unwrap_result(self, message_content: str) -> str:
+        """The tool output inside a result message this format wrote (the inverse of how :meth:`render_result`
+        went into the message; formats whose results go back as ``tool`` messages store them unwrapped)."""
+        return message_content
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -308,6 +313,9 @@ class SearchR1Format(ToolCallFormat):
 
     def render_result(self, content: str) -> str:
         return f"<information>{content}</information>"
+
+    def unwrap_result(self, message_content: str) -> str:
+        return message_content.removeprefix("<information>").removesuffix("</information>")
 
     def format_call(self, call: ToolCall) -> str:
         (value,) = call.arguments.values()

@@ -306,13 +306,13 @@ class EpisodeRecorder:
         traj = self.traj
         ended_with_eos = traj.completion_ids[traj.turn_ends[-1]] in self.eos_ids
         n = len(self.messages)
-        if (
-            len(messages) > n and messages[:n] == self.messages
-        ):  # the chat grew: one sequence, if the template is
-            delta, nxt = observation_delta(  # prefix-stable
+        # the chat grew: one sequence, if the template is prefix-stable; else the env rewrote what the agent sees
+        # (a context window, a state summary): one sample per step
+        if len(messages) > n and messages[:n] == self.messages:
+            delta, nxt = observation_delta(
                 self.tokenizer, self.rendered, self.messages, messages, self.tools, ended_with_eos, self.kw
             )
-        else:  # the env rewrote what the agent sees (a context window, a state summary): one sample per step
+        else:
             delta = None
             nxt = render_chat(
                 self.tokenizer, messages, self.tools, add_generation_prompt=True, chat_template_kwargs=self.kw

@@ -99,9 +99,8 @@ def load_rows(dataset: Any) -> list[dict[str, Any]]:
                 raise ConfigError(f"{path}: a JSON dataset is a list of objects, got {type(rows).__name__}")
         else:
             rows = []
-            for n, line in enumerate(
-                text.split("\n"), 1
-            ):  # not splitlines(): U+2028 is text inside a JSON string
+            # split on newlines only, not splitlines(): U+2028 is text inside a JSON string
+            for n, line in enumerate(text.split("\n"), 1):
                 if line.strip():
                     try:
                         rows.append(json.loads(line))
@@ -164,13 +163,12 @@ class RewardFn:
             ) from exc
         if isinstance(out, bool):
             return float(out)
-        if not isinstance(out, (int, float)) and isinstance(out, numbers.Real):  # numpy scalars, Fractions
-            out = float(out)
-        elif not isinstance(out, (int, float)) and callable(
-            getattr(out, "item", None)
-        ):  # a 0-d array, a tensor
-            with contextlib.suppress(TypeError, ValueError):
-                out = out.item()
+        if not isinstance(out, (int, float)):  # numpy scalars and Fractions; a 0-d array or tensor by .item()
+            if isinstance(out, numbers.Real):
+                out = float(out)
+            elif callable(getattr(out, "item", None)):
+                with contextlib.suppress(TypeError, ValueError):
+                    out = out.item()
         if (
             isinstance(out, bool)
             or not isinstance(out, (int, float))
@@ -330,9 +328,9 @@ def make_task(
         description: one line for ``agentr1 list``.
     """
     rows = tuple(load_rows(dataset))
-    ids = [row.get(id_field) for row in rows]
     seen: set[str] = set()
-    for i, rid in enumerate(ids):
+    for i, row in enumerate(rows):
+        rid = row.get(id_field)
         if rid is None:
             continue
         if str(rid) in seen:  # the train/held-out split is by task: one id in both would leak the test set
@@ -349,9 +347,8 @@ def make_task(
                         f"dataset row {i} (id {rid!r}) lacks the field {name!r} that the prompt template needs "
                         f"(its fields: {sorted(row)[:10]})"
                     )
-        for i, row in enumerate(
-            rows
-        ):  # attribute, index and format-spec errors too, now rather than at reset
+        # attribute, index and format-spec errors too, now rather than at reset
+        for i, row in enumerate(rows):
             try:
                 prompt.format_map(row)
             except Exception as exc:

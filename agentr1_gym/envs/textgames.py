@@ -115,9 +115,8 @@ class TextGame:
 
     def __init__(self, show_admissible: bool = True, inventory: bool = False) -> None:
         self.show_admissible = show_admissible
-        self.inventory = (
-            inventory  # TextWorld asks the game for it each move: only when a state context needs it
-        )
+        # TextWorld asks the game for the inventory each move: only when a state context needs it
+        self.inventory = inventory
         self.path = ""
         self._env: Any = None
         self.state: Any = None
@@ -143,13 +142,7 @@ class TextGame:
                         if path.endswith(".tw-pddl")
                         else textworld.start(path, request_infos=infos)
                     )
-            except (
-                KeyError,
-                TypeError,
-                ValueError,
-                AttributeError,
-                OSError,
-            ) as exc:  # a description it cannot use
+            except (KeyError, TypeError, ValueError, AttributeError, OSError) as exc:  # a .json it cannot use
                 raise DataError(
                     f"text game {path}: TextWorld cannot load it ({type(exc).__name__}: {exc})"[:300]
                 ) from None
@@ -426,10 +419,7 @@ class TextGameEnv(ToolEnv):
     def state_text(self) -> str:
         """Location, inventory, score and the last feedback (with the admissible commands, when shown): what
         ``context='state'`` shows instead of the history."""
-        last = (
-            self.messages[-1]["content"] if self.messages and self.messages[-1]["role"] != "assistant" else ""
-        )
-        last = last.removeprefix("<information>").removesuffix("</information>").strip()
+        last = self.last_feedback()
         return (
             f"{self.game.summary()}\nLast command: {self.game.commands[-1] if self.game.commands else '(none)'}"
             + (f"\nLast feedback:\n{last}" if last else "")

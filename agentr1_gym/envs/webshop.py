@@ -419,10 +419,7 @@ class WebShopEnv(ToolEnv):
         w = self.world
         page = w.render()
         chosen = ", ".join(f"{k}: {v}" for k, v in w.chosen.items()) or "none"
-        last = (
-            self.messages[-1]["content"] if self.messages and self.messages[-1]["role"] != "assistant" else ""
-        )
-        last = last.removeprefix("<information>").removesuffix("</information>").strip()
+        last = self.last_feedback()
         note = f"Last result: {last.splitlines()[0][:300]}\n" if last and page not in last else ""
         query = f" for '{w.query}'" if w.query and w.page in ("results", "item", "sub") else ""
         return f"{note}Page: {w.page}{query}\nOptions chosen: {chosen}\n{page}"
