@@ -221,3 +221,51 @@ def test_the_viewer_shows_the_context_each_step_saw(tmp_path):
         assert len(shown) == sum(c is not None for c in contexts) > 0  # both episodes are on the page
     finally:
         browser.quit()
+
+
+# ---- fuzz and reward hacking under each policy ---------------------------------------------------------------------
+@pytest.mark.parametrize("policy", ["window:1", "state"])
+@pytest.mark.parametrize("env_id", ["AgentR1/WebShop-v0", "AgentR1/TextWorld-CoinCollector-v0"])
+def test_adversarial_steps_under_a_context_policy(env_id, policy):
+    """The fuzz's turns (cut surrogate escapes, deep nesting, chained commands included) under a rewritten context:
+    no exception, and what the agent sees encodes and serializes."""
+    pytest.importorskip("textworld")
+    import json
+    import math
+    import random
+
+    from test_fuzz_steps import _adversarial, _assert_recordable
+
+    rng = random.Random(7)
+    env = gym.make(env_id, context=policy, **WORLDS[env_id])
+    tools = [t["function"]["name"] for t in env.reset(seed=0)[1]["tools"]]
+    for i in range(600):
+        action = _adversarial(rng, tools)
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert isinstance(obs, str) and math.isfinite(reward), action[:200]
+        _assert_recordable(obs, info, action)
+        json.dumps(info["context"], ensure_ascii=False).encode("utf-8")
+        if terminated or truncated:
+            env.reset(seed=i)
+    env.close()
+
+
+@pytest.mark.parametrize("policy", ["window:1", "window:2", "state"])
+def test_shortcut_policies_earn_little_under_a_context_policy(policy):
+    """The reward-hacking suite's world exploits, played with the context rewritten: still at most the bound."""
+    pytest.importorskip("textworld")
+    from test_reward_hacking import TEXTGAME_POLICIES, WEBSHOP_POLICIES, _unearned
+
+    from agentr1_gym.rewards import UNEARNED_REWARD_BOUND
+
+    cases = [("AgentR1/WebShop-v0", WEBSHOP_POLICIES[n], 10, {"split": "test"}) for n in WEBSHOP_POLICIES]
+    cases += [("AgentR1/TextWorld-CoinCollector-v0", TEXTGAME_POLICIES[n], 3,
+               {"max_turns": 12, "num_games": 3, "level": 4}) for n in TEXTGAME_POLICIES]  # fmt: skip
+    for env_id, exploit, episodes, kwargs in cases:
+        fraction, _ = _unearned(env_id, "default", exploit, episodes, context=policy, **kwargs)
+        assert fraction <= UNEARNED_REWARD_BOUND, (
+            env_id,
+            policy,
+            exploit.__name__ if hasattr(exploit, "__name__") else exploit,
+            fraction,
+        )
