@@ -237,3 +237,45 @@ def test_environment_factory_for_a_world_has_no_answer_tool():
         call = json.loads(world.oracle_action().split("\n")[1])
         getattr(env, call["name"])(**call["arguments"])
     assert env.get_reward() == pytest.approx(world.max_episode_reward())
+
+
+def test_full_fine_tuning_of_a_model_object_keeps_a_frozen_reference(tmp_path):
+    """No peft, beta > 0, a model built in memory (no path TRL could reload it from): the reference is a frozen
+    copy of the object as given, and the step moves the policy, not the reference."""
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=0)
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    trainer = AgentGRPOTrainer(
+        model, _config(tmp_path, max_steps=1), tok, generator=ScriptedGenerator(tok, alternating_script)
+    )
+    trainer.train()
+    assert trainer.ref_model is not None and trainer.beta == 0.04
+    ref = dict(trainer.ref_model.named_parameters())
+    assert all(not p.requires_grad and torch.equal(p, before[k]) for k, p in ref.items())
+    moved = [k for k, v in trainer.model.named_parameters() if not torch.equal(v, before[k])]
+    assert moved and "kl" in trainer.state.log_history[0]
+
+
+def test_lora_over_a_bf16_base_under_autocast_saves_episodes(tmp_path):
+    """A bfloat16 base with float32 adapters (what a GPU run loads): the saved episodes' log-probs come from the
+    same autocast the update runs in."""
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=0).to(torch.bfloat16)
+    trainer = AgentGRPOTrainer(
+        model,
+        _config(tmp_path, max_steps=1, bf16=True, save_episodes_steps=1),
+        tok,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        generator=ScriptedGenerator(tok, alternating_script),
+    )
+    trainer.train()
+    records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    entropy = [x for x in records[0]["tokens"]["entropy"] if x is not None]
+    assert entropy and all(math.isfinite(x) for x in entropy)
+
+
+def test_prompt_sharing_defaults_to_cpus_only(tmp_path):
+    trainer, _ = _trainer(tmp_path, max_steps=1)
+    assert trainer.args.share_prompt_prefix is None and trainer.shares_prompts(trainer.model)
+    trainer.args.share_prompt_prefix = False
+    assert not trainer.shares_prompts(trainer.model)

@@ -99,12 +99,14 @@ class AgentTrainerConfig(GRPOConfig):
             "'outcome' (the answer reward only, so that groups differing only in shaping carry no signal)."
         },
     )
-    share_prompt_prefix: bool = field(
-        default=True,
+    share_prompt_prefix: bool | None = field(
+        default=None,
         metadata={
             "help": "Run each distinct prompt of a micro-batch once in the forward pass (a GRPO group's episodes "
             "share theirs) and only the completions on top of its KV cache: same log-probs and gradients, fewer "
-            "tokens. Applies without gradient checkpointing and in one process; otherwise the full forward runs."
+            "tokens. Applies without gradient checkpointing and in one process; otherwise the full forward runs. "
+            "None (default): on CPUs, where the saved tokens are saved time, and not on GPUs, where the cached "
+            "forward measured slower than the full one (benchmarks/results/gpu_step.json)."
         },
     )
     generation_backend: str = field(

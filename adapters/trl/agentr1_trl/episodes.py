@@ -46,7 +46,7 @@ def token_stats(
     entropy: list[float | None] = [None] * len(completion_ids)
     for s in range(0, positions.numel(), chunk):
         pos = positions[s : s + chunk]
-        logp = F.log_softmax(head(states[pos]).float() / temperature, dim=-1)
+        logp = F.log_softmax(head(states[pos].to(head.weight.dtype)).float() / temperature, dim=-1)
         picked = logp.gather(1, targets[pos, None])[:, 0].tolist()
         ent = (-(logp.exp() * logp).sum(-1)).tolist()
         for j, p in enumerate(pos.tolist()):

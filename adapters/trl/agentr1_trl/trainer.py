@@ -201,14 +201,19 @@ class AgentTrainer(TRLAgentTrainer):
         was_training = model.training
         model.eval()  # no dropout: the probabilities the update sees
         try:
-            stats = [
-                token_stats(
-                    model, t.prompt_ids, t.completion_ids, temperature=self.temperature, mask=t.action_mask
-                )
-                if t.prefix_stable and t.completion_ids
-                else None
-                for t in trajectories[:n]
-            ]
+            with self.accelerator.autocast():  # the precision the update runs in (a bf16 base)
+                stats = [
+                    token_stats(
+                        model,
+                        t.prompt_ids,
+                        t.completion_ids,
+                        temperature=self.temperature,
+                        mask=t.action_mask,
+                    )
+                    if t.prefix_stable and t.completion_ids
+                    else None
+                    for t in trajectories[:n]
+                ]
         finally:
             model.train(was_training)
         records = trajectory_records(

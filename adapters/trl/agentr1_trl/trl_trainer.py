@@ -20,6 +20,7 @@ behind :class:`TRLAgentTrainer`:
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import time
@@ -30,7 +31,7 @@ import torch
 import trl
 from datasets import Dataset
 from trl import GRPOTrainer
-from trl.trainer.utils import use_adapter
+from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model, use_adapter
 
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.generation import GenerationError
@@ -82,6 +83,12 @@ def seed_dataset(num_tasks: int, seed_offset: int = 0) -> Dataset:
     """A training "dataset" of task seeds ``seed_offset + [0, num_tasks)`` (the env owns the tasks)."""
     seeds = list(range(seed_offset, seed_offset + num_tasks))
     return Dataset.from_dict({"prompt": [seed_prompt(s) for s in seeds], "seed": seeds})
+
+
+def _is_peft(model: Any) -> bool:
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
 
 
 def _with_seed_prompts(dataset: Any) -> Any:
@@ -180,16 +187,40 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
             if train_dataset is None
             else _with_seed_prompts(train_dataset)
         )
-        super().__init__(
-            model=model,
-            reward_funcs=[env_return],
-            args=args,
-            train_dataset=dataset,
-            processing_class=processing_class,
-            peft_config=peft_config,
-            callbacks=callbacks,
-            rollout_func=self._trl_rollout,
-        )
+        # full fine-tuning of a model passed as an object with a KL term: TRL would reload the reference from the
+        # model's config path (empty for a model built in memory, or a directory the object has since departed
+        # from); the reference is a frozen copy of the object as given instead
+        reference, beta = None, args.beta
+        if beta != 0.0 and peft_config is None and isinstance(model, torch.nn.Module) and not _is_peft(model):
+            reference = copy.deepcopy(model).eval().requires_grad_(False)
+            args.beta = 0.0
+        try:
+            super().__init__(
+                model=model,
+                reward_funcs=[env_return],
+                args=args,
+                train_dataset=dataset,
+                processing_class=processing_class,
+                peft_config=peft_config,
+                callbacks=callbacks,
+                rollout_func=self._trl_rollout,
+            )
+        finally:
+            args.beta = beta
+        if reference is not None:
+            self.beta = beta
+            if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+                raise ConfigError(
+                    "full fine-tuning with beta > 0 under DeepSpeed or FSDP needs the model as a path (its "
+                    "reference is loaded and sharded from there), not as an object"
+                )
+            if args.disable_dropout:
+                disable_dropout_in_model(reference)
+            # as TRL prepares the reference it loads: log-probs from a chunked head, never the full logits
+            add_fused_lm_head(
+                reference, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32
+            )
+            self.ref_model = self.accelerator.prepare_model(reference, evaluation_mode=True)
         if self.accelerator.num_processes > 1 and not self.supports_multi_process():
             raise ConfigError(
                 f"{type(self).__name__} with these settings runs on one process only: "
@@ -260,11 +291,15 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         return self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, n)[0]
 
     def shares_prompts(self, model: Any) -> bool:
-        """Whether the forward pass may run each shared prompt once: ``share_prompt_prefix`` on, no gradient
-        checkpointing (it turns the KV cache off), one process (DDP wants one forward per backward)."""
+        """Whether the forward pass may run each shared prompt once: ``share_prompt_prefix`` on (by default: on a
+        CPU), no gradient checkpointing (it turns the KV cache off), one process (DDP wants one forward per
+        backward)."""
         unwrapped = self.accelerator.unwrap_model(model)
+        setting = getattr(self.args, "share_prompt_prefix", False)
+        if setting is None:  # auto: a CPU's saving; on a GPU the cached forward is the slower one
+            setting = self.accelerator.device.type == "cpu"
         return (
-            bool(getattr(self.args, "share_prompt_prefix", False))
+            bool(setting)
             and not getattr(unwrapped, "is_gradient_checkpointing", False)
             and self.accelerator.num_processes == 1
         )

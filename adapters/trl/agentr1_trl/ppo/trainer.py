@@ -33,6 +33,7 @@ from agentr1_trl.advantages import (
     step_gae_advantages,
 )
 from agentr1_trl.credit import turn_rewards, turn_starts
+from agentr1_trl.forward import projected_logps
 from agentr1_trl.losses import aggregate, clipped_value_loss
 from agentr1_trl.ppo.config import AgentPPOConfig
 from agentr1_trl.signals import advantage_mask, token_reward_matrix
@@ -77,24 +78,31 @@ class AgentPPOTrainer(AgentTrainer):
         n: int,
         needed: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs of the last ``n`` tokens and the value of the state before each of them (with a shared
-        prompt forward, log-probs only where ``needed``)."""
+        """Log-probs of the last ``n`` tokens (only where ``needed``, default the completion; 0 elsewhere) and the
+        value of the state before each of them."""
         shared = self.shared_prompt_forward(model, input_ids, attention_mask, n, hidden=True, needed=needed)
         if shared is not None:
             logps, states = shared
             values = self.value_head(states.to(self.value_head.weight.dtype)).squeeze(-1).float()
             return logps, values
         with self.accelerator.autocast():
-            # logits only where they are used (the vocabulary projection of prompt positions is wasted work)
+            # no logits from the model: the (final-norm) states go through the vocabulary projection only where
+            # log-probs are needed, a chunk at a time (rows x completion x vocabulary float32 logits are 5.6 GiB
+            # for 8 rows of 1,150 completion tokens at Qwen2.5's 152k vocabulary: PPO ran out of memory there)
             out = model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 output_hidden_states=True,
-                logits_to_keep=n + 1,
+                logits_to_keep=1,
             )
-        logits = out.logits[:, -n - 1 : -1].float() / self.args.temperature
-        logps = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, -n:].unsqueeze(-1)).squeeze(-1)
-        hidden = out.hidden_states[-1][:, -n - 1 : -1]
+            hidden = out.hidden_states[-1][:, -n - 1 : -1]
+            targets = input_ids[:, -n:]
+            where = (attention_mask[:, -n:] if needed is None else needed).bool()
+            logps = torch.zeros(targets.shape, dtype=torch.float32, device=targets.device)
+            if bool(where.any()):
+                head = self.accelerator.unwrap_model(model).get_output_embeddings()
+                picked = projected_logps(hidden[where], head, targets[where], self.args.temperature)
+                logps = logps.masked_scatter(where, picked)
         values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1).float()
         return logps, values
 
