@@ -46,9 +46,12 @@ def _cpu() -> dict[str, Any]:
     return {"cpu_model": model, "cpu_vector": vector}
 
 
-def emit(result: dict[str, Any], path: str | None) -> None:
+def emit(result: dict[str, Any], path: str | None, *, quiet: bool = False) -> None:
+    """Write ``result`` as JSON to ``path`` (and print it, unless ``quiet``: partial results saved as a long run
+    goes)."""
     text = json.dumps(result, indent=2)
-    print(text)
+    if not quiet:
+        print(text)
     if path:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text + "\n")

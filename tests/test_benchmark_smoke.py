@@ -77,3 +77,72 @@ def test_table3_benchmark_smoke(tmp_path):
             assert r["n"] == 4 and r["em_ci"][0] <= r["em"] <= r["em_ci"][1] and 0.0 <= r["f1"] <= 1.0
     assert set(result["train"]) == {"grpo", "ppo"}
     assert png.stat().st_size > 10_000
+
+
+def _gpu_step_module():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_step.py"
+    spec = importlib.util.spec_from_file_location("gpu_step_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.timeout(600)
+def test_gpu_step_benchmark_runs_its_tiny_mode_on_this_cpu(tmp_path):
+    """benchmarks/gpu_step.py's whole code path (the matrix, the generating run, the largest-batch search) on a
+    tiny model on the CPU, so that the GPU benchmark cannot rot between GPU sessions."""
+    pytest.importorskip("trl")
+    import math
+
+    out = tmp_path / "gpu_step.json"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_step.py"
+    run = subprocess.run(
+        [sys.executable, str(script), "--tiny", "--json", str(out), "--workdir", str(tmp_path / "w")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert not result["skipped"] and len(result["runs"]) == 9
+    for r in result["runs"]:
+        assert r["update_tokens_per_step"] > 1000 and r["update_tflops"] > 0, r["name"]
+        assert all(math.isfinite(x) for x in r["losses"]) and len(r["losses"]) == 2
+        assert math.isclose(sum(r["split_s"].values()), r["step_s"], rel_tol=1e-6)
+    generating = [r for r in result["runs"] if r["rollout"] == "hf-generate"]
+    assert generating and generating[0]["generation_tokens_per_s"] > 0
+    assert [f["rows"] for f in result["largest_batch"]["tiny-grpo-lora-gc"]["fits"]] == [4, 8]
+
+
+def test_gpu_step_counts_model_flops():
+    """The MFU's numerator: 3x the forward for full fine-tuning, 2x plus the adapters' 3x for LoRA; a shared
+    prompt counted once per group."""
+    torch = pytest.importorskip("torch")
+    gs = _gpu_step_module()
+    numbers = {
+        "hidden": 4,
+        "layers": 2,
+        "q_width": 4,
+        "kv_width": 2,
+        "vocab": 10,
+        "linear_params": 100,
+        "ffn": 8,
+    }
+    work = {"tokens": 6.0, "pairs": 10.0, "scored": 3.0}
+    forward = 2 * 100 * 6 + 4 * 2 * 4 * 10 + 2 * 4 * 10 * 3
+    assert gs.update_flops(work, numbers, 0, full=True) == 3 * forward
+    assert gs.update_flops(work, numbers, 5, full=False) == 2 * forward + 6 * 5 * 6
+    # two rows sharing a 2-token prompt, completions of 1 and 2 tokens
+    inputs = {
+        "prompt_ids": torch.tensor([[7, 8], [7, 8]]),
+        "prompt_mask": torch.ones(2, 2, dtype=torch.long),
+        "completion_ids": torch.tensor([[1, 0], [1, 2]]),
+        "completion_mask": torch.tensor([[1, 0], [1, 1]]),
+        "action_mask": torch.tensor([[1, 0], [0, 1]]),
+    }
+    shared = gs.micro_batch_work(inputs, shared=True, ppo=False)
+    assert shared["tokens"] == 2 + 3 and shared["scored"] == 2 and shared["real_tokens"] == 7
+    full = gs.micro_batch_work(inputs, shared=False, ppo=False)
+    assert full["tokens"] == 7 and full["scored"] == 4 and full["pairs"] == (3**2 + 4**2) / 2

@@ -10,11 +10,13 @@ from importlib import resources
 from typing import Any
 
 __all__ = [
+    "MODEL_SHAPES",
     "THINK_DROPPING_TEMPLATE",
     "alternating_script",
     "corpus_for_tokenizer",
     "qwen25_chat_template",
     "record_rollouts",
+    "shaped_model",
     "tiny_model",
     "tiny_tokenizer",
     "trainer_settings",
@@ -116,6 +118,62 @@ def tiny_model(tokenizer: Any, *, hidden_size: int = 16, layers: int = 2, seed: 
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+#: the published architectures of two real models, to build randomly initialised models of their shape (nothing
+#: is downloaded): what the GPU tests and ``benchmarks/gpu_step.py`` run on. ``vocab_size`` is the model's;
+#: :func:`shaped_model` may be given the test tokenizer's instead.
+MODEL_SHAPES: dict[str, dict[str, Any]] = {
+    "smollm2-135m": dict(
+        architecture="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+        num_attention_heads=9, num_key_value_heads=3, vocab_size=49152, rope_theta=100000.0,
+        rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=8192,
+    ),
+    "qwen2.5-1.5b": dict(
+        architecture="qwen2", hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+        num_attention_heads=12, num_key_value_heads=2, vocab_size=151936, rope_theta=1000000.0,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=32768,
+    ),
+}  # fmt: skip
+
+
+def shaped_model(
+    shape: str,
+    tokenizer: Any,
+    *,
+    vocab_size: int | None = None,
+    dtype: Any = None,
+    device: Any = None,
+    seed: int = 0,
+) -> Any:
+    """A randomly initialised causal LM of one of :data:`MODEL_SHAPES` (built on ``device``, in ``dtype``; default
+    the CPU and float32). ``vocab_size`` defaults to the shape's own (the tokenizer's ids are all below it: ids
+    above ``len(tokenizer)`` decode to nothing); pass ``len(tokenizer)`` for a model the size of the tests'."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    if shape not in MODEL_SHAPES:
+        raise ValueError(f"unknown model shape {shape!r}; one of {sorted(MODEL_SHAPES)}")
+    fields = dict(MODEL_SHAPES[shape])
+    architecture = fields.pop("architecture")
+    fields["vocab_size"] = int(vocab_size or fields["vocab_size"])
+    config_cls, model_cls = (
+        (LlamaConfig, LlamaForCausalLM) if architecture == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+    )
+    config = config_cls(
+        **fields,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    with torch.device(device or "cpu"):
+        model = model_cls(config)
+    if dtype is not None:
+        model = model.to(dtype)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
