@@ -54,6 +54,7 @@ SCRIPTS = {
         "Shortcuts in the shop: the first hit against reading prices and options",
     ),
     "context": ("context.py", "Context policies: the tokens an update trains on"),
+    "gpu_step": ("gpu_step.py", "GRPO and PPO steps on a GPU (H100)"),
 }
 
 
@@ -284,7 +285,60 @@ def _context(data: dict[str, Any]) -> str:
     )
 
 
+def _gpu_step(data: dict[str, Any]) -> str:
+    gpu = data.get("gpu") or {}
+    head = (
+        f"{gpu.get('name')} ({gpu.get('memory_gb', 0):.0f} GiB, driver {gpu.get('driver')}, CUDA {gpu.get('cuda')}; "
+        f"MFU against {gpu.get('bf16_peak_tflops')} TFLOP/s dense bf16)."
+    )
+    tests = data.get("gpu_tests") or {}
+    if tests:
+        head += f" GPU tests there: {tests.get('summary')} ({'; '.join(tests.get('skipped') or [])})."
+    rows = []
+    for r in data["runs"]:
+        split = r["split_s"]
+        rows.append([
+            r["shape"], r["algo"], r["mode"], "on" if r["checkpointing"] else "off", r["rollout"], r["rows"],
+            _num(r["step_s"], 2), " / ".join(f"{split[k]:.2f}" for k in ("generation", "scoring", "update", "other")),
+            _num(r["generation_tokens_per_s"], 0) if r["generation_tokens_per_s"] else "",
+            _num(round(r["update_tokens_per_s"])), f"{100 * (r['update_mfu'] or 0):.1f}%",
+            _num(r["peak_memory_gb"], 1),
+        ])  # fmt: skip
+    header = ["shape", "algo", "train", "checkpointing", "rollout", "rows", "step s",
+              "generation / scoring / update / other s", "generated tok/s", "update tok/s", "update MFU",
+              "peak GiB"]  # fmt: skip
+    parts = [head, _table(header, rows)]
+    skipped = data.get("skipped") or []
+    if skipped:
+        parts.append("Not measured: " + "; ".join(f"`{s['name']}` ({s['why'][:60]})" for s in skipped) + ".")
+    search = []
+    for key, found in (data.get("largest_batch") or {}).items():
+        best = max(found["fits"], key=lambda f: f["rows"]) if found["fits"] else None
+        search.append([key, best["rows"] if best else 0, found.get("first_oom") or found.get("stopped", ""),
+                       _num(best["update_tokens_per_step"]) if best else "",
+                       f"{100 * (best['update_mfu'] or 0):.1f}%" if best else "",
+                       _num(best["peak_memory_gb"], 1) if best else ""])  # fmt: skip
+    if search:
+        parts.append(
+            "The largest micro-batch (GRPO, LoRA), doubled until it did not fit:\n\n"
+            + _table(
+                [
+                    "run",
+                    "largest rows that fit",
+                    "first that did not (or stop)",
+                    "tokens",
+                    "update MFU",
+                    "peak GiB",
+                ],
+                search,
+            )
+        )
+    parts += [f"* {note}" for note in data.get("notes") or []]
+    return "\n\n".join(parts)
+
+
 HIGHLIGHTS = {
+    "gpu_step": _gpu_step,
     "context": _context,
     "shop_shortcuts": _shop_shortcuts,
     "main_job": _main_job,
