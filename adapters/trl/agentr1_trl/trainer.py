@@ -230,6 +230,20 @@ class AgentTrainer(TRLAgentTrainer):
         append_episodes(os.path.join(args.output_dir, EPISODES_FILE), records)
         self.log_metric("time/save_episodes_s", time.perf_counter() - start)
 
+    def multi_process_blocker(self) -> str | None:
+        args = self.args
+        if args.dynamic_sampling:
+            return (
+                "dynamic_sampling regenerates the groups whose outcome is flat on each process, and a group's "
+                "episodes may lie on several; train it on one process"
+            )
+        if any("min_success" in stage for stage in args.curriculum):
+            return (
+                "a curriculum stage ending at min_success reads each process's own training success, so processes "
+                "could move on at different steps; end stages by steps for multi-process training"
+            )
+        return None
+
     def records_state_keys(self) -> bool:
         """Whether rollouts keep each turn's starting world state (step-level estimators that group by it)."""
         return False

@@ -334,18 +334,54 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
             needed=needed,
         )
 
-    def loss_denominators(self, batch: dict[str, Any], mask: torch.Tensor) -> tuple[int, float, int]:
+    def loss_denominators(
+        self, batch: dict[str, Any], mask: torch.Tensor, loss_type: str | None = None
+    ) -> tuple[int, float, int]:
         """``(rows, action tokens, width)`` for :func:`~agentr1_trl.losses.aggregate` on this micro-batch, chosen
         so that a step's micro-batches add up to the loss of the whole batch, as TRL's do: ``dapo`` divides by
         this micro-batch's share of the whole generation batch's action tokens (a token mean over the batch, not
         over each micro-batch), ``dr_grpo`` by the constant ``max_episode_tokens`` (not the micro-batch's
-        padded width), ``bnpo`` by this micro-batch's tokens."""
+        padded width), ``bnpo`` by this micro-batch's tokens. ``loss_type`` defaults to the config's."""
         tokens = float(mask.sum().clamp(min=1))
         total = batch.get("num_items_in_batch")
-        if self.loss_type == "dapo" and total is not None:
+        if (loss_type or self.loss_type) == "dapo" and total is not None:
             per_step = self.args.steps_per_generation if self.mode == "train" else 1
             tokens = max(float(total) / (self.accelerator.num_processes * per_step), 1.0)
         return mask.size(0), tokens, int(self.args.max_episode_tokens)
+
+    def global_batch(
+        self, tensors: dict[str, torch.Tensor], trajectories: list[Trajectory], width: int
+    ) -> tuple[dict[str, torch.Tensor], list[Trajectory], Any]:
+        """The generation batch of every process, for advantages that need a group's or the whole batch's
+        episodes together (RLOO, GiGPO and per-turn RLOO groups, REINFORCE++'s and PPO's whitening).
+
+        ``tensors`` are this process's per-row tensors (``(rows,)`` or ``(rows, width)``); returns them gathered
+        in TRL's order (process 0's rows first: a group's episodes are consecutive there, whichever processes
+        generated them), padded on the right to the widest process's width, every process's trajectories in
+        the same order, and ``local(t)``: this process's rows (and its ``width``) of a tensor computed over the
+        gathered batch. In one process everything is returned as it is."""
+        accelerator = self.accelerator
+        if accelerator.num_processes == 1:
+            return tensors, trajectories, lambda t: t
+        from accelerate.utils import gather_object
+
+        rows = len(trajectories)
+        counts = gather_object([rows])
+        if len(set(counts)) != 1:
+            raise ConfigError(
+                f"processes hold different numbers of episodes ({counts}); TRL gives each the same"
+            )
+        gathered = {
+            key: accelerator.gather(accelerator.pad_across_processes(t, dim=1) if t.dim() > 1 else t)
+            for key, t in tensors.items()
+        }
+        start = rows * accelerator.process_index
+
+        def local(t: torch.Tensor) -> torch.Tensor:
+            t = t[start : start + rows]
+            return t[:, :width] if t.dim() > 1 else t
+
+        return gathered, gather_object(list(trajectories)), local
 
     def scale_for_accumulation(self, loss: torch.Tensor) -> torch.Tensor:
         return loss / self.current_gradient_accumulation_steps if self.mode == "train" else loss

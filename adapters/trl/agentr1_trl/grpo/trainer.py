@@ -38,15 +38,6 @@ class AgentGRPOTrainer(AgentTrainer):
     _tag_names = ["trl", "grpo", "agentr1"]  # noqa: RUF012  (TRL declares it this way)
     config_class = AgentGRPOConfig
 
-    def multi_process_blocker(self) -> str | None:
-        if self.args.advantage_estimator != "grpo":
-            return (
-                f"advantage_estimator={self.args.advantage_estimator!r} needs every episode of a group (rloo, "
-                "gigpo, turn_rloo) or of the batch (reinforce_pp's whitening) on one process; use 'grpo' for "
-                "multi-process training"
-            )
-        return None
-
     def records_state_keys(self) -> bool:
         return self.args.advantage_estimator == "gigpo"
 
@@ -54,12 +45,18 @@ class AgentGRPOTrainer(AgentTrainer):
     def score_batch(self, batch: dict[str, Any], trajectories: list[Trajectory]) -> dict[str, Any]:
         args: AgentGRPOConfig = self.args
         if args.advantage_estimator == "grpo":
-            return batch  # TRL's group normalisation of episode_return
+            return batch  # TRL's group normalisation of episode_return (over every process's episodes)
         device = batch["completion_ids"].device
+        width = batch["completion_ids"].size(1)
+        # the estimators below see the whole generation batch (every process's rows, a group's episodes together)
+        step_level = args.advantage_estimator in STEP_ESTIMATORS
+        local_mask = advantage_mask(batch, True if step_level else args.advantage_mask)
+        gathered, trajectories, local = self.global_batch({"mask": local_mask}, trajectories, width)
+        mask = gathered["mask"].cpu()
         if args.advantage_estimator == "rloo":
             returns = torch.tensor([self.episode_return(t) for t in trajectories], dtype=torch.float32)
-            batch["advantages"] = rloo_advantages(returns, self.num_generations).to(device)
-        elif args.advantage_estimator in STEP_ESTIMATORS:
+            advantages = rloo_advantages(returns, self.num_generations)
+        elif step_level:
             rewards = [turn_rewards(t, args.reward_signal) for t in trajectories]
             if args.advantage_estimator == "gigpo":
                 per_turn, metrics = gigpo_advantages(
@@ -75,14 +72,11 @@ class AgentGRPOTrainer(AgentTrainer):
                 per_turn, metrics = turn_rloo_advantages(rewards, self.num_generations, gamma=args.gamma)
             for key, value in metrics.items():
                 self.log_metric(f"signal/{key}", value)
-            mask = advantage_mask(batch, True).cpu()
-            batch["advantages"] = step_advantages_to_tokens(
-                per_turn, [t.turn_ends for t in trajectories], mask
-            ).to(device)
+            advantages = step_advantages_to_tokens(per_turn, [t.turn_ends for t in trajectories], mask)
         else:
-            rewards = token_reward_matrix(trajectories, batch["completion_ids"].size(1), args.reward_signal)
-            mask = advantage_mask(batch, args.advantage_mask).cpu()
-            batch["advantages"] = reinforce_pp_advantages(rewards, mask, gamma=args.gamma).to(device)
+            rewards = token_reward_matrix(trajectories, mask.size(1), args.reward_signal)
+            advantages = reinforce_pp_advantages(rewards, mask, gamma=args.gamma)
+        batch["advantages"] = local(advantages).to(device)
         return batch
 
     # ---- loss ---------------------------------------------------------------------------------------------

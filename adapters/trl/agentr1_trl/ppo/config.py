@@ -45,6 +45,10 @@ class AgentPPOConfig(AgentTrainerConfig):
     )
 
     def __post_init__(self) -> None:
+        if self.ddp_find_unused_parameters is None:
+            # every trainable parameter (the adapter or the model, and the value head) gets a gradient each step;
+            # DDP's search for unused ones would mark the value head, used after the model's forward, unused
+            self.ddp_find_unused_parameters = False
         super().__post_init__()
         if not 0.0 <= self.lam <= 1.0:
             raise ConfigError(f"need 0 <= lam <= 1, got {self.lam}")

@@ -59,12 +59,6 @@ class AgentPPOTrainer(AgentTrainer):
         # a submodule of the (peft) model: the optimizer and device placement pick it up
         self.model.add_module("value_head", head.to(next(self.model.parameters()).device))
 
-    def multi_process_blocker(self) -> str | None:
-        return (
-            "PPO whitens advantages over the batch and trains a value head that this version does not "
-            "synchronise across processes; use AgentGRPOTrainer (advantage_estimator='grpo') multi-process"
-        )
-
     @property
     def value_head(self) -> nn.Linear:
         return self.model.value_head
@@ -124,6 +118,12 @@ class AgentPPOTrainer(AgentTrainer):
         if not all(t.prefix_stable for t in trajectories):
             values = self._turn_values(values, trajectories)
         values = values * mask
+        batch["old_values"] = values
+        # GAE per episode, whitening and the no-signal check over the whole generation batch (every process's)
+        gathered, trajectories, local = self.global_batch(
+            {"values": values, "mask": mask, "rewards": rewards}, trajectories, n
+        )
+        values, mask, rewards = gathered["values"], gathered["mask"], gathered["rewards"]
         if args.gae_level == "step":
             adv, returns = self._step_gae(values, mask, trajectories)
         else:
@@ -137,7 +137,7 @@ class AgentPPOTrainer(AgentTrainer):
             adv = torch.zeros_like(adv)
         elif args.whiten_advantages and args.gae_level == "token":  # step level: whitened over turns already
             adv = masked_whiten(adv, mask)
-        batch["advantages"], batch["returns"], batch["old_values"] = adv, returns, values
+        batch["advantages"], batch["returns"] = local(adv), local(returns)
         self.log_metric("value/mean", masked_mean(values, mask).item())
         self.log_metric("value/return_mean", masked_mean(returns, mask).item())
         return batch
@@ -200,7 +200,9 @@ class AgentPPOTrainer(AgentTrainer):
         returns = batch["returns"]
         value = clipped_value_loss(values, batch["old_values"], returns, args.cliprange_value) * mask
         policy = aggregate(terms.per_token, mask, self.loss_type, self.loss_denominators(batch, mask))
-        vf_loss = aggregate(value, mask, "bnpo")
+        # a token mean over the generation batch (as dapo's): the same loss however the batch is split into
+        # micro-batches or processes
+        vf_loss = aggregate(value, mask, "dapo", self.loss_denominators(batch, mask, "dapo"))
         warming = self.state.global_step < args.critic_warmup_steps
         loss = (0.0 if warming else 1.0) * policy + args.vf_coef * vf_loss
         self.log_metric("loss/policy", policy.item())
