@@ -53,9 +53,10 @@ def cmd_play(args: argparse.Namespace) -> int:
     print(f"=== {args.env_id}  task {info['task_id']}\n{obs}\n")
     print(
         "Type one assistant turn per line ('\\n' for a newline). Commands: /oracle (show the oracle's next "
-        "turn), /reset, /quit."
+        "turn), /play-oracle (play it), /reset, /quit."
     )
     total = 0.0
+    ended = "(the episode has ended: /reset for a new task, /quit to leave)"
     for line in sys.stdin:
         line = line.rstrip("\n")
         if line == "/quit":
@@ -65,13 +66,21 @@ def cmd_play(args: argparse.Namespace) -> int:
             total = 0.0
             print(f"=== task {info['task_id']}\n{obs}\n")
             continue
-        if line == "/oracle":
+        if env.unwrapped.done:
+            print(ended)
+            continue
+        if line in ("/oracle", "/play-oracle"):
             try:
-                print(env.unwrapped.oracle_action())
+                turn = env.unwrapped.oracle_action()
             except (NoOracleError, ResetNeededError) as exc:
                 print(f"({exc})")
-            continue
-        obs, reward, terminated, truncated, info = env.step(line.replace("\\n", "\n"))
+                continue
+            print(turn if line == "/oracle" else f"(the oracle plays)\n{turn}")
+            if line == "/oracle":
+                continue
+        else:
+            turn = line.replace("\\n", "\n")
+        obs, reward, terminated, truncated, info = env.step(turn)
         total += reward
         comps = {k: round(v, 3) for k, v in info["reward_components"].items() if v}
         print(f"--- turn {info['turn']}  reward {reward:+.3f} (return {total:+.3f})  components {comps}")
@@ -91,7 +100,7 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agentr1_gym.evaluation import evaluate
+    from agentr1_gym.evaluation import evaluate, print_result
 
     if args.model:  # model-backed policies live in the TRL adapter, found through an entry point
         from importlib.metadata import entry_points
@@ -113,7 +122,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     if not args.returns:
         summary.pop("returns")
-    print(json.dumps({"env": args.env_id, "policy": args.policy, **summary}, indent=2))
+    print_result({"env": args.env_id, "policy": args.policy, **summary}, args.json)
     return 0
 
 
@@ -296,6 +305,12 @@ def _eval_command(sub: Any) -> None:
         "local model directory (needs the trl extra)",
     )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument(
+        "--json",
+        default=None,
+        metavar="FILE",
+        help="also write the result to FILE, unrounded (stdout shows it rounded to 6 significant digits)",
+    )
     p.add_argument(
         "--save-episodes",
         default=None,

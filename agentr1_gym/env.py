@@ -372,6 +372,9 @@ class ToolEnv(gym.Env[str, str], ABC):
         self._done = True
         self._format_ok = True
         self._world_ended = False
+        #: the tool calls this episode executed, in order (well formed ones, failed or not): what an oracle reads
+        #: to plan the next turn without counting its own calls
+        self.executed_calls: list[ToolCall] = []
         self._context_chars = 0
         self._paid_units: dict[str, float] = {}
 
@@ -644,6 +647,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         self._format_ok = True
         self._world_ended = False
         self._paid_units = {}  # process-reward units paid this episode, per component
+        self.executed_calls = []
         self.on_reset()
         instructions = self.tool_format.instructions(list(self.tools.values()), answer=self.final_answer)
         prompt = clean_text(f"{instructions}\n\n{self.task_prompt(self.task)}")
@@ -819,6 +823,8 @@ class ToolEnv(gym.Env[str, str], ABC):
         caps: dict[str, float] | None = None
         for call, result in zip(calls, results, strict=True):
             assert result is not None
+            if not result.metadata.get("call_error"):
+                self.executed_calls.append(call)
             if result.metadata.get("call_error"):
                 self._format_ok = False
                 components["invalid_call"] += self.reward_config.invalid_call_penalty

@@ -95,6 +95,5 @@ class ReplayOracle:
         env.reset(seed=self.seeds[first])
         for m in messages:
             if m["role"] == "assistant":
-                env.unwrapped.oracle_action()  # advances the oracle's own plan (the calculator's keeps one)
                 env.step(text_of(m["content"]))
         return env.unwrapped.oracle_action()

@@ -187,7 +187,6 @@ class CalculatorEnv(ToolEnv):
         self.kinds = kinds
         super().__init__([CalculatorTool()], **settings)
         self._needed: set[Fraction] = set()
-        self._oracle_step = 0
 
     def generate_task(self, rng: np.random.Generator, options: dict[str, Any]) -> MathTask:
         kind = options.get("kind") or self.kinds[int(rng.integers(len(self.kinds)))]
@@ -202,7 +201,6 @@ class CalculatorEnv(ToolEnv):
 
     def on_reset(self) -> None:
         self._needed = {evaluate(s) for s in self.task.steps}
-        self._oracle_step = 0
 
     def task_prompt(self, task: MathTask) -> str:
         return (
@@ -227,10 +225,11 @@ class CalculatorEnv(ToolEnv):
         return {"progress": float(len({evaluate(s) for s in self.task.steps}))}
 
     def oracle_action(self) -> str:
-        """Evaluate each solution step with the calculator, then answer."""
+        """Evaluate the first solution step whose value the episode has not computed yet with the calculator;
+        once all are, answer. It plans from what the episode computed, so asking twice gives the same turn, and a
+        step the player computed is not suggested again."""
         self._require_task("oracle_action()")
-        steps = self.task.steps
-        if self._oracle_step < len(steps):
-            self._oracle_step += 1
-            return self.call_text("calculator", expression=steps[self._oracle_step - 1])
+        for step in self.task.steps:
+            if evaluate(step) in self._needed:
+                return self.call_text("calculator", expression=step)
         return self.answer_text(self.task_answers(self.task)[0])

@@ -148,10 +148,9 @@ class HumanEvalEnv(ToolEnv):
         super().__init__([PythonTool(self.sandbox)], **settings)
         self._ran_ok = False
         self._doctest_ok = False
-        self._oracle_ran = False
 
     def on_reset(self) -> None:
-        self._ran_ok = self._doctest_ok = self._oracle_ran = False
+        self._ran_ok = self._doctest_ok = False
 
     def task_prompt(self, task: CodeTask) -> str:
         return CODE_PROMPT.format(prompt=task.prompt)
@@ -202,11 +201,12 @@ class HumanEvalEnv(ToolEnv):
         return task.prompt + task.canonical_solution
 
     def oracle_action(self) -> str:
-        """The canonical policy: run the reference solution once, then submit it."""
+        """The canonical policy: run the reference solution once, then submit it (it reads the episode's runs,
+        ``executed_calls``: asking twice gives the same turn)."""
         self._require_task("oracle_action()")
-        if not self._oracle_ran:
-            self._oracle_ran = True
-            return self.call_text("python", code=self.reference_solution())
+        reference = self.reference_solution()
+        if not any(c.name == "python" and c.arguments.get("code") == reference for c in self.executed_calls):
+            return self.call_text("python", code=reference)
         return self.answer_text(f"```python\n{self.reference_solution()}```")
 
 

@@ -85,7 +85,6 @@ class QAEnvBase(ToolEnv):
         super().__init__([SearchTool(self.retriever, top_k=top_k)], **settings)
         self._gold: set[str] = set()
         self._seen_gold: set[str] = set()
-        self._oracle_tries: dict[str, int] = {}
         self._title_index: dict[str, str] | None = None
 
     # ---- ToolEnv hooks -----------------------------------------------------------------------------------
@@ -95,7 +94,6 @@ class QAEnvBase(ToolEnv):
     def on_reset(self) -> None:
         self._gold = {_norm_title(t) for t in self.task.supporting_titles}
         self._seen_gold = set()
-        self._oracle_tries = {}
 
     def score_answer(self, answer: str | None) -> dict[str, float]:
         return qa_metrics(answer, self.task.answers)
@@ -140,13 +138,16 @@ class QAEnvBase(ToolEnv):
     def oracle_action(self) -> str:
         """The next turn of a policy that knows the gold evidence: search each gold paragraph not yet retrieved
         (by title, then once more with its opening words if that missed), then answer with the first gold
-        answer."""
+        answer. It plans from the searches the episode ran (``executed_calls``), so asking twice gives the same
+        turn."""
         self._require_task("oracle_action()")
+        queries = [c.arguments.get("query") for c in self.executed_calls if c.name == "search"]
         for title in self.task.supporting_titles:
-            key = _norm_title(title)
-            tries = self._oracle_tries.get(key, 0)
-            if key not in self._seen_gold and tries < 2:
-                self._oracle_tries[key] = tries + 1
+            if _norm_title(title) in self._seen_gold:
+                continue
+            own = {self._oracle_query(title, 0), self._oracle_query(title, 1)}
+            tries = sum(q in own for q in queries)
+            if tries < 2:
                 return self.call_text("search", query=self._oracle_query(title, tries))
         return self.answer_text(self.task.answers[0])
 
