@@ -7,6 +7,8 @@ adapter (``agentr1_trl``); :data:`POLICIES` holds the built-in scripted ones.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -16,9 +18,39 @@ import numpy as np
 from agentr1_gym.episodes import append_episodes, scripted_record, turn_record
 from agentr1_gym.errors import ConfigError
 
-__all__ = ["POLICIES", "Policy", "evaluate", "oracle_policy", "random_policy", "success"]
+__all__ = [
+    "POLICIES",
+    "Policy",
+    "evaluate",
+    "for_display",
+    "oracle_policy",
+    "print_result",
+    "random_policy",
+    "success",
+]
 
 Policy = Callable[[str, dict[str, Any], Any], str]
+
+
+def for_display(value: Any) -> Any:
+    """``value`` with every float rounded to 6 significant digits (``1.0999999999999996`` -> ``1.1``)."""
+    if isinstance(value, float):
+        return float(f"{value:.6g}") if math.isfinite(value) else value
+    if isinstance(value, dict):
+        return {k: for_display(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [for_display(v) for v in value]
+    return value
+
+
+def print_result(result: dict[str, Any], json_path: str | None = None) -> None:
+    """A command's result: exact to ``json_path`` (if given), rounded for reading on stdout (the only thing a
+    command prints there, so ``> result.json`` is valid JSON too)."""
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+    print(json.dumps(for_display(result), indent=2), flush=True)
 
 
 def success(metrics: dict[str, float]) -> float:

@@ -18,7 +18,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import register, registry
 
-from agentr1_gym.errors import ConfigError, UnknownEnvError
+from agentr1_gym.errors import BadArgumentError, ConfigError, UnknownEnvError
 
 __all__ = ["DESCRIPTIONS", "USER_DESCRIPTIONS", "env_ids", "make", "register_envs", "resolve_env_id"]
 
@@ -173,7 +173,13 @@ def make(env_id: str, **kwargs: Any) -> gym.Env:
     Unknown ids raise :class:`UnknownEnvError` with the closest ids; an id whose env is not a ``ToolEnv`` raises
     :class:`ConfigError` (every trainer, evaluator and adapter needs one)."""
     name = resolve_env_id(env_id)
-    env = gym.make(name, **kwargs)
+    try:
+        env = gym.make(name, **kwargs)
+    except BadArgumentError as exc:
+        # Gymnasium re-raises a creator's TypeError with its id and every kwarg appended: our message already
+        # names the argument and the fix
+        message = str(exc).split(" was raised from the environment creator for ", 1)[0]
+        raise BadArgumentError(message) from None
     from agentr1_gym.env import ToolEnv
 
     if not isinstance(env.unwrapped, ToolEnv):

@@ -76,5 +76,15 @@ def test_a_failed_train_leaves_an_earlier_runs_config_alone(tmp_path, capsys):
     (run / "run_config.json").write_text('{"algo": "grpo", "model": "smollm2"}')
     argv = ["train", "--model", str(tmp_path / "nope"), "--output-dir", str(run)]
     assert main(argv) == 2
+    assert "holds an earlier run" in capsys.readouterr().err
+    # told to start over, a command that fails (here: the model) still leaves the earlier run alone
+    assert main([*argv, "--overwrite"]) == 2
     assert "not a directory" in capsys.readouterr().err
     assert (run / "run_config.json").read_text() == '{"algo": "grpo", "model": "smollm2"}'
+
+
+def test_a_misspelt_env_arg_is_one_line_without_gymnasiums_clause(capsys):
+    assert main(["eval", "AgentR1/HotpotQA-v0", "--env-arg", "max_turn=3", "--episodes", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "did you mean 'max_turns'" in err
+    assert "environment creator" not in err and "with kwargs" not in err

@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.cli": 10,
     "agentr1_gym": 11,  # the package's __init__: the public API
     # the TRL adapter (above everything in agentr1_gym)
+    "agentr1_trl._quiet": 20,  # third-party logging kept off stdout (stdlib only)
     "agentr1_trl.value_head": 20,  # the PPO critic's head: PPO trains it, value-guided decoding reads it
     "agentr1_trl.generation": 21,
     "agentr1_trl.advantages": 22,
@@ -51,6 +52,7 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.forward": 22,
     "agentr1_trl.checkpoints": 22,
     "agentr1_trl.runs": 22,
+    "agentr1_trl.run_outputs": 23,  # what a run prints and writes for a person (card, closing lines, clock)
     "agentr1_trl.losses": 23,
     "agentr1_trl.signals": 23,
     "agentr1_trl.credit": 23,

@@ -264,6 +264,19 @@ def test_eval_command_on_vllm(tiny_dir, capsys):
     assert out["episodes"] == 2 and out["engine"].startswith("vLLM colocate")
 
 
+def test_eval_on_vllm_prints_only_its_result_on_stdout(tiny_dir, tmp_path):
+    """In a fresh process, as a user runs it: `agentr1 eval --model ... > result.json` is JSON (vLLM's log goes to
+    stderr, and its known-harmless warnings nowhere)."""
+    cmd = [sys.executable, "-m", "agentr1_gym.cli", "eval", ENV, "--model", tiny_dir, "--backend", "vllm",
+           "--episodes", "2", "--max-new-tokens", "8", "--env-arg", "max_turns=2", "--env-arg", "max_hops=1", "--no-progress",
+           "--json", str(tmp_path / "exact.json")]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown, exact = json.loads(done.stdout), json.loads((tmp_path / "exact.json").read_text())
+    assert shown["episodes"] == exact["episodes"] == 2 and shown["success"] == pytest.approx(exact["success"])
+    assert "Triton is installed" not in done.stderr and "Enforce eager" not in done.stderr
+
+
 def test_the_engine_dtype_follows_the_cpu():
     """``dtype="auto"``: bfloat16 only where the CPU computes in it natively (else it is emulated, ~3x slower)."""
     from agentr1_trl.generation.vllm import cpu_has_native_bf16, default_dtype

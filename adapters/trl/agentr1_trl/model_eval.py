@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -187,9 +188,43 @@ def policy_generator(
     return make_generator(model, tokenizer, settings, sync=hasattr(model, "peft_config"))
 
 
+def _run_settings(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
+    """With an ``--adapter`` inside an ``agentr1 train`` run on the same env, the settings its held-out number was
+    measured with: the run's env kwargs for the held-out part (``kwargs_for_split(..., "test")``), tokens per turn
+    and per episode, under what the command gives (said on stderr). Otherwise the command's, or the defaults."""
+    import sys
+
+    from agentr1_trl.runs import RUN_FILE
+
+    defaults = (env_kwargs, 128 if args.max_new_tokens is None else args.max_new_tokens, 4096)
+    record = Path(args.adapter).parent / RUN_FILE if args.adapter else None
+    if record is None or not record.is_file():
+        return defaults
+    try:
+        settings = json.loads(record.read_text(encoding="utf-8")).get("settings") or {}
+    except (OSError, ValueError):
+        return defaults
+    if settings.get("env_id") != args.env_id:
+        return defaults
+    env = agentr1_gym.make(args.env_id, **(settings.get("env_kwargs") or {}))
+    held_out = env.unwrapped.kwargs_for_split(dict(settings.get("env_kwargs") or {}), "test")
+    env.close()
+    merged = {**held_out, **env_kwargs}
+    max_new = args.max_new_tokens
+    if max_new is None:
+        max_new = int(settings.get("max_new_tokens_per_turn", 128))
+    episode = int(settings.get("max_episode_tokens", 4096))
+    print(f"using the run's settings ({record}): env kwargs {merged}, {max_new} tokens per turn, {episode} per "
+          "episode", file=sys.stderr)  # fmt: skip
+    return merged, max_new, episode
+
+
 def run_eval(args: argparse.Namespace, env_kwargs: dict[str, Any] | None = None) -> int:
     """``agentr1 eval --model ...`` (the ``agentr1.policies`` entry point): ``args`` holds the core's eval flags
     and this adapter's (:func:`~agentr1_trl.cli.add_eval_flags`), ``env_kwargs`` the parsed ``--env-arg``s."""
+    env_kwargs, max_new_tokens, max_episode_tokens = _run_settings(args, dict(env_kwargs or {}))
+    # a bad env id or argument fails now, not after the model has loaded
+    agentr1_gym.make(args.env_id, **env_kwargs).close()
     model, tokenizer, value_head = load_policy(args.model, args.adapter)
     generator = policy_generator(model, tokenizer, args.backend, args.vllm_server, args.vllm_timeout)
     try:
@@ -200,8 +235,9 @@ def run_eval(args: argparse.Namespace, env_kwargs: dict[str, Any] | None = None)
             episodes=args.episodes,
             seed=args.seed,
             baseline=args.baseline,
-            env_kwargs=env_kwargs or {},
-            max_new_tokens=args.max_new_tokens,
+            env_kwargs=env_kwargs,
+            max_new_tokens=max_new_tokens,
+            max_episode_tokens=max_episode_tokens,
             temperature=args.temperature,
             value_guided=args.value_guided,
             value_head=value_head,
@@ -212,5 +248,7 @@ def run_eval(args: argparse.Namespace, env_kwargs: dict[str, Any] | None = None)
         engine = generator.describe()
     finally:
         generator.close()  # the engine and any temporary weights go now, on errors too
-    print(json.dumps({"model": args.model, "adapter": args.adapter, "engine": engine, **summary}, indent=2))
+    from agentr1_gym.evaluation import print_result
+
+    print_result({"model": args.model, "adapter": args.adapter, "engine": engine, **summary}, args.json)
     return 0

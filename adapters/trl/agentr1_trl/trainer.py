@@ -17,6 +17,7 @@ The pipeline is rollout -> samples -> advantages -> loss:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import time
@@ -39,6 +40,8 @@ from agentr1_trl.signals import answer_reward, group_signal_metrics, signal_retu
 from agentr1_trl.trl_trainer import TRLAgentTrainer
 
 __all__ = ["AgentTrainer"]
+
+logger = logging.getLogger(__name__)
 
 #: curriculum: a stage's min_success is checked on the mean training success of this many recent steps
 CURRICULUM_WINDOW = 3
@@ -129,7 +132,7 @@ class AgentTrainer(TRLAgentTrainer):
                 sync_dir=args.vllm_sync_dir,
             )
             self._engine = make_generator(model, self.processing_class, settings, sync=False)
-            print(f"generation: {self._engine.describe()}", flush=True)
+            logger.info("generation: %s", self._engine.describe())  # describe_generation() says it too
         if self._synced_step != self.state.global_step:
             start = time.perf_counter()
             self._engine.sync_weights(model)

@@ -51,6 +51,7 @@ from agentr1_gym.errors import (
     ToolInfrastructureError,
 )
 from agentr1_gym.generation import BaseGenerator, Generation, SamplingConfig
+from agentr1_trl._quiet import harmless_while
 from agentr1_trl.generation.vllm_client import ServerClient, check_completions
 
 __all__ = [
@@ -446,7 +447,12 @@ class VLLMGenerator(BaseGenerator):
     def _sync_merged(self, model: Any) -> None:
         if self.mode == "colocate":
             weights = merged_lora_weights(model, only_changed=False)
-            with self._lock:
+            # layers the checkpoint holds nothing of log "Failed to load weights" and keep their tensors: the
+            # rotary embedding always, the output head when it is the (reloaded) input embedding
+            quiet = ("RotaryEmbedding: Failed to load weights",)
+            if getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+                quiet += ("ParallelLMHead: Failed to load weights",)
+            with self._lock, harmless_while("vllm.model_executor.model_loader.reload.layerwise", quiet):
                 # vLLM's in-place reload (what its RL weight-update routes use): checkpoint names and layouts in,
                 # kernel layouts (fused qkv, CPU-repacked GEMMs) handled by vLLM
                 self.llm.collective_rpc(
