@@ -1,6 +1,6 @@
 """The tutorial pages run exactly as written: in an empty directory, files first (``python title="x.py"`` blocks),
-then the untitled Python blocks in order as one script, then the bash blocks. The line counts the text states are
-the blocks' own."""
+then each untitled Python block on its own (a reader pastes one at a time), then the bash blocks. The line counts
+and defaults the text states are the code's own."""
 
 from __future__ import annotations
 
@@ -51,18 +51,21 @@ def test_the_python_blocks_and_the_eval_command_run_as_written(tmp_path):
     for _, title, body in found:
         if title:
             (tmp_path / title).write_text(body, encoding="utf-8")
-    script = "\n".join(body for lang, title, body in found if lang == "python" and not title)
-    (tmp_path / "tutorial.py").write_text(script, encoding="utf-8")
-    out = subprocess.run(
-        [sys.executable, "tutorial.py"],
-        cwd=tmp_path,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "Norway" in out.stdout and "snow, -3 C" in out.stdout
+    # each untitled block on its own, as a reader pastes it (its imports are its own)
+    printed = []
+    for i, body in enumerate(body for lang, title, body in found if lang == "python" and not title):
+        (tmp_path / f"block_{i}.py").write_text(body, encoding="utf-8")
+        out = subprocess.run(
+            [sys.executable, f"block_{i}.py"],
+            cwd=tmp_path,
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, f"block {i} alone:\n{body}\n{out.stderr[-3000:]}"
+        printed.append(out.stdout)
+    assert len(printed) >= 4 and "Norway" in printed[0] and "snow, -3 C" in "".join(printed)
     commands = [body.strip() for lang, _, body in found if lang == "bash"]
     evals = [c for c in commands if c.startswith("agentr1 eval")]
     assert evals
@@ -111,6 +114,17 @@ def _commands(page: Path) -> list[str]:
         for line in body.splitlines()
         if line.strip()
     ]
+
+
+def test_reading_a_run_states_the_codes_episode_saving_defaults():
+    pytest.importorskip("trl")
+    from agentr1_trl.config import AgentTrainerConfig
+
+    text = " ".join(READING.read_text(encoding="utf-8").split())
+    fields = AgentTrainerConfig.__dataclass_fields__
+    steps, count = fields["save_episodes_steps"].default, fields["save_episodes_count"].default
+    assert f"every `save_episodes_steps` steps (default {steps}," in text
+    assert f"the first `save_episodes_count` episodes of the batch (default {count}:" in text
 
 
 def test_reading_a_run_eval_view_and_python_blocks_run_as_written(tmp_path):

@@ -241,7 +241,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         run_file=run_file,
         changes=changes,
         eval_episodes=eval_episodes,
+        overwrite=bool(getattr(args, "overwrite", False)),
+        json_path=getattr(args, "json", None),
     )
+    if plan.overwrite and plan.resume:
+        raise ConfigError("--overwrite starts a run over and --resume continues it: give one")
     return run_training(plan)
 
 
@@ -303,7 +307,12 @@ def add_eval_flags(group: Any) -> None:
         metavar="N",
         help="with a PPO adapter: sample N candidate turns, keep the highest-value one",
     )
-    group.add_argument("--max-new-tokens", type=int, default=128, help="tokens per turn (default 128)")
+    group.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="tokens per turn (default: the run's own with an --adapter from agentr1 train, else 128)",
+    )
     group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     add_engine_flags(group, training=False)
 
@@ -313,7 +322,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "train",
         help="train a LoRA policy with GRPO or PPO on an AgentR1 env (default: SmolLM2-135M-Instruct "
-        "on AgentR1/SyntheticMultihop-v0, a few minutes on a CPU)",
+        "on AgentR1/SyntheticMultihop-v0: at most about 12 minutes on 2 CPU cores with AVX512-BF16; longer on a busy "
+        "or AVX2-only machine)",
     )
     _env_flags(p)
     _run_flags(p)
@@ -402,6 +412,18 @@ def _run_flags(p: Any) -> None:
         metavar="N",
         help=f"greedy evaluation on N held-out seeds ({EVAL_SEED}+, never trained on) before and after RL "
         f"(default {EVAL_EPISODES}; 0: none; a resumed run keeps its own)",
+    )
+    p.add_argument(
+        "--json",
+        default=None,
+        metavar="FILE",
+        help="also write the run's result (held-out success before and after RL, steps, outputs) to FILE",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over in an output dir that holds an earlier run (its checkpoints and outputs are removed); "
+        "without it such a dir is refused",
     )
     p.add_argument(
         "--resume",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 from agentr1_gym.episodes import EPISODES_FILE
 from agentr1_gym.errors import ConfigError, NoOracleError
+from agentr1_trl.run_outputs import OUTPUTS, StepClock, closing_lines, describe_hardware, model_card
 from agentr1_trl.runs import RUN_FILE, check_checkpoint_matches, write_run_file
 
 __all__ = [
@@ -219,6 +221,15 @@ def build_config(config_cls: Any, settings: dict[str, Any]) -> Any:
         raise ConfigError(f"bad config: {str(exc).strip().splitlines()[0]}") from None
 
 
+def _moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean over up to ``window`` values (NaNs skipped)."""
+    out = []
+    for i in range(len(values)):
+        seen = [v for v in values[max(0, i - window + 1) : i + 1] if v == v]
+        out.append(sum(seen) / len(seen) if seen else float("nan"))
+    return out
+
+
 def plot_reward_curve(
     log_history: list[dict[str, Any]],
     path: str | Path,
@@ -234,7 +245,7 @@ def plot_reward_curve(
     import matplotlib.pyplot as plt
 
     logs = [h for h in log_history if "reward" in h]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(9, 4.2))
     steps = [h["step"] for h in logs]
     for key, label in (
         ("reward", "mean episode return"),
@@ -242,19 +253,26 @@ def plot_reward_curve(
         ("env/format_ok", "format-valid rate"),
     ):
         if any(key in h for h in logs):
-            ax.plot(steps, [h.get(key, float("nan")) for h in logs], marker="o", label=label)
+            values = [h.get(key, float("nan")) for h in logs]
+            # the raw per-step points (a step is a few episodes: noisy), and their moving average as the line
+            (points,) = ax.plot(steps, values, marker="o", markersize=3, linestyle="none", alpha=0.35)
+            ax.plot(
+                steps, _moving_average(values, 5), color=points.get_color(), label=f"{label} (5-step mean)"
+            )
     for label, marker, (step, result) in (
         ("held-out success before RL", "s", held_out.get("before", (None, None))),
         ("held-out success after RL", "D", held_out.get("after", (None, None))),
     ):
         if result is not None:
             ax.plot([step], [result["success"]], marker=marker, markersize=9, linestyle="none", label=label)
+            ax.annotate(f"{result['success']:.2f}", (step, result["success"]), textcoords="offset points",
+                        xytext=(6, 6))  # fmt: skip
     ax.set_xlabel("optimizer step")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)  # beside the data
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -263,7 +281,8 @@ class RunPlan:
     """What one ``agentr1 train`` run does: the algorithm, the policy, the adapter's rank, the warm start, the
     trainer config's fields (``settings``), what it resumes (None: a new run; True: the newest complete
     checkpoint of ``output_dir``; or a checkpoint path), the record a resumed run continues (``run_file``), the
-    changes a resume applies (printed), and the held-out episodes evaluated before and after RL."""
+    changes a resume applies (printed), the held-out episodes evaluated before and after RL, and whether a new run
+    may replace another in its output dir."""
 
     algo: str
     model: str
@@ -274,6 +293,10 @@ class RunPlan:
     run_file: Path | None = None
     changes: list[str] = field(default_factory=list)
     eval_episodes: int = EVAL_EPISODES
+    #: a new run into a directory that holds another: replace it (else refused)
+    overwrite: bool = False
+    #: where to write the run's result as JSON (``--json FILE``), besides the run dir
+    json_path: str | None = None
 
     @property
     def output_dir(self) -> Path:
@@ -316,6 +339,33 @@ def _check_writable(output_dir: Path) -> None:
         raise ConfigError(f"cannot write to the output dir {output_dir}: {exc.strerror or exc}") from None
 
 
+def _earlier_run(output_dir: Path) -> list[Path]:
+    """What an earlier run left in ``output_dir``: its checkpoints and outputs."""
+    if not output_dir.is_dir():
+        return []
+    found = sorted(output_dir.glob("checkpoint-*"))
+    return found + [output_dir / name for name in OUTPUTS if (output_dir / name).exists()]
+
+
+def _clear_or_refuse(plan: RunPlan, *, remove: bool) -> None:
+    """A new run into a directory holding another: refused (one line saying what to do); with ``overwrite`` the
+    earlier run's checkpoints and outputs are removed when ``remove`` (once the policy has loaded: a command that
+    fails never costs the earlier run anything), and said so."""
+    earlier = _earlier_run(plan.output_dir)
+    if not earlier:
+        return
+    names = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
+    if not plan.overwrite:
+        raise ConfigError(
+            f"{plan.output_dir} holds an earlier run ({names}): --resume continues it, --overwrite starts it over, "
+            "--output-dir DIR trains elsewhere"
+        )
+    if remove:
+        for path in earlier:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        print(f"--overwrite: removed the earlier run in {plan.output_dir} ({names})", flush=True)
+
+
 def _resume_point(plan: RunPlan) -> tuple[str | None, bool]:
     """The checkpoint to resume from (None: from the start) and whether the run already reached max_steps."""
     from agentr1_trl.checkpoints import resolve_resume
@@ -346,6 +396,8 @@ def _make_trainer(
 
     model, tokenizer, _ = load_policy(plan.model)  # after every check: a bad flag fails in a second
     model.train()
+    if not plan.resume:
+        _clear_or_refuse(plan, remove=True)
     # written only now that the model loaded: a failed invocation never overwrites an earlier run's config,
     # which `--resume` reads
     run = {"algo": plan.algo, "model": plan.model, "lora_r": plan.lora_r, "warm_start": plan.warm_start}
@@ -385,12 +437,16 @@ def run_training(plan: RunPlan) -> int:
     resume_from, finished = _resume_point(plan)
     if finished:
         return 0
+    if not plan.resume:
+        _clear_or_refuse(plan, remove=False)
     _check_writable(plan.output_dir)
     if not resume_from:  # a new run's saved episodes start empty (a resumed run appends to its own)
         (plan.output_dir / EPISODES_FILE).unlink(missing_ok=True)
     for change in plan.changes:
         print(f"resume: {change}", flush=True)
+    print(describe_hardware(bool(config.bf16)), flush=True)
     trainer, run = _make_trainer(plan, trainer_cls, config, resume_from)
+    trainer.add_callback(StepClock())
     try:
         _train_and_report(trainer, config, run, plan, resume_from, eval_kwargs)
     finally:
@@ -463,11 +519,29 @@ def _save_model_and_metrics(trainer: Any, output_dir: Path) -> None:
 
 def _write_outputs(trainer: Any, config: Any, plan: RunPlan, evals: Sequence[Any]) -> None:
     output_dir = plan.output_dir
-    adapter = output_dir / "adapter"
     plot_reward_curve(
         trainer.state.log_history,
         output_dir / "reward_curve.png",
         f"{plan.algo.upper()} on {config.env_id} ({plan.model})",
         held_out={"before": (0, evals[0]), "after": (trainer.state.global_step, evals[1])},
     )
-    print(f"wrote {adapter}, {output_dir / 'metrics.jsonl'} and {output_dir / 'reward_curve.png'}")
+    # our own card over the one TRL writes (which names no base model and no result)
+    card = model_card(
+        output_dir,
+        algo=plan.algo,
+        model=plan.model,
+        settings=plan.settings,
+        evals=(evals[0], evals[1]),
+        episodes=plan.eval_episodes,
+        seed=EVAL_SEED,
+        steps=trainer.state.global_step,
+    )
+    (output_dir / "README.md").write_text(card, encoding="utf-8")
+    if plan.json_path:
+        result = {
+            "run_dir": str(output_dir), "algo": plan.algo, "env_id": config.env_id, "model": plan.model,
+            "steps": trainer.state.global_step, "held_out_before_rl": evals[0], "held_out_after_rl": evals[1],
+            "outputs": sorted(name for name in OUTPUTS if (output_dir / name).exists()),
+        }  # fmt: skip
+        Path(plan.json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print("\n".join(closing_lines(output_dir, config.env_id, plan.model, plan.eval_episodes, EVAL_SEED)))

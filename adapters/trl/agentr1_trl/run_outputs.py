@@ -1,0 +1,185 @@
+"""What an ``agentr1 train`` run tells a person: the hardware line and time estimates while it trains, the run
+directory's own model card (``README.md``), and the closing lines that list every output and the next commands."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from agentr1_trl.runs import RUN_FILE
+
+__all__ = ["OUTPUTS", "StepClock", "closing_lines", "describe_hardware", "model_card", "wilson_interval"]
+
+#: every file and directory a finished run leaves in its output dir, with what it is
+OUTPUTS = {
+    "adapter": "the trained LoRA adapter and its tokenizer",
+    "README.md": "this run's model card",
+    RUN_FILE: "the run's settings (what --resume reads)",
+    "metrics.jsonl": "the trainer's metrics, one line per logged step",
+    "reward_curve.png": "return, success and format rates per step, held-out success before and after",
+    "episodes.jsonl": "saved training and held-out episodes, token by token (agentr1 view reads them)",
+    "eval_before_rl.json": "the held-out evaluation before RL",
+    "eval_after_rl.json": "the held-out evaluation after RL",
+}
+
+
+def _cpu() -> tuple[str, set[str]]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info = f.read()
+    except OSError:
+        return platform.processor() or platform.machine(), set()
+    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "")
+    flags = {w for ln in info.splitlines() if ln.startswith("flags") for w in ln.split(":", 1)[1].split()}
+    return model or platform.machine(), flags
+
+
+def describe_hardware(bf16: bool) -> str:
+    """One line: the device the update runs on, whether it has native bf16, and the precision chosen."""
+    import torch
+
+    precision = "bf16 autocast" if bf16 else "float32"
+    if torch.cuda.is_available():
+        return f"training on {torch.cuda.get_device_name(0)} ({precision})"
+    model, flags = _cpu()
+    native = [name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16")) if flag in flags]
+    bf16_note = (
+        f"native bf16: {' and '.join(native)}" if native else "no native bf16 (it would be emulated: slower)"
+    )
+    return f"training on {os.cpu_count()} CPU cores, {model} ({bf16_note}); update in {precision}"
+
+
+class StepClock:
+    """A transformers callback printing how long the run will take: after the first step (which includes
+    warm-up), after the second, then every ``every`` steps, from the mean of the steps after the first."""
+
+    def __new__(cls, every: int = 10) -> Any:
+        from transformers import TrainerCallback
+
+        class _Clock(TrainerCallback):
+            def __init__(self) -> None:
+                self.every, self.start, self.first = every, 0.0, None
+
+            def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                if not self.start:
+                    self.start = time.perf_counter()
+
+            def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                step, total = state.global_step, state.max_steps
+                elapsed = time.perf_counter() - self.start
+                if self.first is None:
+                    self.first = (step, elapsed)
+                done = step - self.first[0]
+                if step == self.first[0]:
+                    left = elapsed * (total - step)
+                    note = " (it includes warm-up)"
+                elif done == 1 or done % self.every == 0 or step == total:
+                    per = (elapsed - self.first[1]) / done
+                    left, note = per * (total - step), f" ({per:.1f} s per step)"
+                else:
+                    return
+                print(f"step {step}/{total} after {_minutes(elapsed)}{note}: about {_minutes(left)} to go",
+                      flush=True)  # fmt: skip
+
+        return _Clock()
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def wilson_interval(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion ``p`` observed over ``n`` trials."""
+    if n <= 0:
+        return (0.0, 1.0)
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def _held_out(result: dict[str, Any] | None, episodes: int) -> str:
+    if result is None:
+        return "not measured"
+    low, high = wilson_interval(float(result["success"]), int(result.get("episodes", episodes)))
+    return f"{result['success']:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def eval_command(run_dir: Path, env_id: str, model: str, episodes: int, seed: int) -> str:
+    """The ``agentr1 eval`` command that reproduces a run's held-out figure (it reads the run's settings)."""
+    parts = ["agentr1", "eval", env_id, "--model", model, "--adapter", str(run_dir / "adapter")]
+    parts += ["--episodes", str(episodes), "--seed", str(seed)]
+    return shlex.join(parts)
+
+
+def model_card(
+    run_dir: Path,
+    *,
+    algo: str,
+    model: str,
+    settings: dict[str, Any],
+    evals: tuple[dict[str, Any] | None, dict[str, Any] | None],
+    episodes: int,
+    seed: int,
+    steps: int,
+) -> str:
+    """The run directory's ``README.md``: what was trained on what, how it did, how to use it."""
+    env_id = settings["env_id"]
+    keep = ("learning_rate", "num_generations", "per_device_train_batch_size", "max_steps", "beta",
+            "max_new_tokens_per_turn", "max_episode_tokens", "env_kwargs", "seed")  # fmt: skip
+    rows = "\n".join(f"| `{k}` | `{settings[k]!r}` |" for k in keep if k in settings)
+    before, after = evals
+    return f"""# {algo.upper()} on {env_id}
+
+A LoRA adapter for `{model}`, trained by `agentr1 train` (agentr1-gym) with {algo.upper()} for {steps} optimizer
+steps on `{env_id}`.
+
+## Held-out success
+
+Greedy, {episodes} episodes on seeds {seed}+ (never trained on); 95% Wilson intervals.
+
+| | success |
+|---|---|
+| before RL (after the warm start) | {_held_out(before, episodes)} |
+| after RL | {_held_out(after, episodes)} |
+
+## Settings
+
+| field | value |
+|---|---|
+{rows}
+
+All of them: `{RUN_FILE}`.
+
+## Use it
+
+```bash
+agentr1 view {shlex.quote(str(run_dir))}             # the episodes, token by token, in a browser
+{eval_command(run_dir, env_id, model, episodes, seed)}
+agentr1 train --resume {shlex.quote(str(run_dir))} --set max_steps={steps * 2}   # train on
+```
+
+```python
+from agentr1_trl.models import load_policy
+
+policy, tokenizer, value_head = load_policy({model!r}, {str(run_dir / "adapter")!r})  # value_head: PPO's, else None
+```
+"""
+
+
+def closing_lines(run_dir: Path, env_id: str, model: str, episodes: int, seed: int) -> list[str]:
+    """The run's last lines: every output that exists, then the next commands."""
+    lines = [f"done. In {run_dir}:"]
+    width = max(len(name) for name in OUTPUTS)
+    for name, what in OUTPUTS.items():
+        if (run_dir / name).exists():
+            lines.append(f"  {name:<{width}}  {what}")
+    lines.append("next:")
+    lines.append(f"  agentr1 view {shlex.quote(str(run_dir))}")
+    if episodes > 0:
+        lines.append(f"  {eval_command(run_dir, env_id, model, episodes, seed)}")
+    return lines
