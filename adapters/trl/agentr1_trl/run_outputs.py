@@ -13,7 +13,7 @@ from typing import Any
 
 from agentr1_trl.runs import RUN_FILE
 
-__all__ = ["OUTPUTS", "StepClock", "closing_lines", "describe_hardware", "model_card", "wilson_interval"]
+__all__ = ["OUTPUTS", "closing_lines", "describe_hardware", "model_card", "step_clock", "wilson_interval"]
 
 #: every file and directory a finished run leaves in its output dir, with what it is
 OUTPUTS = {
@@ -54,39 +54,38 @@ def describe_hardware(bf16: bool) -> str:
     return f"training on {os.cpu_count()} CPU cores, {model} ({bf16_note}); update in {precision}"
 
 
-class StepClock:
+def step_clock(every: int = 10) -> Any:
     """A transformers callback printing how long the run will take: after the first step (which includes
     warm-up), after the second, then every ``every`` steps, from the mean of the steps after the first."""
+    from transformers import TrainerCallback
 
-    def __new__(cls, every: int = 10) -> Any:
-        from transformers import TrainerCallback
+    class StepClock(TrainerCallback):
+        def __init__(self) -> None:
+            self.start, self.first = 0.0, None
 
-        class _Clock(TrainerCallback):
-            def __init__(self) -> None:
-                self.every, self.start, self.first = every, 0.0, None
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if not self.start:
+                self.start = time.perf_counter()
 
-            def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-                if not self.start:
-                    self.start = time.perf_counter()
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            step, total = state.global_step, state.max_steps
+            elapsed = time.perf_counter() - self.start
+            if self.first is None:
+                self.first = (step, elapsed)
+            done = step - self.first[0]
+            if step == self.first[0]:
+                left, note = elapsed * (total - step), " (it includes warm-up)"
+            elif done == 1 or done % every == 0 or step == total:
+                per = (elapsed - self.first[1]) / done
+                left, note = per * (total - step), f" ({per:.1f} s per step)"
+            else:
+                return
+            print(
+                f"step {step}/{total} after {_minutes(elapsed)}{note}: about {_minutes(left)} to go",
+                flush=True,
+            )
 
-            def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-                step, total = state.global_step, state.max_steps
-                elapsed = time.perf_counter() - self.start
-                if self.first is None:
-                    self.first = (step, elapsed)
-                done = step - self.first[0]
-                if step == self.first[0]:
-                    left = elapsed * (total - step)
-                    note = " (it includes warm-up)"
-                elif done == 1 or done % self.every == 0 or step == total:
-                    per = (elapsed - self.first[1]) / done
-                    left, note = per * (total - step), f" ({per:.1f} s per step)"
-                else:
-                    return
-                print(f"step {step}/{total} after {_minutes(elapsed)}{note}: about {_minutes(left)} to go",
-                      flush=True)  # fmt: skip
-
-        return _Clock()
+    return StepClock()
 
 
 def _minutes(seconds: float) -> str:
