@@ -127,9 +127,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
+    from agentr1_gym.registration import reward_notes
     from agentr1_gym.viewer import load_run, serve, write_view
 
     run = load_run(args.run)
+    env_ids = {e.get("env_id") for e in run["episodes"]}
+    settings = run["config"].get("settings") if isinstance(run["config"], dict) else None
+    env_ids.add(settings.get("env_id") if isinstance(settings, dict) else None)
+    run["component_notes"].update(reward_notes(sorted(i for i in env_ids if isinstance(i, str))))
     out = write_view(run, args.output, source=args.run)
     print(
         f"wrote {out}: {len(run['metrics'])} logged steps, {len(run['episodes'])} saved episodes, "

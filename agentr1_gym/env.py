@@ -758,6 +758,10 @@ class ToolEnv(gym.Env[str, str], ABC):
             "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in parsed.calls],
             "truncated_reason": truncated_reason,
         }
+        if terminated and self.final_answer and parsed.answer is not None:
+            info["answer"] = (
+                parsed.answer
+            )  # the model's final answer, as scored (records put it beside the gold)
         if terminated or truncated:
             outcome_parts, info["metrics"] = self.close_episode(parsed.answer, terminated=terminated)
             components.update(outcome_parts)

@@ -11,12 +11,16 @@ Training (``save_episodes_steps``), the held-out evaluations of ``agentr1 train`
      "step": optimizer step the episode trained (train) or the step it was evaluated at,
      "index": position in its batch, "group": GRPO group (train), "env_id", "task_id", "seed",
      "prompt": the first user message,
+     "question": the task without the tool instructions (the env's ``task_text()``; "" where the env has none),
+     "gold": the task's gold answers ([] for world envs), "answer": the final answer the env scored (None: none),
      "turns": [{"action", "tool_calls": [{"name", "arguments"}], "observation", "reward",
                 "reward_components": {...}, "action_error": str | None,
                 "context": the text the agent saw, only where the env rewrote it (a context policy)}, ...],
      "success", "return", "ended": "terminated" | "max_turns" | "token_budget" | ..., "metrics": {...},
      "tokens": None | {"ids", "text" (one piece per token), "action_mask",
                        "turn_ends" (index of each turn's last generated token),
+                       "special" (1 where the token is one of the tokenizer's special tokens: chat-template
+                                  scaffolding such as ``<|im_start|>``),
                        "advantage" (per token, 0 off the mask), "logprob" (the sampler's),
                        "ratio" (exp(trainer log-prob - sampler log-prob), action tokens),
                        "entropy" (the policy's, action tokens)}}
@@ -99,6 +103,9 @@ def scripted_record(
     terminated: bool,
     truncated_reason: str = "",
     step: int | None = None,
+    question: str = "",
+    gold: tuple[str, ...] | list[str] = (),
+    answer: str | None = None,
 ) -> dict[str, Any]:
     """The record of an episode without tokens (a scripted policy's)."""
     return {
@@ -110,6 +117,9 @@ def scripted_record(
         "task_id": task_id,
         "seed": seed,
         "prompt": prompt,
+        "question": question,
+        "gold": list(gold),
+        "answer": answer,
         "turns": turns,
         "success": float(metrics.get("success", 0.0)),
         "return": float(sum(t["reward"] for t in turns)),

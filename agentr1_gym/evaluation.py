@@ -17,6 +17,7 @@ import numpy as np
 
 from agentr1_gym.episodes import append_episodes, scripted_record, turn_record
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.rollout import task_facts
 
 __all__ = [
     "POLICIES",
@@ -120,6 +121,7 @@ def evaluate(
     for i in tqdm(range(episodes), desc="eval", disable=not progress, unit="ep"):
         obs, info = env.reset(seed=seed + i)
         prompt, task_id = obs, str(info.get("task_id", ""))
+        question, gold = task_facts(env.unwrapped) if save_episodes is not None else ("", ())
         total, done, turns = 0.0, False, []
         while not done:
             action = policy(obs, info, env.unwrapped)
@@ -145,6 +147,9 @@ def evaluate(
                     metrics=dict(info.get("metrics", {})),
                     terminated=bool(terminated),
                     truncated_reason=str(info.get("truncated_reason", "")),
+                    question=question,
+                    gold=gold,
+                    answer=info["answer"] if isinstance(info.get("answer"), str) else None,
                 )],
             )  # fmt: skip
         m = dict(info.get("metrics", {}))

@@ -20,7 +20,15 @@ from gymnasium.envs.registration import register, registry
 
 from agentr1_gym.errors import BadArgumentError, ConfigError, UnknownEnvError
 
-__all__ = ["DESCRIPTIONS", "USER_DESCRIPTIONS", "env_ids", "make", "register_envs", "resolve_env_id"]
+__all__ = [
+    "DESCRIPTIONS",
+    "USER_DESCRIPTIONS",
+    "env_ids",
+    "make",
+    "register_envs",
+    "resolve_env_id",
+    "reward_notes",
+]
 
 #: env id -> one-line description (``agentr1 list``) of the library's ``AgentR1/*`` envs
 DESCRIPTIONS: dict[str, str] = {}
@@ -190,3 +198,33 @@ def make(env_id: str, **kwargs: Any) -> gym.Env:
             "agentr1_gym.make_task)"
         )
     return env
+
+
+def reward_notes(env_ids: Any) -> dict[str, str]:
+    """What each reward component of these envs pays for (component name -> one line): the generic ones
+    (:data:`agentr1_gym.rewards.COMPONENT_NOTES`) and each env's declared process components, read from its
+    class without building it (a mixture's from its components'). An id that cannot be resolved here (a user
+    module that is not importable any more) adds nothing: the notes only explain a page."""
+    from gymnasium.envs.registration import load_env_creator
+
+    from agentr1_gym.rewards import COMPONENT_NOTES
+
+    notes = dict(COMPONENT_NOTES)
+    todo, seen = [i for i in env_ids if isinstance(i, str)], set()
+    while todo:
+        env_id = todo.pop()
+        if env_id in seen:
+            continue
+        seen.add(env_id)
+        try:
+            spec = gym.spec(resolve_env_id(env_id))
+            creator = (
+                load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+            )
+        except (gym.error.Error, ImportError, AttributeError, ValueError, ConfigError):
+            continue
+        for component in getattr(creator, "process_rewards", ()) or ():
+            notes.setdefault(str(component.name), str(component.description))
+        for part in (spec.kwargs or {}).get("envs") or ():
+            todo.append(part.get("id") if isinstance(part, dict) else part)
+    return notes

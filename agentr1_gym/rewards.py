@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "COMPONENT_NOTES",
     "GENERIC_PROCESS_KEYS",
     "OUTCOME_KEYS",
     "SUB_EM_EXTRA_WORDS",
@@ -120,6 +121,19 @@ UNEARNED_REWARD_BOUND = 0.2
 GENERIC_PROCESS_KEYS = ("invalid_format", "invalid_call", "tool_success")
 #: outcome components, non-zero only on the step that ends the episode
 OUTCOME_KEYS = ("answer", "format", "offset")
+
+#: what each generic component pays for, as a person reading a reward line needs it (the viewer's hover text);
+#: env-declared components carry their own (:attr:`ProcessReward.description`)
+COMPONENT_NOTES: dict[str, str] = {
+    "invalid_format": "penalty for a turn that could not be parsed (or a final answer where the task has none)",
+    "invalid_call": "penalty per tool call that could not run: an unknown tool or bad arguments",
+    "tool_success": "paid per tool call that ran, for at most tool_success_cap calls an episode (off by default)",
+    "answer": "the task's score at the episode's end (the answer metric, e.g. F1, or the world's own score) times "
+    "answer_weight",
+    "format": "bonus at the end when every turn was well formed and the answer solved the task",
+    "offset": "a constant added at the end of every episode (RewardConfig.outcome_offset; Agent-R1 uses -1), so a "
+    "failure can be worth less than 0",
+}
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,15 @@ import gymnasium as gym
 from agentr1_gym.generation import GenerationBackend, SamplingConfig, check_backend, check_generations
 from agentr1_gym.text import clean_json, clean_text
 
-__all__ = ["EpisodeRecorder", "Sample", "Trajectory", "collect_rollouts", "observation_delta", "render_chat"]
+__all__ = [
+    "EpisodeRecorder",
+    "Sample",
+    "Trajectory",
+    "collect_rollouts",
+    "observation_delta",
+    "render_chat",
+    "task_facts",
+]
 
 
 @dataclass
@@ -83,6 +91,12 @@ class Trajectory:
     #: per step: the env's observation (the tool responses; "" at the end) and the turn's parsed tool calls
     observations: list[str] = field(default_factory=list)
     tool_calls: list[list[dict[str, Any]]] = field(default_factory=list)
+    #: for people reading the episode (saved records, the viewer), never for the policy: the task without the
+    #: tool instructions (the env's ``task_text()``), its gold answers (``gold_answers``; empty for world envs)
+    #: and the final answer the env scored (``info["answer"]``; None when no answer ended the episode)
+    question: str = ""
+    gold: tuple[str, ...] = ()
+    answer: str | None = None
 
     @property
     def episode_return(self) -> float:
@@ -296,6 +310,8 @@ class EpisodeRecorder:
         traj.tool_calls.append(list(info.get("tool_calls") or []))
         if terminated or truncated or traj.truncated_reason:
             traj.metrics = {k: float(v) for k, v in info.get("metrics", {}).items()}
+            if isinstance(info.get("answer"), str):
+                traj.answer = info["answer"]
             reason = "" if terminated else traj.truncated_reason or info.get("truncated_reason") or "env"
             self._end(terminated=terminated, truncated_reason=reason)
             return
@@ -348,6 +364,9 @@ class _ListBatch:
     def state_keys(self, live: Sequence[int]) -> list[Any]:
         return [_state_key(self.envs[i].unwrapped) for i in live]
 
+    def task_facts(self) -> list[tuple[str, tuple[str, ...]]]:
+        return [task_facts(env.unwrapped) for env in self.envs]
+
 
 def _unbatch_info(infos: dict[str, Any], i: int) -> dict[str, Any]:
     out = {}
@@ -390,6 +409,28 @@ class _VectorBatch:
     def state_keys(self, live: Sequence[int]) -> list[Any]:
         keys = self.venv.call("state_key")
         return [keys[i] for i in live]
+
+    def task_facts(self) -> list[tuple[str, tuple[str, ...]]]:
+        try:
+            texts, golds = self.venv.call("task_text"), self.venv.get_attr("gold_answers")
+        except (AttributeError, NotImplementedError):  # an env without the optional API: nothing to show
+            return [("", ())] * self.n
+        return [_facts(t, g) for t, g in zip(texts, golds)]
+
+
+def _facts(text: Any, golds: Any) -> tuple[str, tuple[str, ...]]:
+    text = clean_text(text) if isinstance(text, str) else ""
+    golds = tuple(clean_text(str(g)) for g in golds) if isinstance(golds, (list, tuple)) else ()
+    return text, golds
+
+
+def task_facts(env: Any) -> tuple[str, tuple[str, ...]]:
+    """The current task as a person reads it: ``(task_text(), gold_answers)`` of an env with the ToolEnv API,
+    ``("", ())`` for one without (any gymnasium text env may be rolled out). Never shown to the policy."""
+    try:
+        return _facts(env.task_text(), getattr(env, "gold_answers", ()))
+    except (AttributeError, NotImplementedError):
+        return "", ()
 
 
 def _state_key(env: Any) -> Any:
@@ -447,6 +488,8 @@ def collect_rollouts(
         )
         for _, info in batch.reset(seeds, options)
     ]
+    for ep, (question, gold) in zip(episodes, batch.task_facts()):
+        ep.traj.question, ep.traj.gold = question, gold
     while live := [i for i, ep in enumerate(episodes) if not ep.done]:
         gens = check_generations(
             backend,

@@ -24,6 +24,7 @@ from typing import Any
 
 from agentr1_gym.episodes import EPISODES_FILE, read_episodes
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.rewards import COMPONENT_NOTES
 from agentr1_gym.text import clean_json, clean_text
 
 __all__ = ["OBS_RGB", "heat_rgb", "load_run", "render_html", "serve", "write_view"]
@@ -31,6 +32,11 @@ __all__ = ["OBS_RGB", "heat_rgb", "load_run", "render_html", "serve", "write_vie
 #: the background of tokens outside the action mask (the env's tokens: tool responses, chat scaffolding)
 OBS_RGB = (228, 228, 228)
 EVAL_FILES = {"before RL": "eval_before_rl.json", "after RL": "eval_after_rl.json"}
+#: keys of an evaluation summary that say how it was run, not what it measured (the page lists them apart)
+EVAL_SETTINGS = (
+    "env", "policy", "model", "adapter", "baseline", "episodes", "seed", "split", "value_guided", "temperature",
+    "max_turns", "max_new_tokens", "max_episode_tokens", "context",
+)  # fmt: skip
 
 
 def heat_rgb(value: float | None, scale: float, diverging: bool = True) -> tuple[int, int, int]:
@@ -96,7 +102,9 @@ def _metrics(run_dir: Path) -> list[dict[str, Any]]:
 
 def load_run(path: str | Path) -> dict[str, Any]:
     """What the page shows, from a run directory or an episodes JSONL file: ``title``, ``metrics`` (logged rows),
-    ``evals`` (label -> summary), ``episodes`` (records; a resumed run's repeats keep the newest)."""
+    ``evals`` (label -> summary), ``episodes`` (records; a resumed run's repeats keep the newest) and
+    ``component_notes`` (reward component -> what it pays for: the generic ones; add the envs' own with
+    :func:`agentr1_gym.registration.reward_notes`, as ``agentr1 view`` does)."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such run directory or episodes file")
@@ -138,6 +146,8 @@ def load_run(path: str | Path) -> dict[str, Any]:
         "episodes": list(episodes.values()),
         "skipped_records": skipped,
         "obs_rgb": list(OBS_RGB),
+        "eval_settings": list(EVAL_SETTINGS),
+        "component_notes": dict(COMPONENT_NOTES),  # `agentr1 view` adds the envs' own components
     }
 
 
@@ -273,12 +283,18 @@ table.evals th:first-child,table.evals td:first-child{text-align:left}
 .calls,.rewards{font-size:12px;margin:2px 0}.err{color:#b3261e;font-size:12px}
 .legend span{display:inline-block;padding:0 6px;margin-right:4px;border-radius:2px;font-size:12px}
 .empty{color:#777;font-style:italic}
+.question{background:#f2f5fa;border-left:3px solid #3366cc;padding:4px 8px;margin:5px 0;white-space:pre-wrap;font-size:13px}
+.answers{font-size:12.5px;margin:3px 0}.answers b{font-weight:600}.answers .right{color:#2d7a3e}.answers .wrong{color:#b3261e}
+.tok.tmpl{color:#a0a0a0}.comp{border-bottom:1px dotted #888;cursor:help}.comp.zero{display:none}body.show-zeros .comp.zero{display:inline}body.show-zeros .comp-none{display:none}
+table.evals tr.setting td{color:#555}table.evals tr.group th{background:#f0f0f0;text-align:left;font-weight:600}
+.hint{font-size:12px;color:#555;margin:-4px 0 8px}
 </style></head><body>
 <header><h1 id="title"></h1><div class="sub" id="subtitle"></div></header>
 <section id="evals-section"><h2>Held-out evaluations</h2><div id="evals"></div></section>
 <section><h2>Metrics</h2><div class="charts" id="charts"></div>
 <details id="more-metrics"><summary>every other logged metric</summary><div class="charts" id="charts-more"></div></details></section>
 <section><h2>Episodes</h2>
+<div class="hint" id="episodes-hint"></div>
 <div class="controls">
  <label>colour action tokens by <select id="colour">
   <option value="advantage">advantage</option><option value="ratio">importance ratio</option>
@@ -286,7 +302,8 @@ table.evals th:first-child,table.evals td:first-child{text-align:left}
  <label>show <select id="filter"><option value="all">all</option><option value="success">successes</option>
   <option value="failure">failures</option></select></label>
  <label><input type="checkbox" id="compare"> two steps side by side</label>
- <span class="legend"><span style="background:rgb(228,228,228)">observation (mask 0)</span><span style="background:rgb(125,230,125)">+</span><span style="background:rgb(255,125,125)">&minus;</span><span style="border-bottom:2px solid #3b4a6b">action (mask 1)</span></span>
+ <label><input type="checkbox" id="zeros"> zero reward components</label>
+ <span class="legend"><span style="background:rgb(228,228,228)">observation (mask 0)</span><span class="tok tmpl" style="background:rgb(228,228,228)">&lt;|template|&gt;</span><span style="background:rgb(125,230,125)">+</span><span style="background:rgb(255,125,125)">&minus;</span><span style="border-bottom:2px solid #3b4a6b">action (mask 1)</span></span>
 </div>
 <div class="panes"><div class="pane" id="pane-a"></div><div class="pane" id="pane-b" hidden></div></div>
 </section>
@@ -303,6 +320,8 @@ function el(tag, attrs, text) {
   return e;
 }
 function fmt(v) { return (typeof v === "number") ? (Math.abs(v) >= 100 || Number.isInteger(v) ? String(Math.round(v * 1000) / 1000) : v.toFixed(3)) : String(v); }
+function fmtMetric(v) { return (typeof v === "number") ? (Math.abs(v) >= 1000 ? String(Math.round(v)) : v.toFixed(3)) : ""; }
+const NOTES = RUN.component_notes || {};
 
 $("title").textContent = RUN.title;
 const cfg = RUN.config && RUN.config.settings ? RUN.config.settings : null;
@@ -314,14 +333,24 @@ if (RUN.skipped_records) $("subtitle").textContent += " · " + RUN.skipped_recor
 (function evals() {
   const labels = Object.keys(RUN.evals);
   if (!labels.length) { $("evals-section").hidden = true; return; }
-  const keys = [...new Set(labels.flatMap((l) => Object.keys(RUN.evals[l]).filter((k) => typeof RUN.evals[l][k] === "number")))];
+  const SETTING = new Set(RUN.eval_settings || []);
+  const scalar = (v) => ["number", "string", "boolean"].includes(typeof v);
+  const all = [...new Set(labels.flatMap((l) => Object.keys(RUN.evals[l]).filter((k) => scalar(RUN.evals[l][k]))))];
+  const settings = all.filter((k) => SETTING.has(k));
+  const metrics = all.filter((k) => !SETTING.has(k) && labels.some((l) => typeof RUN.evals[l][k] === "number"));
   const t = el("table", {class: "evals"});
-  const head = el("tr"); head.append(el("th", {}, "metric")); labels.forEach((l) => head.append(el("th", {}, l))); t.append(head);
-  for (const k of keys) {
-    const tr = el("tr"); tr.append(el("td", {}, k));
-    labels.forEach((l) => tr.append(el("td", {}, k in RUN.evals[l] ? fmt(RUN.evals[l][k]) : "")));
-    t.append(tr);
-  }
+  const head = el("tr"); head.append(el("th", {}, "")); labels.forEach((l) => head.append(el("th", {}, l))); t.append(head);
+  const block = (title, keys, cls, show) => {
+    if (!keys.length) return;
+    const g = el("tr", {class: "group"}); g.append(el("th", {colspan: labels.length + 1}, title)); t.append(g);
+    for (const k of keys) {
+      const tr = el("tr", {class: cls, "data-key": k}); tr.append(el("td", {}, k));
+      labels.forEach((l) => tr.append(el("td", {}, k in RUN.evals[l] ? show(RUN.evals[l][k]) : "")));
+      t.append(tr);
+    }
+  };
+  block("metrics", metrics, "metric", fmtMetric);
+  block("settings", settings, "setting", (v) => String(v));
   $("evals").append(t);
 })();
 
@@ -401,8 +430,20 @@ function scaleOf(mode, episodes) {
 function turnFooter(turn, k) {
   const box = el("div");
   if (turn.tool_calls && turn.tool_calls.length) box.append(el("div", {class: "calls"}, "tool calls: " + turn.tool_calls.map((c) => c.name + "(" + JSON.stringify(c.arguments) + ")").join("; ")));
-  const comps = Object.entries(turn.reward_components || {}).map(([n, v]) => n + " " + fmt(v)).join(", ");
-  box.append(el("div", {class: "rewards"}, "reward " + fmt(turn.reward) + (comps ? " (" + comps + ")" : "")));
+  const line = el("div", {class: "rewards"}, "reward " + fmt(turn.reward));
+  const entries = Object.entries(turn.reward_components || {});  // the paid ones first; zeros behind the toggle
+  const comps = entries.filter(([, v]) => v !== 0).concat(entries.filter(([, v]) => v === 0));
+  if (comps.length) {
+    line.append(document.createTextNode(" ("));
+    comps.forEach(([n, v], j) => {
+      const c = el("span", {class: "comp" + (v === 0 ? " zero" : ""), "data-component": n,
+        title: NOTES[n] || "a component this env declares"}, (j ? ", " : "") + n + " " + fmt(v));
+      line.append(c);
+    });
+    if (comps.every(([, v]) => v === 0)) line.append(el("span", {class: "comp-none"}, "all 0"));
+    line.append(document.createTextNode(")"));
+  }
+  box.append(line);
   if (turn.action_error) box.append(el("div", {class: "err"}, "action error: " + turn.action_error));
   return box;
 }
@@ -412,6 +453,15 @@ function renderEpisode(e, mode, scale) {
   const head = el("div", {class: "ep-head"}, "#" + e.index + (e.group !== null && e.group !== undefined ? " · group " + e.group : "") + " · " + (ok ? "success" : "failure") + " ");
   head.append(el("span", {class: "meta"}, "return " + fmt(e["return"]) + " · " + e.turns.length + " turns · ended: " + e.ended + (e.task_id ? " · task " + e.task_id : "") + (e.seed !== null && e.seed !== undefined ? " · seed " + e.seed : "")));
   card.append(head);
+  if (typeof e.question === "string" && e.question) card.append(el("div", {class: "question"}, e.question));
+  const golds = Array.isArray(e.gold) ? e.gold.map(String) : [];
+  if (golds.length || typeof e.answer === "string") {
+    const a = el("div", {class: "answers"});
+    a.append(el("b", {}, "answer: "));
+    a.append(el("span", {class: "model-answer " + (ok ? "right" : "wrong")}, typeof e.answer === "string" ? e.answer : "(none given)"));
+    if (golds.length) { a.append(document.createTextNode(" · ")); a.append(el("b", {}, "gold: ")); a.append(el("span", {class: "gold"}, golds.join(" | "))); }
+    card.append(a);
+  }
   const det = el("details", {class: "prompt"}); det.append(el("summary", {}, "prompt")); det.append(el("pre", {}, e.prompt || "")); card.append(det);
   const t = e.tokens;
   if (t && !t.timeline) {
@@ -424,7 +474,8 @@ function renderEpisode(e, mode, scale) {
       for (let i = start; i < stop; i++) {
         const act = t.action_mask[i] === 1;
         const v = act ? colourValue(mode, t, i) : null;
-        const s = el("span", {class: "tok " + (act ? "act" : "obs"), "data-mask": act ? "1" : "0", "data-i": i}, t.text[i]);
+        const tmpl = Array.isArray(t.special) && t.special[i] === 1;
+        const s = el("span", {class: "tok " + (act ? "act" : "obs") + (tmpl ? " tmpl" : ""), "data-mask": act ? "1" : "0", "data-i": i}, t.text[i]);
         if (act && v !== null) s.setAttribute("data-value", String(v));
         s.style.background = act ? heat(v, scale, mode === "advantage" || mode === "ratio") : OBS;
         const tip = ["token " + t.ids[i], "mask " + (act ? 1 : 0)];
@@ -479,13 +530,22 @@ function setupPane(pane, initial) {
   sel.addEventListener("change", draw);
   pane.draw = draw; draw();
 }
+// the first view: the held-out episodes after RL (what the run produced), beside those before RL when compared;
+// a run without them opens on its first training step, beside its last
 const firstTrain = Math.max(0, SNAPS.findIndex((s) => s.source === "train"));
 let lastTrain = -1; SNAPS.forEach((s, i) => { if (s.source === "train") lastTrain = i; });
-setupPane($("pane-a"), firstTrain);
-setupPane($("pane-b"), lastTrain >= 0 ? lastTrain : SNAPS.length - 1);
+const after = SNAPS.findIndex((s) => s.source.startsWith("held-out after"));
+const before = SNAPS.findIndex((s) => s.source.startsWith("held-out before"));
+const startA = after >= 0 ? after : firstTrain;
+const startB = after >= 0 && before >= 0 ? before : (lastTrain >= 0 ? lastTrain : SNAPS.length - 1);
+setupPane($("pane-a"), startA);
+setupPane($("pane-b"), startB);
+if (after >= 0) $("episodes-hint").textContent = "Showing the held-out episodes after RL. Pick a training step in the menu to see what it trained on" + (before >= 0 ? ", or tick \u201ctwo steps side by side\u201d to compare with the episodes before RL." : ".");
+else if (SNAPS.length && lastTrain >= 0) $("episodes-hint").textContent = "Showing the first saved training step; pick another in the menu, or tick \u201ctwo steps side by side\u201d.";
 const redraw = () => { $("pane-a").draw(); $("pane-b").draw(); };
 $("colour").addEventListener("change", redraw); $("filter").addEventListener("change", redraw);
 $("compare").addEventListener("change", () => { $("pane-b").hidden = !$("compare").checked; });
+$("zeros").addEventListener("change", () => { document.body.classList.toggle("show-zeros", $("zeros").checked); });
 if (location.hash === "#compare") { $("compare").checked = true; $("pane-b").hidden = false; }
 document.body.setAttribute("data-ready", "1");
 </script></body></html>

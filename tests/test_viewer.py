@@ -77,6 +77,60 @@ def test_training_saves_the_first_every_nth_and_last_step(grpo_run):
     assert sorted(r["index"] for r in records if r["step"] == 1) == [0, 1, 2, 3]
 
 
+def test_records_carry_the_question_gold_answer_and_template_tokens(grpo_run):
+    out, tok, seen = grpo_run
+    records = _records(out)
+    special = {tok.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>", "<|endoftext|>")}
+    for rec in records:
+        assert rec["question"] and rec["question"] in rec["prompt"]
+        assert rec["gold"] and all(isinstance(g, str) and g for g in rec["gold"])
+        assert all(
+            g not in rec["question"] for g in rec["gold"]
+        )  # the records, not the prompt, hold the gold
+        # the alternating script answers "Nobody" (the episode ends on it) or writes junk until the turns run out
+        assert rec["answer"] == ("Nobody" if rec["ended"] == "terminated" else None)
+        t = rec["tokens"]
+        assert t["special"] == [int(i in special) for i in t["ids"]]
+        if len(rec["turns"]) > 1:  # the env's turns between the actions are wrapped in template tokens
+            assert 0 < sum(t["special"]) < len(t["ids"])
+    assert [t.question for t in seen[:4]] == [
+        r["question"] for r in sorted((r for r in records if r["step"] == 1), key=lambda r: r["index"])
+    ]
+
+
+def test_info_carries_the_scored_answer_only_when_an_answer_ends_the_episode():
+    import agentr1_gym
+
+    env = agentr1_gym.make("AgentR1/SyntheticMultihop-v0")
+    env.reset(seed=0)
+    done, info = False, {}
+    while not done:
+        _, _, term, trunc, info = env.step(env.unwrapped.oracle_action())
+        done = term or trunc
+        assert ("answer" in info) == term
+    assert info["answer"] in env.unwrapped.gold_answers and info["metrics"]["success"] == 1.0
+    env.reset(seed=0)
+    _, _, term, trunc, info = env.step("no tool call, no answer")
+    assert "answer" not in info
+    world = agentr1_gym.make("AgentR1/WebShop-v0")
+    world.reset(seed=0)
+    done = False
+    while not done:
+        _, _, term, trunc, info = world.step(world.unwrapped.oracle_action())
+        done = term or trunc
+    assert "answer" not in info and info["metrics"]["success"] == 1.0
+
+
+def test_reward_notes_explain_generic_and_env_components():
+    from agentr1_gym.registration import reward_notes
+    from agentr1_gym.rewards import COMPONENT_NOTES
+
+    notes = reward_notes(["AgentR1/HotpotQA-v0", "AgentR1/WebShop-v0", "Nobody/Missing-v0", "nomodule:X-v0"])
+    assert set(COMPONENT_NOTES) <= set(notes) and "gold supporting paragraph" in notes["retrieval"]
+    assert "purchase" in notes and "offset" in notes
+    assert reward_notes([]) == COMPONENT_NOTES
+
+
 def test_saved_tokens_are_the_trajectories_with_mask_and_grpo_credit(grpo_run):
     out, _tok, seen = grpo_run
     first_batch = seen[:4]
@@ -176,6 +230,10 @@ def test_eval_save_episodes_and_view_cli(tmp_path, capsys):
     calls = [c["name"] for r in records for turn in r["turns"] for c in turn["tool_calls"]]
     assert calls and set(calls) <= {"search"}
     assert all(turn["observation"] for r in records for turn in r["turns"][:-1])
+    # what a person checks first: the question (without the tool instructions), the gold and the model's answer
+    for r in records:
+        assert r["question"] and r["question"] in r["prompt"] and len(r["question"]) < len(r["prompt"])
+        assert r["gold"] and r["answer"] in r["gold"]
     capsys.readouterr()
     assert cli(["view", str(path)]) == 0
     page = path.with_suffix(".html").read_text()
@@ -308,6 +366,94 @@ def test_viewer_in_headless_chromium(grpo_run, tmp_path):
         assert len(pane_b.find_elements("css selector", ".episode")) == sum(r["step"] == 3 for r in records)
         shot = Path(os.environ.get("AGENTR1_VIEWER_SCREENSHOT", str(tmp_path / "viewer.png")))
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+    finally:
+        browser.quit()
+
+
+XSS_QUESTION = '<img src=x onerror="window.__xss=1">Which city? </script><script>window.__xss=2</script>'
+
+
+def _run_with_held_out(grpo_run, tmp_path):
+    """The grpo run plus saved held-out episodes before and after RL (records of the same writer, relabelled as
+    the pipeline labels them), one with a hostile question and gold answer."""
+    out, _, _ = grpo_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    records = _records(out)
+    last = sorted((r for r in records if r["step"] == 3), key=lambda r: r["index"])
+    held = [{**r, "source": "held-out before RL", "step": 0} for r in last]
+    held += [{**r, "source": "held-out after RL", "step": 3} for r in last]
+    held[-1] = {**held[-1], "question": XSS_QUESTION, "gold": ["<b>Lima</b>", "Lima & Callao"]}
+    append_episodes(run / EPISODES_FILE, held)
+    (run / "eval_after_rl.json").write_text(
+        json.dumps({"episodes": 4, "value_guided": 0, "success": 0.5, "return": 0.2, "turns": 2})
+    )
+    return run, held
+
+
+def test_viewer_opens_on_held_out_after_rl_with_question_and_gold_in_chromium(grpo_run, tmp_path):
+    from selenium.webdriver.support.ui import Select
+
+    run_dir, held = _run_with_held_out(grpo_run, tmp_path)
+    assert cli(["view", str(run_dir)]) == 0
+    browser = _browser()
+    try:
+        browser.get((run_dir / "view.html").as_uri())
+        assert browser.find_element("tag name", "body").get_attribute("data-ready") == "1", browser.get_log(
+            "browser"
+        )
+        assert browser.execute_script("return window.__xss === undefined")
+        pane_a = browser.find_element("id", "pane-a")
+        shown = Select(pane_a.find_element("css selector", "select")).first_selected_option.text
+        assert shown.startswith("held-out after RL")
+        assert "held-out episodes after RL" in browser.find_element("id", "episodes-hint").text
+        after = [r for r in held if r["source"] == "held-out after RL"]
+        cards = pane_a.find_elements("css selector", ".episode")
+        assert len(cards) == len(after)
+        for card, rec in zip(cards, after):
+            # the question first, then the model's answer beside the gold
+            assert card.find_element("css selector", ".question").text == rec["question"].strip()
+            assert card.find_element("css selector", ".gold").text == " | ".join(rec["gold"])
+            answer = card.find_element("css selector", ".model-answer").text
+            assert answer == (rec["answer"] if rec["answer"] is not None else "(none given)")
+            top = card.find_element("css selector", ".question").location["y"]
+            assert top < card.find_element("css selector", ".turn").location["y"]
+            # chat-template tokens dimmed, the rest not
+            spans = card.find_elements("css selector", ".tok")
+            colours = browser.execute_script(
+                "return Array.from(arguments[0].querySelectorAll('.tok')).map(s => getComputedStyle(s).color)",
+                card,
+            )
+            for flag, colour in zip(rec["tokens"]["special"], colours):
+                assert (_rgb(colour) == (160, 160, 160)) == bool(flag)
+            assert len(spans) == len(rec["tokens"]["ids"])
+        # zero reward components hidden until asked for, each explained on hover
+        zeros = browser.find_elements("css selector", "#pane-a .comp.zero")
+        paid = browser.find_elements("css selector", "#pane-a .comp:not(.zero)")
+        assert zeros and paid and not any(z.is_displayed() for z in zeros)
+        assert all(p.is_displayed() for p in paid)
+        assert "gold supporting paragraph" in browser.execute_script(
+            "return document.querySelector('#pane-a .comp[data-component=retrieval]').title"
+        ) or not browser.find_elements("css selector", "#pane-a .comp[data-component=retrieval]")
+        offset = browser.find_elements("css selector", "#pane-a .comp[data-component=offset]")
+        assert offset and "constant added" in offset[0].get_attribute("title")
+        browser.find_element("id", "zeros").click()
+        assert all(z.is_displayed() for z in zeros)
+        # settings apart from metrics, metrics in one format
+        table = browser.find_element("css selector", "table.evals")
+        settings = [r.get_attribute("data-key") for r in table.find_elements("css selector", "tr.setting")]
+        metrics = {
+            r.get_attribute("data-key"): [td.text for td in r.find_elements("tag name", "td")][1:]
+            for r in table.find_elements("css selector", "tr.metric")
+        }
+        assert set(settings) == {"episodes", "value_guided"}
+        assert metrics["success"] == ["0.250", "0.500"] and metrics["turns"] == ["", "2.000"]
+        # comparing shows the held-out episodes before RL beside them
+        browser.find_element("id", "compare").click()
+        pane_b = browser.find_element("id", "pane-b")
+        assert Select(pane_b.find_element("css selector", "select")).first_selected_option.text.startswith(
+            "held-out before RL"
+        )
     finally:
         browser.quit()
 

@@ -63,6 +63,15 @@ def advantage_rows(advantages: torch.Tensor, mask: torch.Tensor, lengths: Sequen
     return [full[i, :n].tolist() for i, n in enumerate(lengths)]
 
 
+def _special_ids(tokenizer: Any) -> set[int]:
+    """The tokenizer's special tokens: the named ones (eos, pad, ...) and every added token marked special
+    (``<|im_start|>``, ``<|im_end|>``: what a chat template writes around each message)."""
+    ids = set(getattr(tokenizer, "all_special_ids", None) or ())
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    ids.update(int(i) for i, tok in added.items() if getattr(tok, "special", False))
+    return ids
+
+
 def trajectory_records(
     trajs: Sequence[Trajectory],
     tokenizer: Any,
@@ -80,6 +89,7 @@ def trajectory_records(
     each completion token; ``stats``: per episode, the trainer's log-probs and entropies of its completion tokens
     (:func:`token_stats`); None where there is none."""
     records = []
+    special = _special_ids(tokenizer)  # chat-template scaffolding, drawn dimmed
     for j, t in enumerate(trajs):
         index = indices[j] if indices is not None else j
         n = len(t.completion_ids)
@@ -118,6 +128,9 @@ def trajectory_records(
                 "task_id": t.task_id,
                 "seed": seeds[j],
                 "prompt": tokenizer.decode(t.prompt_ids, skip_special_tokens=False),
+                "question": t.question,
+                "gold": list(t.gold),
+                "answer": t.answer,
                 "turns": turns,
                 "success": float(t.metrics.get("success", 0.0)),
                 "return": t.episode_return,
@@ -127,6 +140,7 @@ def trajectory_records(
                     "ids": list(t.completion_ids),
                     "text": tokenizer.batch_decode([[i] for i in t.completion_ids]),
                     "action_mask": list(t.action_mask),
+                    "special": [int(i in special) for i in t.completion_ids],
                     "turn_ends": list(t.turn_ends),
                     "timeline": not t.prefix_stable,  # the turns' generated ids only (no single sequence)
                     "logprob": list(t.logprobs),
