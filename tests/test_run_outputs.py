@@ -44,6 +44,10 @@ def test_a_run_says_what_it_runs_on_lists_its_outputs_and_writes_its_own_card(tm
     )
     assert "training on " in out and ("native bf16" in out or "CUDA" in out or "GPU" in out)
     assert "step 1/2 after" in out and "to go" in out
+    # one line per step with its training return, and no log dict of transformers' on stdout
+    steps = [line for line in out.splitlines() if line.startswith("step ")]
+    assert len(steps) == 2 and all(" · return " in line and " · success " in line for line in steps)
+    assert not any(line.lstrip().startswith("{") for line in out.splitlines())
     lines = out.splitlines()
     start = lines.index(f"done. In {run}:")
     listed = {line.split()[0] for line in lines[start + 1 : lines.index("next:")]}
@@ -88,3 +92,32 @@ def test_the_reward_curve_smooths_and_labels(tmp_path):
         history, path, "t", held_out={"before": (0, {"success": 0.1}), "after": (30, {"success": 0.6})}
     )
     assert path.stat().st_size > 10_000
+
+
+NATIVE_WRITER = r"""
+import os, sys
+from agentr1_trl._quiet import harmless_native_while
+with harmless_native_while():
+    os.write(2, b"[W1126 15:34:55.2 utils.cpp:68] Warning: NUMA binding: Using MEMBIND policy for memory allocation\n")
+    os.write(2, b"kept 1\n[W1126 other.cpp:1] Warning: something else\n")
+    os.write(2, b"progress 50%\r")
+    os.write(2, b"[W1126 utils.cpp:68] Warning: NUMA binding: Using MEMBIND policy (split ")
+    os.write(2, b"over two writes)\nkept 2\n")
+    print("to stderr from Python", file=sys.stderr)
+os.write(2, b"after the block\n")
+print("stdout untouched")
+"""
+
+
+def test_native_numa_warning_is_dropped_and_everything_else_kept():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", NATIVE_WRITER], capture_output=True, timeout=60)
+    err = done.stderr.decode()
+    assert done.returncode == 0 and done.stdout.decode() == "stdout untouched\n"
+    assert "NUMA" not in err
+    assert (
+        err.index("kept 1") < err.index("something else") < err.index("progress 50%\r") < err.index("kept 2")
+    )
+    assert "to stderr from Python" in err and err.endswith("after the block\n")

