@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
     "agentr1_gym": 11,  # the package's __init__: the public API
     # the TRL adapter (above everything in agentr1_gym)
     "agentr1_trl._quiet": 20,  # third-party logging kept off stdout (stdlib only)
+    "agentr1_trl.hardware": 20,  # what the machine computes fast (CPU flags, measured bf16 speed-up)
     "agentr1_trl.value_head": 20,  # the PPO critic's head: PPO trains it, value-guided decoding reads it
     "agentr1_trl.generation": 21,
     "agentr1_trl.advantages": 22,

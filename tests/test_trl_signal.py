@@ -279,3 +279,23 @@ def test_bf16_on_a_cpu_machine_means_cpu_autocast(tmp_path):
         output_dir=str(tmp_path), bf16=True, **kwargs
     )  # TRL alone refuses bf16 without a GPU
     assert config.bf16 and config.use_cpu
+
+
+def test_the_update_precision_follows_the_measured_hardware(tmp_path, monkeypatch):
+    """bf16 autocast by default only where the hardware computes it faster: native bf16 on the CPU *and* products
+    measured at least BF16_MIN_SPEEDUP times float32's (flags alone do not decide)."""
+    import agentr1_trl.hardware as hw
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU decides by its own bf16 support")
+    kwargs = {k: v for k, v in BASE.items() if k not in ("use_cpu", "bf16")}
+    for native, speedup, expected in ((False, 3.0, False), (True, 1.1, False), (True, 2.1, True)):
+        monkeypatch.setattr(hw, "cpu_has_native_bf16", lambda native=native: native)
+        monkeypatch.setattr(hw, "bf16_matmul_speedup", lambda speedup=speedup: speedup)
+        bf16, why = hw.update_precision()
+        assert bf16 is expected and (f"{speedup:.1f}x" in why) is native
+        assert AgentGRPOConfig(output_dir=str(tmp_path), **kwargs).bf16 is expected
+        assert AgentGRPOConfig(output_dir=str(tmp_path), bf16=False, **kwargs).bf16 is False
+    monkeypatch.undo()
+    real = hw.bf16_matmul_speedup()  # a real measurement: a positive ratio, cached for the process
+    assert real > 0 and hw.bf16_matmul_speedup() == real

@@ -10,6 +10,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from agentr1_gym.errors import ConfigError
+from agentr1_trl.hardware import update_precision
 
 __all__ = ["AgentTrainerConfig"]
 
@@ -19,7 +20,9 @@ class AgentTrainerConfig(GRPOConfig):
     """Everything in TRL's ``GRPOConfig`` (``num_generations``, ``beta``, ``epsilon``, ``learning_rate``,
     ``report_to``, ``save_steps``, ``loss_type``, ...) plus the agent/env settings below.
 
-    ``bf16`` defaults to True only on a GPU that supports it (TRL's default of True fails on a CPU).
+    ``bf16`` (autocast, with the LoRA adapter and optimizer state in float32) defaults to what the hardware
+    computes faster (:func:`agentr1_trl.hardware.update_precision`): on a GPU that supports it, and on a CPU with
+    native bf16 (AVX512-BF16, AMX) whose matrix products measured faster in it; float32 elsewhere.
     ``num_generations`` episodes of the same task form one group; a "prompt" of the training dataset is one task
     seed. ``max_completion_length`` is not used: turns are bounded by ``max_new_tokens_per_turn`` and episodes by
     ``max_episode_tokens``.
@@ -211,8 +214,9 @@ class AgentTrainerConfig(GRPOConfig):
         import torch
 
         if self.bf16 is None and not self.fp16:
-            # TRL defaults to bf16, which fails on machines without a bf16 GPU; use it only where it exists
-            self.bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+            # TRL defaults to bf16, which fails without a bf16 GPU: bf16 where the hardware computes it faster
+            # (a bf16 GPU; a CPU with native bf16 whose products measured faster in it), else float32
+            self.bf16 = update_precision()[0]
         if not torch.cuda.is_available():
             self.use_cpu = True  # bf16=True then means CPU autocast (fast on CPUs with AVX512-BF16/AMX)
         super().__post_init__()

@@ -53,6 +53,7 @@ from agentr1_gym.errors import (
 from agentr1_gym.generation import BaseGenerator, Generation, SamplingConfig
 from agentr1_trl._quiet import harmless_native_while, harmless_while
 from agentr1_trl.generation.vllm_client import ServerClient, check_completions
+from agentr1_trl.hardware import cpu_has_native_bf16
 
 __all__ = [
     "SYNC_KINDS",
@@ -80,22 +81,6 @@ def _on_gpu() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU computes in bfloat16 natively (AVX512-BF16 or AMX-BF16; Linux's ``/proc/cpuinfo`` flags).
-    Without either, bf16 matrix products are emulated: vLLM decoded SmolLM2-135M on a 2-core AVX2 CPU 3.1-3.9x
-    slower in bfloat16 than in float32 (16-48 sequences; ``benchmarks/vllm_dtype.py``)."""
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8") as f:
-                cpuinfo = f.read()
-        except OSError:
-            return False
-    flags = {
-        w for line in cpuinfo.splitlines() if line.startswith("flags") for w in line.split(":", 1)[-1].split()
-    }
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
 def default_dtype() -> str:

@@ -1,0 +1,89 @@
+"""What this machine computes fast, for the choices that follow the hardware: the update's precision and the
+vLLM engine's dtype.
+
+On a CPU, bfloat16 pays only where the CPU computes it natively (AVX512-BF16, AMX). Even there the flags alone do
+not say by how much, so :func:`update_precision` measures it: the same matrix product (the shape of a
+SmolLM2-135M MLP over 1,024 tokens) in float32 and in bfloat16, with the threads torch uses, about 0.2 s once per
+process. The update then runs under bf16 autocast where bf16 is at least :data:`BF16_MIN_SPEEDUP` times faster
+(with the LoRA adapter, its gradients and the optimizer state in float32); elsewhere in float32. On this
+project's 2-core AMD EPYC (AVX512-BF16) the product runs about 2.2x faster in bf16 and a whole update step 1.33x
+(``benchmarks/results/update_step.json``); on an AVX2-only CPU bf16 is emulated and slower, so float32 stays.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import time
+
+__all__ = [
+    "BF16_MIN_SPEEDUP",
+    "bf16_matmul_speedup",
+    "cpu_has_native_bf16",
+    "cpu_info",
+    "update_precision",
+]
+
+#: bf16 autocast is chosen on a CPU whose bf16 matrix product is at least this much faster than float32's (below
+#: it, the casts autocast adds eat the gain: a whole update step gains less than its products do)
+BF16_MIN_SPEEDUP = 1.3
+
+
+def cpu_info(cpuinfo: str | None = None) -> tuple[str, frozenset[str]]:
+    """The CPU's model name and its flags (Linux's ``/proc/cpuinfo``; elsewhere the platform's name, no flags)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return platform.processor() or platform.machine(), frozenset()
+    lines = cpuinfo.splitlines()
+    model = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "")
+    flags = frozenset(w for ln in lines if ln.startswith("flags") for w in ln.split(":", 1)[-1].split())
+    return model or platform.machine(), flags
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU computes in bfloat16 natively (AVX512-BF16 or AMX-BF16). Without either, bf16 matrix
+    products are emulated: vLLM decoded SmolLM2-135M on a 2-core AVX2 CPU 3.1-3.9x slower in bfloat16 than in
+    float32 (16-48 sequences; ``benchmarks/vllm_dtype.py``)."""
+    return bool(cpu_info(cpuinfo)[1] & {"avx512_bf16", "amx_bf16"})
+
+
+@functools.cache
+def bf16_matmul_speedup(tokens: int = 1024, width: int = 576, inner: int = 1536, reps: int = 5) -> float:
+    """float32 time / bfloat16 time of one ``(tokens, width) @ (width, inner)`` product on the CPU (the best of
+    ``reps`` runs each, after a warm-up), with torch's current thread count. Measured once per process."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(tokens, width, generator=gen)
+    b = torch.randn(width, inner, generator=gen)
+
+    def best(x: torch.Tensor, y: torch.Tensor) -> float:
+        torch.mm(x, y)
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            torch.mm(x, y)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    return best(a, b) / max(best(a.bfloat16(), b.bfloat16()), 1e-9)
+
+
+def update_precision() -> tuple[bool, str]:
+    """``(bf16, why)``: whether the update should run under bf16 autocast on this machine, and the reason in a
+    few words (printed when a run starts). On a GPU: whether it supports bf16. On a CPU: native bf16 and a measured
+    product speed-up of at least :data:`BF16_MIN_SPEEDUP`."""
+    import torch
+
+    if torch.cuda.is_available():
+        ok = bool(torch.cuda.is_bf16_supported())
+        return ok, "the GPU computes in bf16" if ok else "the GPU has no bf16"
+    if not cpu_has_native_bf16():
+        return False, "no native bf16 on this CPU (it would be emulated: slower)"
+    speedup = bf16_matmul_speedup()
+    if speedup >= BF16_MIN_SPEEDUP:
+        return True, f"native bf16, its products measured {speedup:.1f}x float32's here"
+    return False, f"native bf16, but its products measured only {speedup:.1f}x float32's here"
