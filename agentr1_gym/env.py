@@ -38,7 +38,7 @@ from agentr1_gym.spaces import FreeText
 from agentr1_gym.text import MAX_JSON_DEPTH, clean_json, clean_text
 from agentr1_gym.tools.base import Tool, ToolResult, describe_validation_error
 
-__all__ = ["EnvSettings", "ToolEnv", "parse_context", "split_turns", "truncate_text"]
+__all__ = ["EnvSettings", "ToolEnv", "parse_context", "require_full_context", "split_turns", "truncate_text"]
 
 
 def parse_context(value: Any) -> tuple[str, Any]:
@@ -56,6 +56,24 @@ def parse_context(value: Any) -> tuple[str, Any]:
         f"context must be 'full', 'window:K' (K >= 1 turns), 'state' or a function (task_messages, history) -> "
         f"messages; got {value!r:.60}"
     )
+
+
+def require_full_context(env: Any, engine: str) -> None:
+    """Refuse, in one line, an env whose context policy rewrites what the agent sees (``window:K``, ``state``, a
+    function), for an engine whose loop keeps its own chat history and only appends each observation to it (or
+    trains one sequence per episode): it would show the policy the whole history, not what the env decided, and
+    train on it. ``agentr1_trl``'s trainers read ``info["context"]`` and train each step as its own row."""
+    base = getattr(env, "unwrapped", env)
+    for part in getattr(base, "components", None) or [base]:
+        kind, arg = getattr(part, "context_policy", ("full", None))
+        if kind != "full":
+            kind = f"window:{arg}" if kind == "window" else kind
+            name = part.spec.id if getattr(part, "spec", None) is not None else type(part).__name__
+            raise ConfigError(
+                f"{engine} keeps its own chat history (or one sequence per episode), so it cannot show the agent the "
+                f"context {name} builds (context={kind!r}); use context='full' with {engine}, or train with "
+                "agentr1_trl, which trains each step on its own context"
+            )
 
 
 def split_turns(history: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:

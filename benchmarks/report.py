@@ -28,6 +28,7 @@ BEGIN, END = "<!-- results:begin (benchmarks/report.py) -->", "<!-- results:end 
 #: result file -> the script that writes it (and its title on the site)
 SCRIPTS = {
     "main_job": ("main_job.py", "The main job, three seeds"),
+    "main_job_fp32": ("main_job.py", "The main job, three seeds, with the float32 update of before"),
     "learning": ("learning.py", "Learning: GRPO, PPO and the no-action-mask ablation"),
     "learning_fast": ("learning.py", "Learning at the faster settings"),
     "learning_old_settings": ("learning.py", "Learning at the old settings"),
@@ -54,6 +55,7 @@ SCRIPTS = {
         "Shortcuts in the shop: the first hit against reading prices and options",
     ),
     "context": ("context.py", "Context policies: the tokens an update trains on"),
+    "context_update": ("context_update.py", "Context policies: what the update costs"),
     "gpu_step": ("gpu_step.py", "GRPO and PPO steps on a GPU (H100)"),
 }
 
@@ -148,6 +150,25 @@ def _learning(data: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def _precision_comparison() -> str:
+    """The main job with the update's precision chosen by the hardware (main_job.json) beside the float32 update
+    it replaced (main_job_fp32.json), same machine and seeds."""
+    if not (RESULTS / "main_job_fp32.json").is_file():
+        return ""
+    rows = []
+    for name, label in (("main_job_fp32", "float32 (before)"), ("main_job", "follows the hardware (now)")):
+        d = _load(name)
+        runs = d["runs"]
+        rows.append([label, ", ".join(f"{r['success_ratio']:.2f}x" for r in runs),
+                     d["summary"]["wall_clock_s_max"] / 60,
+                     sum(r["per_step_mean"].get("step_time") or 0 for r in runs) / len(runs),
+                     sum(r["per_step_mean"].get("time/update_s") or 0 for r in runs) / len(runs),
+                     d["summary"]["peak_rss_gb_max"]])  # fmt: skip
+    return "\n\nThe update's precision, before and after it followed the hardware (same seeds and machine):\n\n" + _table(
+        ["update precision", "success ratio per seed", "wall clock max (min)", "s per step (mean)",
+         "update s per step (mean)", "peak RSS max (GB)"], rows)  # fmt: skip
+
+
 def _main_job(data: dict[str, Any]) -> str:
     if "runs" not in data:
         return ""
@@ -177,7 +198,17 @@ def _main_job(data: dict[str, Any]) -> str:
             ],
             rows,
         )
+        + _precision_comparison()
     )
+
+
+def _context_update(data: dict[str, Any]) -> str:
+    rows = [[r["env"], r["run"], r["update_s_per_step"], f"{r['update_vs_full']:.2f}x",
+             round(r["update_tokens_per_step"]), r["turns_per_episode"], r["peak_rss_gb"], r["rows_trained"]]
+            for r in data["runs"]]  # fmt: skip
+    return f"{data['model']}; {data['settings']}.\n\n" + _table(
+        ["env", "context", "update s per step", "against full", "update tokens per step", "turns per episode",
+         "peak RSS (GB)", "rows trained"], rows)  # fmt: skip
 
 
 def _table3(data: dict[str, Any]) -> str:
@@ -338,6 +369,8 @@ def _gpu_step(data: dict[str, Any]) -> str:
 
 
 HIGHLIGHTS = {
+    "context_update": _context_update,
+    "main_job_fp32": _main_job,
     "gpu_step": _gpu_step,
     "context": _context,
     "shop_shortcuts": _shop_shortcuts,

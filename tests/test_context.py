@@ -98,6 +98,23 @@ def test_bad_policies_are_one_line_errors():
         agentr1_gym.make("AgentR1/HotpotQA-v0", context="state")
 
 
+def test_engines_that_only_append_observations_refuse_a_rewritten_context():
+    from agentr1_gym.env import require_full_context
+
+    require_full_context(agentr1_gym.make("AgentR1/WebShop-v0"), "SkyRL")  # the whole chat: nothing to refuse
+    for policy in ("window:2", "state"):
+        with pytest.raises(
+            ConfigError, match=rf"SkyRL keeps its own .*context='{policy}'.* agentr1_trl, which"
+        ):
+            require_full_context(agentr1_gym.make("AgentR1/WebShop-v0", context=policy), "SkyRL")
+    mixed = agentr1_gym.make(
+        "AgentR1/Mixture-v0",
+        envs=["AgentR1/Calculator-v0", {"id": "AgentR1/WebShop-v0", "kwargs": {"context": "window:1"}}],
+    )
+    with pytest.raises(ConfigError, match="AgentR1/WebShop-v0 builds"):  # one component's is enough
+        require_full_context(mixed, "verifiers")
+
+
 def test_a_users_function_decides_the_context():
     def last_only(task_messages, history):
         return task_messages + history[-1:]

@@ -80,3 +80,12 @@ def test_generic_id_reads_the_env_from_the_row_and_refuses_rows_without_one():
 def test_every_agentr1_env_is_registered_in_skyrl_gym():
     assert set(agentr1_gym.env_ids()) | {GENERIC_ID} <= set(skyrl_gym.registry)
     agentr1_skyrl.register_skyrl_envs()  # idempotent
+
+
+def test_a_rewritten_context_is_refused_not_silently_replaced_by_the_whole_chat():
+    """SkyRL appends observations to its own history: a window or state context cannot be shown, so it is refused."""
+    extras = {"extra_info": {"env_id": "AgentR1/WebShop-v0", "env_kwargs": {"context": "window:2"}}}
+    with pytest.raises(ConfigError, match=r"SkyRL keeps its own .*context='window:2'"):
+        skyrl_gym.make(GENERIC_ID, env_config={}, extras=extras)
+    with pytest.raises(ConfigError, match="context='state'"):
+        skyrl_dataset("AgentR1/WebShop-v0", [0], env_kwargs={"context": "state"})

@@ -12,7 +12,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch
 from agentr1_trl import ScriptedGenerator
-from agentr1_trl.forward import completion_logps, prompt_groups
+from agentr1_trl.forward import MIN_SHARED_PREFIX, common_prefix, completion_logps, prompt_groups
 from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
 from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer
@@ -37,6 +37,37 @@ def _batch(tok, seed=0):
         cid[r, :n] = torch.randint(10, 200, (n,), generator=g)
         cm[r, :n] = 1
     return pid, pm, cid, cm
+
+
+def _step_batch(tok, seed=0):
+    """5 step rows (a context policy's): one task prefix of 20 tokens, then each row's own context (1-9 tokens,
+    all different) and its completion; left-padded prompts, right-padded completions."""
+    g = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(10, 200, (20,), generator=g).tolist()
+    owns, lengths = (1, 4, 9, 6, 3), (5, 7, 3, 1, 6)
+    pad = tok.pad_token_id
+    wp, wc = 20 + max(owns) + 2, max(lengths)
+    pid, pm = torch.full((5, wp), pad), torch.zeros((5, wp), dtype=torch.long)
+    cid, cm = torch.full((5, wc), pad), torch.zeros((5, wc), dtype=torch.long)
+    for r, (k, n) in enumerate(zip(owns, lengths)):
+        own = torch.randint(10, 200, (k,), generator=g)
+        own[0] = 200 + r  # every row's own part differs from the others' at its first token
+        prompt = torch.tensor(prefix + own.tolist())
+        pid[r, wp - len(prompt) :], pm[r, wp - len(prompt) :] = prompt, 1
+        cid[r, :n], cm[r, :n] = torch.randint(10, 200, (n,), generator=g), 1
+    return pid, pm, cid, cm
+
+
+def test_common_prefix_of_step_rows():
+    tok = tiny_tokenizer()
+    pid, pm, _, _ = _step_batch(tok)
+    assert common_prefix(pid, pm) == 20
+    assert (
+        common_prefix(pid[:1].repeat(3, 1), pm[:1].repeat(3, 1)) == 20
+    )  # every row keeps one token of its own
+    other = pid.clone()
+    other[2, -pm[2].sum()] = 7  # one row's first token differs: nothing is shared
+    assert common_prefix(other, pm) == 0 and MIN_SHARED_PREFIX <= 20
 
 
 def test_prompt_groups_finds_the_distinct_prompts():
@@ -69,8 +100,11 @@ def _grads(model):
     return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
 
 
+@pytest.mark.parametrize("rows", ["groups", "steps"])
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
-def test_shared_prompt_forward_equals_the_full_forward(tmp_path, algo):
+def test_shared_prompt_forward_equals_the_full_forward(tmp_path, algo, rows):
+    """groups: GRPO groups' identical prompts, each run once; steps: step rows' distinct prompts, their common
+    task prefix run once."""
     if algo == "grpo":
         trainer = _trainer(AgentGRPOTrainer, AgentGRPOConfig, tmp_path)
     else:
@@ -79,9 +113,15 @@ def test_shared_prompt_forward_equals_the_full_forward(tmp_path, algo):
     model = trainer.model
     model.train()
     assert trainer.shares_prompts(model)
-    pid, pm, cid, cm = _batch(trainer.processing_class)
+    pid, pm, cid, cm = (_batch if rows == "groups" else _step_batch)(trainer.processing_class)
     ids, attn, n = torch.cat([pid, cid], 1), torch.cat([pm, cm], 1), cid.size(1)
     mask = cm.bool()
+    if rows == "steps":
+        assert len(prompt_groups(pid, pm)[0]) == len(pid)  # no prompt repeats: only the prefix is shared
+    with (
+        torch.no_grad()
+    ):  # the cached path applies (else the comparison below would compare the full forward)
+        assert completion_logps(model, pid, pm, cid, cm) is not None
 
     def run(shared):
         trainer.args.share_prompt_prefix = shared

@@ -134,3 +134,8 @@ def test_taskset_yields_the_env_prompts_and_rejects_unknown_envs():
         assert task.data.info == {"env_id": "AgentR1/HotpotQA-v0", "env_kwargs": {}, "seed": 3 + i}
     with pytest.raises(ConfigError, match="env-id: no env"):
         AgentR1Taskset(AgentR1TasksetConfig(id="agentr1-verifiers", env_id="AgentR1/Nope-v0"))
+    windowed = AgentR1TasksetConfig(
+        id="agentr1-verifiers", env_id="AgentR1/WebShop-v0", env_kwargs={"context": "window:1"}, num_tasks=1
+    )  # verifiers appends observations to its own history: a rewritten context is refused, not replaced
+    with pytest.raises(ConfigError, match=r"verifiers keeps its own .*context='window:1'"):
+        list(AgentR1Taskset(windowed))

@@ -257,6 +257,14 @@ def test_bad_rows_raise_typed_errors(model_dir, tmp_path):
     rows = verl_dataset("AgentR1/SyntheticMultihop-v0", [0])
     with pytest.raises(ConfigError, match="max_prompt_length"):
         _run(worker, _unfiltered_batch(rows, worker))
+    # one sequence per episode: an env that rewrites the agent's context is refused before any episode runs
+    with pytest.raises(ConfigError, match=r"verl's agent loop .*context='window:2'"):
+        verl_dataset("AgentR1/WebShop-v0", [0], env_kwargs={"context": "window:2"})
+    windowed = verl_dataset("AgentR1/WebShop-v0", [0])
+    windowed[0]["extra_info"] = {**windowed[0]["extra_info"], "env_kwargs": '{"context": "state"}'}
+    worker = AgentLoopWorker(config, llm_client=_Server(config, lambda *a: ([1], None)))
+    with pytest.raises(ConfigError, match="context='state'"):
+        _run(worker, _unfiltered_batch(windowed, worker))
 
 
 def _unfiltered_batch(rows, worker):

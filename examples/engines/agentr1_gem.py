@@ -18,6 +18,7 @@ from typing import Any
 import gem
 
 import agentr1_gym
+from agentr1_gym.env import require_full_context
 
 PREFIX = "agentr1:"
 
@@ -28,6 +29,7 @@ class AgentR1GEMEnv(gem.Env):
     def __init__(self, agentr1_id: str, seed: int | None = None, **kwargs: Any) -> None:
         # (GEM's register() takes the name env_id itself, and make() sets .env_id to GEM's id afterwards)
         self.env = agentr1_gym.make(agentr1_id, **kwargs)
+        require_full_context(self.env, "GEM")
         self._seed = seed
         self._final: dict[str, Any] | None = None
         self._return = 0.0

@@ -24,6 +24,7 @@ from typing import Any
 import art
 
 import agentr1_gym
+from agentr1_gym.env import require_full_context
 
 
 async def rollout(
@@ -36,6 +37,7 @@ async def rollout(
     temperature: float = 1.0,
 ) -> art.Trajectory:
     env = agentr1_gym.make(env_id, **(env_kwargs or {}))
+    require_full_context(env, "ART")
     _, info = env.reset(seed=seed)
     messages = [dict(m) for m in info["messages"]]
     traj = art.Trajectory(messages_and_choices=list(messages), metadata={"env_id": env_id, "seed": seed})

@@ -31,6 +31,7 @@ import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 import agentr1_gym
+from agentr1_gym.env import require_full_context
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.rollout import observation_delta, render_chat
 
@@ -56,6 +57,7 @@ class AgentInstance(AgentInstanceBase):
     async def reset(self, states: dict, **kwargs: Any) -> dict:
         spec = json.loads(states["label"])
         self.env = agentr1_gym.make(spec["env_id"], **spec.get("env_kwargs", {}))
+        require_full_context(self.env, "OpenRLHF")
         _, info = self.env.reset(seed=spec.get("seed"))
         self.messages, self.tools = [dict(m) for m in info["messages"]], info.get("tools")
         self.stops = tuple(self.env.unwrapped.tool_format.stop_strings)

@@ -9,6 +9,7 @@ from skyrl_gym import register, registry
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 import agentr1_gym
+from agentr1_gym.env import require_full_context
 from agentr1_gym.errors import ConfigError
 
 __all__ = ["GENERIC_ID", "AgentR1SkyRLEnv", "register_skyrl_envs", "skyrl_dataset"]
@@ -54,6 +55,7 @@ class AgentR1SkyRLEnv(BaseTextEnv):
         if settings.get("max_turns") is not None:
             kwargs["max_turns"] = int(settings["max_turns"])
         self.env = agentr1_gym.make(env_id, **kwargs)
+        require_full_context(self.env, "SkyRL")
         self.env_id = env_id
         self.seed = settings.get("seed")
         self.task_index = settings.get("task_index")
@@ -121,6 +123,7 @@ def skyrl_dataset(
     ``datasets.Dataset.from_list(rows).to_parquet(...)``."""
     rows = []
     env = agentr1_gym.make(env_id, **(env_kwargs or {}))
+    require_full_context(env, "SkyRL")
     for seed in seeds:
         _, info = env.reset(seed=int(seed))
         extra: dict[str, Any] = {"seed": int(seed), "env_kwargs": dict(env_kwargs or {})}

@@ -4,8 +4,16 @@ A GRPO group is ``num_generations`` episodes of one task: their rows start with 
 tool schemas, question), often the larger part of each row. :func:`completion_logps` runs each distinct prompt once
 (with the KV cache), gives every row its prompt's cache, and runs only the completions on top: the same
 log-probs and gradients as the full forward (tested), on ``groups x prompt + rows x completion`` tokens instead of
-``rows x (prompt + completion)``. It needs the KV cache in training, so it is used only without gradient
-checkpointing and in one process (DDP wants one forward per backward); elsewhere the full forward runs.
+``rows x (prompt + completion)``.
+
+Step rows (a context policy: one row per turn, its own context as prompt) have no two prompts alike, but they
+share a beginning: the tool instructions and the task message, which every step's context repeats. There
+:func:`completion_logps` runs the rows' longest common prefix once and each row's own part (the rest of its
+context, then its completion) on top, with position ids that continue the prefix's, so each row sees the token
+positions it would see alone (tested against the full forward).
+
+Either way it needs the KV cache in training, so it is used only without gradient checkpointing and in one
+process (DDP wants one forward per backward); elsewhere the full forward runs.
 """
 
 from __future__ import annotations
@@ -15,7 +23,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["completion_logps", "projected_logps", "prompt_groups"]
+__all__ = ["MIN_SHARED_PREFIX", "common_prefix", "completion_logps", "projected_logps", "prompt_groups"]
+
+#: the shortest common prefix worth running once for rows whose prompts all differ (below it the second forward
+#: call costs more than the tokens it saves)
+MIN_SHARED_PREFIX = 16
 
 
 class _ProjectedLogps(torch.autograd.Function):
@@ -106,7 +118,17 @@ def completion_logps(
     forward costs the same then."""
     first, inverse = prompt_groups(prompt_ids, prompt_mask)
     if first.numel() == prompt_ids.size(0):
-        return None
+        return _prefix_completion_logps(
+            model,
+            prompt_ids,
+            prompt_mask,
+            completion_ids,
+            completion_mask,
+            temperature,
+            hidden,
+            needed,
+            chunk,
+        )
     out = model(
         input_ids=prompt_ids[first],
         attention_mask=prompt_mask[first],
@@ -126,6 +148,20 @@ def completion_logps(
     )
     # the (final-norm) state before each completion token: the prompt's last one, then the completion's own
     states = torch.cat([out.hidden_states[-1][:, -1:][inverse], rest.hidden_states[-1][:, :-1]], dim=1)
+    return _scored(model, states, completion_ids, completion_mask, temperature, hidden, needed, chunk)
+
+
+def _scored(
+    model: Any,
+    states: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    temperature: float,
+    hidden: bool,
+    needed: torch.Tensor | None,
+    chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of the ``needed`` completion tokens from the states before them (0 elsewhere)."""
     where = (completion_mask if needed is None else needed).bool()
     logps = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)
     if bool(where.any()):
@@ -134,3 +170,75 @@ def completion_logps(
         )
         logps = logps.masked_scatter(where, picked)
     return logps, (states if hidden else None)
+
+
+def common_prefix(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> int:
+    """How many leading tokens every row's prompt shares (a left-padded batch; each row's real tokens compared from
+    its own start), at most the shortest prompt's length less one: every row keeps a token of its own, so the state
+    before its first completion token comes from its own part."""
+    lengths = prompt_mask.sum(1)
+    shortest = int(lengths.min())
+    if shortest < 2:
+        return 0
+    starts = prompt_ids.size(1) - lengths
+    aligned = prompt_ids.gather(1, starts[:, None] + torch.arange(shortest, device=prompt_ids.device)[None])
+    differs = (aligned != aligned[:1]).any(0)
+    same = int(differs.nonzero()[0, 0]) if bool(differs.any()) else shortest
+    return min(same, shortest - 1)
+
+
+def _prefix_completion_logps(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    temperature: float,
+    hidden: bool,
+    needed: torch.Tensor | None,
+    chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """Rows with distinct prompts: the longest common prefix once, then each row's rest of the prompt (left-padded
+    after the prefix) and its completion on top, positioned as if the row had no padding. None when the common
+    prefix is shorter than :data:`MIN_SHARED_PREFIX` (or there is one row)."""
+    rows = prompt_ids.size(0)
+    shared = common_prefix(prompt_ids, prompt_mask) if rows > 1 else 0
+    if shared < MIN_SHARED_PREFIX:
+        return None
+    device = prompt_ids.device
+    lengths = prompt_mask.sum(1)
+    starts = prompt_ids.size(1) - lengths
+    prefix = prompt_ids[:1, int(starts[0]) : int(starts[0]) + shared]
+    out = model(
+        input_ids=prefix,
+        attention_mask=torch.ones_like(prefix),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache = out.past_key_values
+    cache.batch_select_indices(torch.zeros(rows, dtype=torch.long, device=device))
+    # each row's own part of the prompt, left-padded to the longest, right after the prefix
+    own = lengths - shared
+    width = int(own.max())
+    cols = torch.arange(width, device=device)[None]
+    pad = width - own[:, None]
+    take = (starts[:, None] + shared + cols - pad).clamp(min=0, max=prompt_ids.size(1) - 1)
+    own_mask = (cols >= pad).long()
+    own_ids = torch.where(own_mask.bool(), prompt_ids.gather(1, take), torch.zeros_like(take))
+    # positions as in the unpadded row: the prefix's 0..shared-1, then its own tokens, then the completion
+    own_pos = (shared + cols - pad).clamp(min=shared)
+    comp_pos = lengths[:, None] + torch.arange(completion_ids.size(1), device=device)[None]
+    rest = model(
+        input_ids=torch.cat([own_ids, completion_ids], dim=1),
+        attention_mask=torch.cat(
+            [torch.ones(rows, shared, dtype=prompt_mask.dtype, device=device), own_mask.to(prompt_mask.dtype),
+             completion_mask.to(prompt_mask.dtype)], dim=1),
+        position_ids=torch.cat([own_pos, comp_pos], dim=1),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+        output_hidden_states=True,
+    )  # fmt: skip
+    # the state before each completion token: the last own-prompt token's, then the completion's own
+    states = rest.hidden_states[-1][:, width - 1 : width - 1 + completion_ids.size(1)]
+    return _scored(model, states, completion_ids, completion_mask, temperature, hidden, needed, chunk)

@@ -12,6 +12,7 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 import agentr1_gym
+from agentr1_gym.env import require_full_context
 from agentr1_gym.errors import ConfigError
 
 
@@ -40,7 +41,9 @@ class AgentR1Task(vf.Task[AgentR1Data, vf.State, vf.TaskConfig]):
 
 
 def _make(info: dict[str, Any]) -> Any:
-    return agentr1_gym.make(info["env_id"], **info.get("env_kwargs", {}))
+    env = agentr1_gym.make(info["env_id"], **info.get("env_kwargs", {}))
+    require_full_context(env, "verifiers")
+    return env
 
 
 class AgentR1Taskset(vf.Taskset[AgentR1Task, AgentR1TasksetConfig]):
@@ -64,6 +67,7 @@ class AgentR1Taskset(vf.Taskset[AgentR1Task, AgentR1TasksetConfig]):
         if cfg.max_turns is not None:
             kwargs["max_turns"] = int(cfg.max_turns)
         env = agentr1_gym.make(cfg.env_id, **kwargs)
+        require_full_context(env, "verifiers")
         indices = itertools.count() if cfg.num_tasks is None else range(cfg.num_tasks)
         try:
             for i in indices:

@@ -18,6 +18,7 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 
 import agentr1_gym
+from agentr1_gym.env import require_full_context
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.rollout import EpisodeRecorder
 
@@ -78,6 +79,7 @@ class AgentR1AgentLoop(AgentLoopBase):
         if settings.get("max_turns") is not None:
             env_kwargs["max_turns"] = int(settings["max_turns"])
         env = agentr1_gym.make(settings["env_id"], **env_kwargs)
+        require_full_context(env, "verl's agent loop (one sequence per episode)")
         try:
             return await self._episode(env, settings, sampling_params)
         finally:
@@ -200,6 +202,7 @@ def verl_dataset(
     rows = []
     kwargs = dict(env_kwargs or {})
     env = agentr1_gym.make(env_id, **kwargs)
+    require_full_context(env, "verl's agent loop (one sequence per episode)")
     try:
         for index, seed in enumerate(seeds):
             _, info = env.reset(seed=int(seed))

@@ -1,0 +1,171 @@
+"""What a context policy costs in the update: seconds per GRPO step, tokens the forward pass runs, and peak memory,
+per world and policy (SmolLM2-135M-Instruct, LoRA r=16, the CLI's defaults otherwise).
+
+Each run is one process (its own peak memory): ``AgentGRPOTrainer`` on the world with ``context=POLICY``, 8
+episodes a step (2 groups of 4), micro-batches of 2 episodes (gradient accumulation 4), episodes played by the
+env's random admissible policy through a scripted generator (an untrained policy's long episodes; the rollout costs
+milliseconds, so a step's time is the update). The first step is warm-up; the rest are timed. Every run records
+the share of rows trained and the first step's gradient norm: an empty update fails the run.
+
+``window:2 (no shared prefix)`` is window:2 with ``share_prompt_prefix=False``: each step row runs its whole
+context, the task message included, so the pair shows what running the rows' common task prefix once saves.
+
+    python benchmarks/context_update.py --json benchmarks/results/context_update.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+WORLDS = {
+    "AgentR1/WebShop-v0": {"split": "train", "max_turns": 10},
+    "AgentR1/TextWorld-CoinCollector-v0": {"level": 10, "num_games": 8, "max_turns": 20},
+}
+RUNS = (
+    ("full", {}),
+    ("window:1", {}),
+    ("window:2", {}),
+    ("state", {}),
+    ("window:2 (no shared prefix)", {"share_prompt_prefix": False}),
+)
+
+
+def worker(env_id: str, run: str, steps: int) -> dict:
+    os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    sys.path.insert(0, os.path.dirname(__file__))
+    import torch
+    from _common import step_timer
+    from agentr1_trl import ScriptedGenerator
+    from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
+    from agentr1_trl.models import load_default_policy
+    from peft import LoraConfig
+
+    torch.manual_seed(0)
+    policy, extra = run.split(" ")[0], dict(dict(RUNS)[run])
+    model, tok = load_default_policy()
+    times: list[float] = []
+    args = AgentGRPOConfig(
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=2,  # a micro-batch: 2 episodes (their step rows, under a context policy)
+        gradient_accumulation_steps=4,  # 8 episodes a step
+        num_generations=4,
+        max_steps=steps + 1,
+        learning_rate=1e-4,
+        beta=0.0,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+        env_id=env_id,
+        env_kwargs={**WORLDS[env_id], "context": policy},
+        max_new_tokens_per_turn=48,
+        max_episode_tokens=8192,
+        skip_zero_advantage=False,  # random play may tie a group: every row still trains (a real update)
+        **extra,
+    )
+    holder: list = []
+
+    def random_turn(prompt_ids, i):  # the i-th live episode's env picks a random admissible action
+        live = [e for e in holder[0]._envs(8) if not e.unwrapped.done]
+        return live[i].unwrapped.random_action()
+
+    trainer = AgentGRPOTrainer(
+        model,
+        args,
+        tok,
+        peft_config=LoraConfig(
+            r=16, lora_alpha=32, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
+        ),
+        generator=ScriptedGenerator(tok, random_turn),
+        callbacks=[step_timer(times)],
+    )
+    holder.append(trainer)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    if not logs or not any(h.get("grad_norm") for h in logs):
+        raise RuntimeError(f"{env_id} {run}: no gradient in any step: nothing was measured")
+
+    def mean(xs):
+        xs = xs[1:]  # the first step is warm-up
+        return sum(xs) / len(xs)
+
+    return {
+        "env": env_id,
+        "run": run,
+        "context": policy,
+        "share_prompt_prefix": extra.get("share_prompt_prefix", "default (on, CPU)"),
+        "bf16": bool(args.bf16),
+        "sec_per_step": mean(times),
+        "update_s_per_step": mean([h["time/update_s"] for h in logs]),
+        "step_times": times,
+        "update_tokens_per_step": mean([h["update/tokens"] for h in logs]),
+        "turns_per_episode": mean([h["env/turns"] for h in logs]),
+        "per_turn_rows": mean([h.get("signal/per_turn_rows", 0.0) for h in logs]),
+        "rows_trained": 1.0 - mean([h.get("signal/skipped_rows", 0.0) for h in logs]),
+        "grad_norm_first_step": logs[0].get("grad_norm"),
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=2, help="timed steps per run (after one warm-up step)")
+    parser.add_argument("--worlds", nargs="*", default=list(WORLDS), choices=list(WORLDS))
+    parser.add_argument("--runs", nargs="*", default=[r for r, _ in RUNS], choices=[r for r, _ in RUNS])
+    parser.add_argument("--json", default=None, help="also write the JSON result here")
+    parser.add_argument("--worker", nargs=2, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker[0], args.worker[1], args.steps)))
+        return
+    sys.path.insert(0, os.path.dirname(__file__))
+    from _common import emit, machine_info
+
+    start, results = time.perf_counter(), []
+    plan = [(w, r) for w in args.worlds for r in args.runs]
+    for k, (env_id, run) in enumerate(plan):
+        t = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, __file__, "--worker", env_id, run, "--steps", str(args.steps)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"{env_id} {run} failed:\n{done.stderr[-3000:]}")
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        left = (time.perf_counter() - start) / (k + 1) * (len(plan) - k - 1)
+        r = results[-1]
+        print(
+            f"[{k + 1}/{len(plan)}] {env_id} {run}: {r['update_s_per_step']:.1f} s update/step, "
+            f"{r['update_tokens_per_step']:.0f} tokens, {r['peak_rss_gb']} GB "
+            f"({time.perf_counter() - t:.0f} s; about {left / 60:.0f} min to go)",
+            file=sys.stderr,
+            flush=True,
+        )
+    for r in results:
+        full = next(x for x in results if x["env"] == r["env"] and x["run"] == "full")
+        r["update_vs_full"] = round(r["update_s_per_step"] / full["update_s_per_step"], 3)
+    emit(
+        {
+            "benchmark": "context_update",
+            "model": "SmolLM2-135M-Instruct, LoRA r=16 (q_proj, v_proj)",
+            "settings": "8 episodes/step (2 groups of 4), micro-batches of 2 episodes, random admissible play",
+            "worlds": WORLDS,
+            "runs": results,
+            "seconds": round(time.perf_counter() - start, 1),
+            "machine": machine_info("agentr1-gym", "torch", "transformers", "trl", "textworld"),
+        },
+        args.json,
+    )
+
+
+if __name__ == "__main__":
+    main()
