@@ -2,7 +2,7 @@
 per world and policy (SmolLM2-135M-Instruct, LoRA r=16, the CLI's defaults otherwise).
 
 Each run is one process (its own peak memory): ``AgentGRPOTrainer`` on the world with ``context=POLICY``, 8
-episodes a step (2 groups of 4), micro-batches of 2 episodes (gradient accumulation 4), episodes played by the
+episodes a step (2 groups of 4), micro-batches of 2 episodes (1 at 50 turns), episodes played by the
 env's random admissible policy through a scripted generator (an untrained policy's long episodes; the rollout costs
 milliseconds, so a step's time is the update). The first step is warm-up; the rest are timed. Every run records
 the share of rows trained and the first step's gradient norm: an empty update fails the run.
@@ -24,10 +24,20 @@ import sys
 import tempfile
 import time
 
+#: label -> (env id, env kwargs, the runs measured there)
 WORLDS = {
-    "AgentR1/WebShop-v0": {"split": "train", "max_turns": 10},
-    "AgentR1/TextWorld-CoinCollector-v0": {"level": 10, "num_games": 8, "max_turns": 20},
-}
+    "shop, 10 turns": ("AgentR1/WebShop-v0", {"split": "train", "max_turns": 10}, "all"),
+    "Coin Collector, 20 turns": (
+        "AgentR1/TextWorld-CoinCollector-v0", {"level": 10, "num_games": 8, "max_turns": 20}, "all",
+    ),
+    # the long horizon: what the whole chat costs at 50 turns against a window (memory is the point)
+    "Coin Collector, 50 turns": (
+        "AgentR1/TextWorld-CoinCollector-v0", {"level": 10, "num_games": 8, "max_turns": 50}, ("full", "window:2"),
+    ),
+}  # fmt: skip
+#: episodes per micro-batch (2 by default): one at 50 turns, where two whole chats of ~7k tokens each would take
+#: most of this machine's 24 GB in one backward pass
+MICRO = {"Coin Collector, 50 turns": 1}
 RUNS = (
     ("full", {}),
     ("window:1", {}),
@@ -37,7 +47,7 @@ RUNS = (
 )
 
 
-def worker(env_id: str, run: str, steps: int) -> dict:
+def worker(world: str, run: str, steps: int) -> dict:
     os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
     sys.path.insert(0, os.path.dirname(__file__))
     import torch
@@ -48,13 +58,14 @@ def worker(env_id: str, run: str, steps: int) -> dict:
     from peft import LoraConfig
 
     torch.manual_seed(0)
+    env_id, env_kwargs, _ = WORLDS[world]
     policy, extra = run.split(" ")[0], dict(dict(RUNS)[run])
     model, tok = load_default_policy()
     times: list[float] = []
     args = AgentGRPOConfig(
         output_dir=tempfile.mkdtemp(),
-        per_device_train_batch_size=2,  # a micro-batch: 2 episodes (their step rows, under a context policy)
-        gradient_accumulation_steps=4,  # 8 episodes a step
+        per_device_train_batch_size=MICRO.get(world, 2),  # a micro-batch's episodes (or their step rows)
+        gradient_accumulation_steps=8 // MICRO.get(world, 2),  # 8 episodes a step
         num_generations=4,
         max_steps=steps + 1,
         learning_rate=1e-4,
@@ -65,7 +76,7 @@ def worker(env_id: str, run: str, steps: int) -> dict:
         seed=0,
         disable_tqdm=True,
         env_id=env_id,
-        env_kwargs={**WORLDS[env_id], "context": policy},
+        env_kwargs={**env_kwargs, "context": policy},
         max_new_tokens_per_turn=48,
         max_episode_tokens=8192,
         skip_zero_advantage=False,  # random play may tie a group: every row still trains (a real update)
@@ -91,13 +102,14 @@ def worker(env_id: str, run: str, steps: int) -> dict:
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     if not logs or not any(h.get("grad_norm") for h in logs):
-        raise RuntimeError(f"{env_id} {run}: no gradient in any step: nothing was measured")
+        raise RuntimeError(f"{world} {run}: no gradient in any step: nothing was measured")
 
     def mean(xs):
         xs = xs[1:]  # the first step is warm-up
         return sum(xs) / len(xs)
 
     return {
+        "world": world,
         "env": env_id,
         "run": run,
         "context": policy,
@@ -130,35 +142,36 @@ def main() -> None:
     from _common import emit, machine_info
 
     start, results = time.perf_counter(), []
-    plan = [(w, r) for w in args.worlds for r in args.runs]
-    for k, (env_id, run) in enumerate(plan):
+    plan = [(w, r) for w in args.worlds for r in args.runs if WORLDS[w][2] == "all" or r in WORLDS[w][2]]
+    for k, (world, run) in enumerate(plan):
         t = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, __file__, "--worker", env_id, run, "--steps", str(args.steps)],
+            [sys.executable, __file__, "--worker", world, run, "--steps", str(args.steps)],
             capture_output=True,
             text=True,
         )
         if done.returncode != 0:
-            raise SystemExit(f"{env_id} {run} failed:\n{done.stderr[-3000:]}")
+            raise SystemExit(f"{world} {run} failed:\n{done.stderr[-3000:]}")
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
         left = (time.perf_counter() - start) / (k + 1) * (len(plan) - k - 1)
         r = results[-1]
         print(
-            f"[{k + 1}/{len(plan)}] {env_id} {run}: {r['update_s_per_step']:.1f} s update/step, "
+            f"[{k + 1}/{len(plan)}] {world} {run}: {r['update_s_per_step']:.1f} s update/step, "
             f"{r['update_tokens_per_step']:.0f} tokens, {r['peak_rss_gb']} GB "
             f"({time.perf_counter() - t:.0f} s; about {left / 60:.0f} min to go)",
             file=sys.stderr,
             flush=True,
         )
     for r in results:
-        full = next(x for x in results if x["env"] == r["env"] and x["run"] == "full")
+        full = next(x for x in results if x["world"] == r["world"] and x["run"] == "full")
         r["update_vs_full"] = round(r["update_s_per_step"] / full["update_s_per_step"], 3)
     emit(
         {
             "benchmark": "context_update",
             "model": "SmolLM2-135M-Instruct, LoRA r=16 (q_proj, v_proj)",
-            "settings": "8 episodes/step (2 groups of 4), micro-batches of 2 episodes, random admissible play",
-            "worlds": WORLDS,
+            "settings": "8 episodes/step (2 groups of 4), micro-batches of 2 episodes (1 at 50 turns), random "
+            "admissible play",
+            "worlds": {k: {"env": e, "env_kwargs": kw} for k, (e, kw, _) in WORLDS.items()},
             "runs": results,
             "seconds": round(time.perf_counter() - start, 1),
             "machine": machine_info("agentr1-gym", "torch", "transformers", "trl", "textworld"),

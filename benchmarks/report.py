@@ -203,11 +203,11 @@ def _main_job(data: dict[str, Any]) -> str:
 
 
 def _context_update(data: dict[str, Any]) -> str:
-    rows = [[r["env"], r["run"], r["update_s_per_step"], f"{r['update_vs_full']:.2f}x",
+    rows = [[r["world"], r["run"], r["update_s_per_step"], f"{r['update_vs_full']:.2f}x",
              round(r["update_tokens_per_step"]), r["turns_per_episode"], r["peak_rss_gb"], r["rows_trained"]]
             for r in data["runs"]]  # fmt: skip
     return f"{data['model']}; {data['settings']}.\n\n" + _table(
-        ["env", "context", "update s per step", "against full", "update tokens per step", "turns per episode",
+        ["world", "context", "update s per step", "against full", "update tokens per step", "turns per episode",
          "peak RSS (GB)", "rows trained"], rows)  # fmt: skip
 
 
