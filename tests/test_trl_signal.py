@@ -289,7 +289,7 @@ def test_the_update_precision_follows_the_measured_hardware(tmp_path, monkeypatc
     if torch.cuda.is_available():
         pytest.skip("a GPU decides by its own bf16 support")
     kwargs = {k: v for k, v in BASE.items() if k not in ("use_cpu", "bf16")}
-    for native, speedup, expected in ((False, 3.0, False), (True, 1.1, False), (True, 2.1, True)):
+    for native, speedup, expected in ((False, 9.5, False), (True, 2.2, False), (True, 9.5, True)):
         monkeypatch.setattr(hw, "cpu_has_native_bf16", lambda native=native: native)
         monkeypatch.setattr(hw, "bf16_matmul_speedup", lambda speedup=speedup: speedup)
         bf16, why = hw.update_precision()
