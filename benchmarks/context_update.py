@@ -1,14 +1,14 @@
 """What a context policy costs in the update: seconds per GRPO step, tokens the forward pass runs, and peak memory,
 per world and policy (SmolLM2-135M-Instruct, LoRA r=16, the CLI's defaults otherwise).
 
-Each run is one process (its own peak memory): ``AgentGRPOTrainer`` on the world with ``context=POLICY``, 8
-episodes a step (2 groups of 4), micro-batches of 2 episodes (1 at 50 turns), episodes played by the
+Each run is one process (its own peak memory): ``AgentGRPOTrainer`` on the world with ``context=POLICY``, 4
+episodes a step (one group), micro-batches of 2 episodes (1 at 50 turns), episodes played by the
 env's random admissible policy through a scripted generator (an untrained policy's long episodes; the rollout costs
 milliseconds, so a step's time is the update); the first episode of each group writes malformed turns instead, so
 returns differ in every group. The first step is warm-up; the rest are timed. Every run records the share of rows
 trained and the first step's gradient norm: an update without a gradient fails the run.
 
-``window:2 (no shared prefix)`` is window:2 with ``share_prompt_prefix=False``: each step row runs its whole
+``window:1 (no shared prefix)`` is window:1 with ``share_prompt_prefix=False``: each step row runs its whole
 context, the task message included, so the pair shows what running the rows' common task prefix once saves.
 
     python benchmarks/context_update.py --json benchmarks/results/context_update.json
@@ -45,7 +45,7 @@ RUNS = (
     ("window:1", {}),
     ("window:2", {}),
     ("state", {}),
-    ("window:2 (no shared prefix)", {"share_prompt_prefix": False}),
+    ("window:1 (no shared prefix)", {"share_prompt_prefix": False}),
 )
 
 
@@ -67,7 +67,7 @@ def worker(world: str, run: str, steps: int) -> dict:
     args = AgentGRPOConfig(
         output_dir=tempfile.mkdtemp(),
         per_device_train_batch_size=MICRO.get(world, 2),  # a micro-batch's episodes (or their step rows)
-        gradient_accumulation_steps=8 // MICRO.get(world, 2),  # 8 episodes a step
+        gradient_accumulation_steps=4 // MICRO.get(world, 2),  # 4 episodes a step: one group
         num_generations=4,
         max_steps=steps + 1,
         learning_rate=1e-4,
@@ -81,6 +81,7 @@ def worker(world: str, run: str, steps: int) -> dict:
         env_kwargs={**env_kwargs, "context": policy},
         max_new_tokens_per_turn=128,  # a shop search call is ~60 tokens: none is cut
         max_episode_tokens=8192,
+        gradient_checkpointing=False,  # as `agentr1 train` (TRL's default recomputes, and turns the KV cache off)
         skip_zero_advantage=False,  # random play may tie a group: every row still trains (a real update)
         **extra,
     )
@@ -90,7 +91,7 @@ def worker(world: str, run: str, steps: int) -> dict:
         """The i-th live episode's env picks a random admissible action, except that the first episode of each
         group writes malformed turns (a format penalty each): returns differ within every group, so every row
         has an advantage and the update has a gradient."""
-        live = [(j, e) for j, e in enumerate(holder[0]._envs(8)) if not e.unwrapped.done]
+        live = [(j, e) for j, e in enumerate(holder[0]._envs(4)) if not e.unwrapped.done]
         j, env = live[i]
         return "no tool call here" if j % 4 == 0 else env.unwrapped.random_action()
 
@@ -136,7 +137,9 @@ def worker(world: str, run: str, steps: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=1, help="timed steps per run (after one warm-up step)")
-    parser.add_argument("--worlds", nargs="*", default=list(WORLDS), choices=list(WORLDS))
+    parser.add_argument(
+        "--worlds", nargs="*", default=list(WORLDS), choices=list(WORLDS), help="default: every world"
+    )
     parser.add_argument("--runs", nargs="*", default=[r for r, _ in RUNS], choices=[r for r, _ in RUNS])
     parser.add_argument("--json", default=None, help="also write the JSON result here")
     parser.add_argument("--worker", nargs=2, default=None, help=argparse.SUPPRESS)
@@ -145,8 +148,6 @@ def main() -> None:
         print(json.dumps(worker(args.worker[0], args.worker[1], args.steps)))
         return
     sys.path.insert(0, os.path.dirname(__file__))
-    from _common import emit, machine_info
-
     start, results = time.perf_counter(), []
     plan = [(w, r) for w in args.worlds for r in args.runs if WORLDS[w][2] == "all" or r in WORLDS[w][2]]
     for k, (world, run) in enumerate(plan):
@@ -168,21 +169,30 @@ def main() -> None:
             file=sys.stderr,
             flush=True,
         )
+        write(results, start, args.json, done=k + 1 == len(plan))
+
+
+def write(results: list[dict], start: float, path: str | None, done: bool) -> None:
+    """The result file, rewritten after every run (a run cut short keeps what was measured; ``complete`` says)."""
+    from _common import emit, machine_info
+
     for r in results:
-        full = next(x for x in results if x["world"] == r["world"] and x["run"] == "full")
-        r["update_vs_full"] = round(r["update_s_per_step"] / full["update_s_per_step"], 3)
+        full = next((x for x in results if x["world"] == r["world"] and x["run"] == "full"), None)
+        r["update_vs_full"] = round(r["update_s_per_step"] / full["update_s_per_step"], 3) if full else None
     emit(
         {
             "benchmark": "context_update",
             "model": "SmolLM2-135M-Instruct, LoRA r=16 (q_proj, v_proj)",
-            "settings": "8 episodes/step (2 groups of 4), micro-batches of 2 episodes (1 at 50 turns), random "
+            "settings": "4 episodes/step (one group), micro-batches of 2 episodes (1 at 50 turns), random "
             "admissible play",
             "worlds": {k: {"env": e, "env_kwargs": kw} for k, (e, kw, _) in WORLDS.items()},
             "runs": results,
+            "complete": done,
             "seconds": round(time.perf_counter() - start, 1),
             "machine": machine_info("agentr1-gym", "torch", "transformers", "trl", "textworld"),
         },
-        args.json,
+        path,
+        quiet=not done,
     )
 
 

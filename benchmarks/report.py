@@ -482,6 +482,20 @@ def headline_rows() -> list[list[str]]:
             f"{len(runs)} runs, {minutes:.0f} min of training each"
             + ("; the shop's catalog before knock-off listings" if task == "webshop" else ""),
         ])  # fmt: skip
+    if (RESULTS / "context_update.json").is_file():
+        runs = [r for r in _load("context_update")["runs"] if r["world"].startswith("shop")]
+        full = next((r for r in runs if r["run"] == "full"), None)
+        others = [r for r in runs if r["run"] != "full" and "no shared" not in r["run"]]
+        if full and others:
+            best = min(others, key=lambda r: r["update_s_per_step"])
+            rows.append([
+                "[context policies in the update](docs/results/context_update.md)",
+                f"the shop, random play over 10 turns: update {best['update_s_per_step']:.0f} s per step under "
+                f"`{best['run']}` against {full['update_s_per_step']:.0f} s with the whole chat "
+                f"({best['update_vs_full']:.2f}x), peak RSS {best['peak_rss_gb']:.1f} against "
+                f"{full['peak_rss_gb']:.1f} GB",
+                "one run per policy, SmolLM2-135M + LoRA, " + ("bf16 autocast" if full["bf16"] else "float32"),
+            ])  # fmt: skip
     worlds = _load("worlds")
     for task, t in worlds["tasks"].items():
         if task != "webshop":
