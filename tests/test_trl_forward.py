@@ -18,6 +18,8 @@ from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
 from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer
 from peft import LoraConfig
 
+from agentr1_gym.errors import ConfigError
+
 
 def _batch(tok, seed=0):
     """6 rows, 2 distinct left-padded prompts (3 rows each, interleaved), right-padded completions."""
@@ -210,3 +212,92 @@ def test_projected_logps_frozen_head_gets_no_gradient():
     head = torch.nn.Linear(4, 9, bias=False).requires_grad_(False)
     projected_logps(states, head, torch.randint(0, 9, (6,))).sum().backward()
     assert head.weight.grad is None and states.grad is not None
+
+
+# ---- a micro-batch in several forward/backward passes, bounded by tokens ------------------------------------------
+def test_update_passes_cover_every_row_once_within_the_budget():
+    from agentr1_trl.forward import pass_tokens, select_rows, update_passes
+
+    tok = tiny_tokenizer()
+    pid, pm, cid, cm = _step_batch(tok)
+    batch = {"prompt_ids": pid, "prompt_mask": pm, "completion_ids": cid, "completion_mask": cm,
+             "advantages": torch.arange(5.0), "action_mask": cm.clone(), "num_items_in_batch": 17}  # fmt: skip
+    assert [p.tolist() for p in update_passes(batch, 0)] == [[0, 1, 2, 3, 4]]  # no limit
+    whole = pass_tokens(pm.sum(1), cm.sum(1), 0)
+    assert [p.tolist() for p in update_passes(batch, whole)] == [[0, 1, 2, 3, 4]]
+    for shared in (False, True):
+        for budget in (1, 40, 60, 90):
+            passes = update_passes(batch, budget, shared=shared)
+            assert sorted(r for p in passes for r in p.tolist()) == [0, 1, 2, 3, 4]
+            prefix = 20 if shared else 0
+            for p in passes:
+                part = select_rows(batch, p)
+                cost = pass_tokens(part["prompt_mask"].sum(1), part["completion_mask"].sum(1), prefix)
+                assert len(p) == 1 or cost <= budget
+                # padding nobody needs is trimmed; the rows' real tokens are all there
+                assert bool(part["prompt_mask"][:, 0].any()) and bool(part["completion_mask"][:, -1].any())
+                assert torch.equal(part["prompt_mask"].sum(1), pm[p].sum(1))
+                assert torch.equal(
+                    part["completion_ids"][part["completion_mask"].bool()], cid[p][cm[p].bool()]
+                )
+                assert torch.equal(part["advantages"], batch["advantages"][p])
+                assert part["num_items_in_batch"] == 17
+        assert len(update_passes(batch, 60, shared=True)) < len(
+            update_passes(batch, 60)
+        )  # prefix counted once
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_several_passes_give_the_micro_batch_loss_and_gradient(tmp_path, algo, loss_type):
+    """A micro-batch of step rows run as several passes under max_update_tokens: the loss TRL logs and the
+    gradient it steps with are those of one pass over the micro-batch."""
+    from agentr1_trl.forward import update_passes
+
+    if algo == "grpo":
+        trainer = _trainer(AgentGRPOTrainer, AgentGRPOConfig, tmp_path, loss_type=loss_type)
+    else:
+        trainer = _trainer(AgentPPOTrainer, AgentPPOConfig, tmp_path, loss_type=loss_type)
+        torch.nn.init.normal_(trainer.value_head.weight, std=0.5)
+    model = trainer.model
+    model.train()
+    trainer.current_gradient_accumulation_steps = 2  # as TRL's training loop sets it
+    pid, pm, cid, cm = _step_batch(trainer.processing_class)
+    g = torch.Generator().manual_seed(1)
+    action = cm * (torch.rand(cm.shape, generator=g) > 0.3)
+    batch = {"prompt_ids": pid, "prompt_mask": pm, "completion_ids": cid, "completion_mask": cm,
+             "action_mask": action, "advantages": torch.tensor([1.0, -0.5, 0.0, 2.0, -1.0]),
+             "num_items_in_batch": torch.tensor(float(action.sum() * 3))}  # fmt: skip
+    with torch.no_grad():
+        batch["old_per_token_logps"] = trainer.token_logps(model, torch.cat([pid, cid], 1),
+                                                           torch.cat([pm, cm], 1), cid.size(1)) - 0.05  # fmt: skip
+    if algo == "ppo":
+        batch["advantages"] = torch.randn(cm.shape, generator=g) * cm
+        batch["returns"] = torch.randn(cm.shape, generator=g) * cm
+        batch["old_values"] = torch.randn(cm.shape, generator=g) * cm
+
+    def run(budget):
+        trainer.args.max_update_tokens = budget
+        model.zero_grad()
+        loss = trainer._compute_loss(model, dict(batch))
+        loss.backward()
+        return loss.detach(), _grads(model)
+
+    one_loss, one_grads = run(0)
+    assert len(update_passes(batch, 40, shared=True)) >= 3
+    several_loss, several_grads = run(40)
+    assert torch.allclose(several_loss, one_loss, atol=1e-6, rtol=1e-5)
+    assert one_grads.keys() == several_grads.keys() and any("lora_" in k for k in one_grads)
+    for k in one_grads:
+        assert torch.allclose(several_grads[k], one_grads[k], atol=1e-6, rtol=1e-4), k
+
+
+def test_the_update_budget_defaults_to_cpus_only(tmp_path):
+    from agentr1_trl.config import CPU_UPDATE_TOKENS
+
+    trainer = _trainer(AgentGRPOTrainer, AgentGRPOConfig, tmp_path)
+    assert trainer.args.max_update_tokens is None and trainer.update_token_budget() == CPU_UPDATE_TOKENS
+    trainer.args.max_update_tokens = 0
+    assert trainer.update_token_budget() == 0
+    with pytest.raises(ConfigError, match="max_update_tokens"):
+        AgentGRPOConfig(output_dir=str(tmp_path), max_update_tokens=-1, use_cpu=True)

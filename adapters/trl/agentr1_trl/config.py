@@ -12,7 +12,11 @@ from trl import GRPOConfig
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.hardware import update_precision
 
-__all__ = ["AgentTrainerConfig"]
+__all__ = ["CPU_UPDATE_TOKENS", "AgentTrainerConfig"]
+
+#: ``max_update_tokens`` on a CPU by default: a pass of the shop's whole-chat micro-batch (2 episodes, one shared
+#: prompt) and of the main job's fit in one; step rows are cut (benchmarks/results/context_update.json)
+CPU_UPDATE_TOKENS = 4096
 
 
 @dataclass
@@ -110,6 +114,17 @@ class AgentTrainerConfig(GRPOConfig):
             "tokens. Applies without gradient checkpointing and in one process; otherwise the full forward runs. "
             "None (default): on CPUs, where the saved tokens are saved time, and not on GPUs, where the cached "
             "forward measured slower than the full one (benchmarks/results/gpu_step.json)."
+        },
+    )
+    max_update_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "The most tokens one forward/backward pass of the update holds (rows x padded width, a shared "
+            "prompt prefix counted once). A micro-batch over it is run in several passes whose gradients add up "
+            "to the micro-batch's (same loss denominators): with step rows (a context policy) a micro-batch of "
+            "episodes is one row per turn, and this keeps memory bounded by the window, not by the episodes' "
+            "length. A row is never cut. 0: one pass per micro-batch (TRL's behaviour). None (default): "
+            f"{CPU_UPDATE_TOKENS} on a CPU, 0 on a GPU."
         },
     )
     generation_backend: str = field(
@@ -226,6 +241,8 @@ class AgentTrainerConfig(GRPOConfig):
             raise ConfigError("need 1 <= max_new_tokens_per_turn < max_episode_tokens")
         if self.num_tasks < 1:
             raise ConfigError("num_tasks must be >= 1")
+        if self.max_update_tokens is not None and self.max_update_tokens < 0:
+            raise ConfigError(f"max_update_tokens must be >= 0 (0: no limit), got {self.max_update_tokens}")
         if self.generation_backend not in {"auto", "hf", "vllm"}:
             raise ConfigError(
                 f"generation_backend must be 'auto', 'hf' or 'vllm', got {self.generation_backend!r}"

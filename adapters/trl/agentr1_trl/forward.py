@@ -14,6 +14,13 @@ positions it would see alone (tested against the full forward).
 
 Either way it needs the KV cache in training, so it is used only without gradient checkpointing and in one
 process (DDP wants one forward per backward); elsewhere the full forward runs.
+
+A micro-batch is a number of *episodes*; with step rows each of them is as many rows as it has turns, so one
+forward pass over a micro-batch would hold every step of every episode in it. :func:`update_passes` cuts a
+micro-batch's rows into passes of at most a token budget (what each pass's forward holds, the shared prefix
+counted once) and :func:`select_rows` gives each pass its rows with the padding they do not need trimmed; the
+trainer runs forward and backward per pass with the whole micro-batch's loss denominators, so the gradient is the
+same as one pass's (tested). Memory then follows the budget (and the longest row), not the episodes' length.
 """
 
 from __future__ import annotations
@@ -23,7 +30,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["MIN_SHARED_PREFIX", "common_prefix", "completion_logps", "projected_logps", "prompt_groups"]
+__all__ = [
+    "MIN_SHARED_PREFIX",
+    "common_prefix",
+    "completion_logps",
+    "pass_tokens",
+    "projected_logps",
+    "prompt_groups",
+    "select_rows",
+    "update_passes",
+]
 
 #: the shortest common prefix worth running once for rows whose prompts all differ (below it the second forward
 #: call costs more than the tokens it saves)
@@ -242,3 +258,68 @@ def _prefix_completion_logps(
     # the state before each completion token: the last own-prompt token's, then the completion's own
     states = rest.hidden_states[-1][:, width - 1 : width - 1 + completion_ids.size(1)]
     return _scored(model, states, completion_ids, completion_mask, temperature, hidden, needed, chunk)
+
+
+def _row_lengths(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's prompt length and completion length (up to its last real completion token)."""
+    prompt = batch["prompt_mask"].sum(1)
+    mask = batch["completion_mask"]
+    cols = torch.arange(1, mask.size(1) + 1, device=mask.device)[None]
+    return prompt, (mask.bool() * cols).amax(1) if mask.size(1) else torch.zeros_like(prompt)
+
+
+def pass_tokens(prompt_lens: torch.Tensor, completion_lens: torch.Tensor, shared: int) -> int:
+    """The tokens one forward pass over these rows holds: ``rows x`` their padded width, less the ``shared``
+    leading prompt tokens every row has, which run once."""
+    if prompt_lens.numel() == 0:
+        return 0
+    width = int(prompt_lens.max()) + int(completion_lens.max())
+    return shared + int(prompt_lens.numel()) * (width - shared)
+
+
+def update_passes(batch: dict[str, Any], budget: int, shared: bool = False) -> list[torch.Tensor]:
+    """The rows of a micro-batch cut into forward passes of at most ``budget`` tokens (:func:`pass_tokens`; with
+    ``shared`` the micro-batch's common prompt prefix counts once per pass, as the shared-prefix forward runs it).
+
+    Rows go longest first, each pass taking rows while the pass stays within the budget, so that rows of similar
+    length share a pass (less padding); a row longer than the budget is a pass of its own (a row is never cut).
+    ``budget`` <= 0: one pass. Returns each pass's row indices, in the micro-batch's order within a pass."""
+    rows = batch["completion_ids"].size(0)
+    every = torch.arange(rows, device=batch["completion_ids"].device)
+    if budget <= 0 or rows <= 1:
+        return [every]
+    prompt, completion = _row_lengths(batch)
+    prefix = common_prefix(batch["prompt_ids"], batch["prompt_mask"]) if shared else 0
+    prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
+    if pass_tokens(prompt, completion, prefix) <= budget:
+        return [every]
+    order = sorted(range(rows), key=lambda r: -int(prompt[r] + completion[r]))
+    passes: list[list[int]] = []
+    for r in order:
+        if passes:
+            trial = torch.tensor(passes[-1] + [r])
+            if pass_tokens(prompt[trial], completion[trial], prefix) <= budget:
+                passes[-1].append(r)
+                continue
+        passes.append([r])
+    return [torch.tensor(sorted(p), device=every.device) for p in passes]
+
+
+def select_rows(batch: dict[str, Any], idx: torch.Tensor) -> dict[str, Any]:
+    """The micro-batch's rows ``idx``: every per-row tensor indexed, the prompt columns that are padding in all of
+    them dropped on the left and the completion columns after their last real token on the right (per-token
+    entries are the completion's width); anything else (scalars such as ``num_items_in_batch``) as it is."""
+    rows, width = batch["completion_ids"].shape
+    prompt, completion = _row_lengths({k: batch[k][idx] for k in ("prompt_mask", "completion_mask")})
+    keep_p, keep_c = int(prompt.max()), max(int(completion.max()), 1)
+    out: dict[str, Any] = {}
+    for key, value in batch.items():
+        if not (torch.is_tensor(value) and value.dim() > 0 and value.size(0) == rows):
+            out[key] = value
+        elif key in ("prompt_ids", "prompt_mask"):
+            out[key] = value[idx][:, value.size(1) - keep_p :]
+        elif value.dim() >= 2 and value.size(1) == width:
+            out[key] = value[idx][:, :keep_c]
+        else:
+            out[key] = value[idx]
+    return out

@@ -37,8 +37,9 @@ from agentr1_gym.errors import ConfigError
 from agentr1_gym.generation import GenerationError
 from agentr1_gym.rollout import Trajectory
 from agentr1_trl.checkpoints import mark_complete, resolve_resume
-from agentr1_trl.forward import completion_logps
-from agentr1_trl.signals import env_return
+from agentr1_trl.config import CPU_UPDATE_TOKENS
+from agentr1_trl.forward import completion_logps, select_rows, update_passes
+from agentr1_trl.signals import advantage_mask, env_return
 from agentr1_trl.turns import CONTEXT_DEPENDENT, expand_turn_rows
 
 __all__ = [
@@ -342,6 +343,9 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         this micro-batch's share of the whole generation batch's action tokens (a token mean over the batch, not
         over each micro-batch), ``dr_grpo`` by the constant ``max_episode_tokens`` (not the micro-batch's
         padded width), ``bnpo`` by this micro-batch's tokens. ``loss_type`` defaults to the config's."""
+        whole = getattr(self, "_denominators_of", None)
+        if whole is not None:  # one pass of several over a micro-batch: the micro-batch's rows and tokens
+            batch, mask = whole, advantage_mask(whole, True)
         tokens = float(mask.sum().clamp(min=1))
         total = batch.get("num_items_in_batch")
         if (loss_type or self.loss_type) == "dapo" and total is not None:
@@ -480,7 +484,36 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
             real = float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
             self.log_metric("update/tokens", real)
             self.log_metric("update/padding_fraction", 1.0 - real / max(padded, 1))
-        return self.loss(model, inputs)
+        passes = update_passes(inputs, self.update_token_budget(), shared=self.shares_prompts(model))
+        if self.model.training:
+            self.log_metric("update/passes", len(passes))
+        if len(passes) == 1:
+            return self.loss(model, inputs)
+        # several forward/backward passes, each with the whole micro-batch's denominators: their gradients add up
+        # to the micro-batch's. All but the last are backpropagated here; the last goes back to TRL's
+        # training_step, plus the others' (constant) values, so that the loss it logs is the micro-batch's.
+        self._denominators_of = inputs
+        try:
+            done = None
+            for idx in passes[:-1]:
+                part = self.loss(model, select_rows(inputs, idx))
+                self.accelerator.backward(part)
+                done = part.detach() if done is None else done + part.detach()
+            last = self.loss(model, select_rows(inputs, passes[-1]))
+        finally:
+            self._denominators_of = None
+        return last + done
+
+    def update_token_budget(self) -> int:
+        """The most tokens one forward/backward pass holds (``max_update_tokens``; None: by device); 0 when the
+        micro-batch must run as one pass: several processes (DDP syncs on every backward) or DeepSpeed (it scales
+        and steps per backward)."""
+        setting = getattr(self.args, "max_update_tokens", 0)
+        if self.accelerator.num_processes > 1 or self.is_deepspeed_enabled:
+            return 0
+        if setting is None:
+            return CPU_UPDATE_TOKENS if self.accelerator.device.type == "cpu" else 0
+        return int(setting)
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         super()._save(output_dir, state_dict)
