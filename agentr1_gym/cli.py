@@ -251,6 +251,29 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve_env(args: argparse.Namespace) -> int:
+    from agentr1_gym import env_server
+
+    kwargs = _parse_kv(args.env_arg)
+    if args.write_space:
+        written = env_server.write_space(
+            args.write_space, args.env_id, kwargs, max_sessions=args.max_sessions, port=args.port
+        )
+        print(f"wrote {len(written)} files for a Hugging Face Space (Docker) serving {args.env_id}:")
+        for path in written:
+            print(f"  {path}")
+        return 0
+    timeout = args.session_timeout if args.session_timeout > 0 else None
+    app = env_server.build_app(args.env_id, kwargs, max_sessions=args.max_sessions, session_timeout_s=timeout)
+    print(
+        f"serving {args.env_id} over OpenEnv on http://{args.host}:{args.port} (/ws sessions, at most "
+        f"{args.max_sessions}; /health, /schema, /metadata)",
+        flush=True,
+    )
+    env_server.serve(app, host=args.host, port=args.port)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentr1", description="Tool-using LLM agent envs (Agent-R1) for RL."
@@ -365,6 +388,37 @@ def _retrieval_commands(sub: Any) -> None:
     p.add_argument("--port", type=int, default=8000, help="default 8000")
     p.add_argument("--docs", action="store_true", help="also serve /docs and /openapi.json (off by default)")
     p.set_defaults(func=cmd_serve_retriever)
+
+    p = sub.add_parser(
+        "serve-env",
+        help="serve an env over OpenEnv's session protocol (OpenEnv's own server; one env per WebSocket session)",
+    )
+    p.add_argument("env_id", help="e.g. AgentR1/HotpotQA-v0, or your_module:Namespace/Name-v0")
+    p.add_argument("--env-arg", **ENV_ARG)
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to bind (default 127.0.0.1; use 0.0.0.0 to serve other machines, explicitly)",
+    )
+    p.add_argument("--port", type=int, default=8000, help="default 8000")
+    p.add_argument(
+        "--max-sessions", type=int, default=16, help="concurrent sessions, one env each (default 16)"
+    )
+    p.add_argument(
+        "--session-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="close a session idle this long, freeing its slot (default 600; 0: never)",
+    )
+    p.add_argument(
+        "--write-space",
+        default=None,
+        metavar="DIR",
+        help="instead of serving, write a Hugging Face Space (Docker) that serves the env: openenv.yaml, "
+        "Dockerfile, server/app.py, README.md",
+    )
+    p.set_defaults(func=cmd_serve_env)
 
     p = sub.add_parser("index", help="build retrieval indexes")
     isub = p.add_subparsers(dest="index_command", required=True)

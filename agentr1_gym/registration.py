@@ -22,6 +22,7 @@ from agentr1_gym.errors import BadArgumentError, ConfigError, UnknownEnvError
 
 __all__ = [
     "DESCRIPTIONS",
+    "NEEDS_SERVER",
     "USER_DESCRIPTIONS",
     "env_ids",
     "make",
@@ -34,6 +35,9 @@ __all__ = [
 DESCRIPTIONS: dict[str, str] = {}
 #: the same for tasks registered with :func:`agentr1_gym.register_task` in this process
 USER_DESCRIPTIONS: dict[str, str] = {}
+#: ids that need a server to play on (``base_url=``): listed by ``agentr1 list``, left out of :func:`env_ids`
+#: (whose envs all build offline with no arguments)
+NEEDS_SERVER: set[str] = set()
 
 
 def _register(env_id: str, entry_point: str, description: str, **kwargs: object) -> None:
@@ -93,6 +97,12 @@ def register_envs() -> None:
         rg,
         "Any reasoning-gym dataset (task=<name>, config={...}), scored by its own score_answer; optional tool.",
     )
+    _register(
+        "AgentR1/OpenEnv-v0",
+        "agentr1_gym.envs.openenv:OpenEnvEnv",
+        "An env on an OpenEnv server (base_url=...; ours from `agentr1 serve-env`, or any OpenEnv text env).",
+    )
+    NEEDS_SERVER.add("AgentR1/OpenEnv-v0")
     from agentr1_gym.envs.reasoning_gym import CURATED
 
     for suffix, task, config, tool, what in CURATED:
@@ -124,8 +134,9 @@ def register_worlds() -> None:
 
 
 def env_ids() -> list[str]:
-    """The ids of every registered ``AgentR1/*`` env (tasks of :func:`register_task`: ``USER_DESCRIPTIONS``)."""
-    return sorted(DESCRIPTIONS)
+    """The ids of every registered ``AgentR1/*`` env that builds offline with no arguments (tasks of
+    :func:`register_task`: ``USER_DESCRIPTIONS``; envs that play on a server: :data:`NEEDS_SERVER`)."""
+    return sorted(set(DESCRIPTIONS) - NEEDS_SERVER)
 
 
 def _import_user_module(module: str) -> None:

@@ -57,6 +57,7 @@ SCRIPTS = {
     "context": ("context.py", "Context policies: the tokens an update trains on"),
     "context_update": ("context_update.py", "Context policies: what the update costs"),
     "gpu_step": ("gpu_step.py", "GRPO and PPO steps on a GPU (H100)"),
+    "env_server": ("env_server.py", "Envs over OpenEnv: steps through the server against direct steps"),
 }
 
 
@@ -202,11 +203,27 @@ def _main_job(data: dict[str, Any]) -> str:
 
 def _context_update(data: dict[str, Any]) -> str:
     rows = [[r["world"], r["run"], r["update_s_per_step"], f"{r['update_vs_full']:.2f}x",
-             round(r["update_tokens_per_step"]), r["turns_per_episode"], r["peak_rss_gb"], r["rows_trained"]]
+             round(r["update_tokens_per_step"]), r.get("max_update_tokens", ""),
+             r.get("passes_per_micro_batch", ""), r["turns_per_episode"], r["peak_rss_gb"], r["rows_trained"]]
             for r in data["runs"]]  # fmt: skip
     return f"{data['model']}; {data['settings']}.\n\n" + _table(
-        ["world", "context", "update s per step", "against full", "update tokens per step", "turns per episode",
-         "peak RSS (GB)", "rows trained"], rows)  # fmt: skip
+        ["world", "context", "update s per step", "against full", "tokens per micro-batch", "max_update_tokens",
+         "passes per micro-batch", "turns per episode", "peak RSS (GB)", "rows trained"], rows)  # fmt: skip
+
+
+def _env_server(data: dict[str, Any]) -> str:
+    rows = []
+    for e in data["envs"]:
+        d = e["direct"]
+        rows.append([e["env"], "direct env.step", 1, d["steps_per_s"], d["p50_ms"], d["p99_ms"], "1.00x"])
+        for s in e["server"]:
+            ratio = e["throughput_vs_direct"][str(s["sessions"])]
+            rows.append([e["env"], "agentr1 serve-env", s["sessions"], s["steps_per_s"], s["p50_ms"], s["p99_ms"],
+                         f"{ratio:.2f}x"])  # fmt: skip
+    added = "; ".join(f"{e['env']}: {e['added_p50_ms_one_session']:+.3f} ms" for e in data["envs"])
+    return f"{data['settings']}. Added p50 latency per step at one session: {added}.\n\n" + _table(
+        ["env", "how", "sessions", "steps/s", "p50 ms", "p99 ms", "throughput against direct"], rows
+    )
 
 
 def _table3(data: dict[str, Any]) -> str:
@@ -368,6 +385,7 @@ def _gpu_step(data: dict[str, Any]) -> str:
 
 HIGHLIGHTS = {
     "context_update": _context_update,
+    "env_server": _env_server,
     "main_job_bf16": _main_job,
     "gpu_step": _gpu_step,
     "context": _context,
@@ -483,17 +501,31 @@ def headline_rows() -> list[list[str]]:
             + ("; the shop's catalog before knock-off listings" if task == "webshop" else ""),
         ])  # fmt: skip
     if (RESULTS / "context_update.json").is_file():
-        runs = [r for r in _load("context_update")["runs"] if r["world"].startswith("shop")]
+        every = _load("context_update")["runs"]
+        runs = [r for r in every if r["world"].startswith("shop")]
         full = next((r for r in runs if r["run"] == "full"), None)
-        others = [r for r in runs if r["run"] != "full" and "no shared" not in r["run"]]
+        others = [
+            r for r in runs if r["run"] != "full" and "(" not in r["run"]
+        ]  # the policies at the defaults
         if full and others:
             best = min(others, key=lambda r: r["update_s_per_step"])
-            rows.append([
-                "[context policies in the update](docs/results/context_update.md)",
+            text = (
                 f"the shop, random play over 10 turns: update {best['update_s_per_step']:.0f} s per step under "
                 f"`{best['run']}` against {full['update_s_per_step']:.0f} s with the whole chat "
                 f"({best['update_vs_full']:.2f}x), peak RSS {best['peak_rss_gb']:.1f} against "
-                f"{full['peak_rss_gb']:.1f} GB",
+                f"{full['peak_rss_gb']:.1f} GB"
+            )
+            long = {r["run"]: r for r in every if r["world"].startswith("Coin Collector, 50")}
+            if "full" in long and "window:2" in long:
+                text += (
+                    f"; Coin Collector over 50 turns: peak RSS {long['window:2']['peak_rss_gb']:.1f} GB under "
+                    f"`window:2` against {long['full']['peak_rss_gb']:.1f} GB"
+                )
+                lean = long.get("window:2 (2,048-token passes)")
+                if lean:
+                    text += f" ({lean['peak_rss_gb']:.1f} GB with `max_update_tokens=2048`)"
+            rows.append([
+                "[context policies in the update](docs/results/context_update.md)", text,
                 "one run per policy, SmolLM2-135M + LoRA, " + ("bf16 autocast" if full["bf16"] else "float32"),
             ])  # fmt: skip
     worlds = _load("worlds")

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from agentr1_gym.cli import main
-from agentr1_gym.registration import DESCRIPTIONS
+from agentr1_gym.registration import env_ids
 
 
 def test_list(capsys):
@@ -52,7 +52,7 @@ def test_console_script_help():
     assert "play" in out.stdout and "eval" in out.stdout
 
 
-@pytest.mark.parametrize("env_id", sorted(DESCRIPTIONS))
+@pytest.mark.parametrize("env_id", env_ids())
 def test_play_every_env_to_the_end(env_id, monkeypatch, capsys):
     """The oracle's turns, typed in, end the episode (graded, and shown with what was expected where there is an
     answer), then a second episode truncates."""
@@ -74,7 +74,7 @@ def test_play_every_env_to_the_end(env_id, monkeypatch, capsys):
     assert ("gold " in out) == shadow.final_answer
 
 
-@pytest.mark.parametrize("env_id", sorted(DESCRIPTIONS))
+@pytest.mark.parametrize("env_id", env_ids())
 @pytest.mark.parametrize("policy", ["oracle", "no-tool", "random"])
 def test_eval_every_env_with_every_builtin_policy(env_id, policy, capsys):
     assert main(["eval", env_id, "--policy", policy, "--episodes", "2", "--no-progress"]) == 0
@@ -84,7 +84,7 @@ def test_eval_every_env_with_every_builtin_policy(env_id, policy, capsys):
         assert summary["success"] == (1.0 if policy == "oracle" else 0.0)
 
 
-@pytest.mark.parametrize("env_id", sorted(DESCRIPTIONS))
+@pytest.mark.parametrize("env_id", env_ids())
 def test_serve_retriever_and_index_build_on_every_env(env_id, monkeypatch, capsys, tmp_path):
     """`--env ID` serves or indexes the corpus that env searches; envs without a search tool are one error line.
     (The server loop and the index builders are replaced: they have their own tests with real backends.)"""
@@ -118,3 +118,35 @@ def test_serve_retriever_and_index_build_on_every_env(env_id, monkeypatch, capsy
     (hits,) = served[0].search([title], 3)
     assert title in [p.title for p in hits]  # the env's own corpus is what is served
     assert built[0] is env.corpus or built[0].key == env.corpus.key
+
+
+def test_serve_env_without_openenv_and_a_space_written_without_it(tmp_path, capsys):
+    """serve-env names the extra it needs in one line; --write-space needs only the env (tests/test_openenv.py
+    serves and parses the files with openenv itself)."""
+    import importlib.util
+
+    if importlib.util.find_spec("openenv") is None:
+        assert main(["serve-env", "AgentR1/Calculator-v0", "--port", "1"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and 'pip install "agentr1-gym[openenv]"' in err[0]
+    assert main(["serve-env", "AgentR1/Nope-v0", "--write-space", str(tmp_path / "x")]) == 2
+    assert "Did you mean" in capsys.readouterr().err
+    out = tmp_path / "space"
+    assert main(["serve-env", "AgentR1/SyntheticMultihop-v0", "--env-arg", "max_turns=3", "--write-space",
+                 str(out)]) == 0  # fmt: skip
+    manifest = (out / "openenv.yaml").read_text()
+    assert "runtime: fastapi" in manifest and "range: [" in manifest
+    assert """json.loads('{"max_turns": 3}')""" in (out / "server" / "app.py").read_text()
+    assert main(["serve-env", "AgentR1/SyntheticMultihop-v0", "--write-space", str(out)]) == 2
+    assert "not empty" in capsys.readouterr().err
+
+
+def test_the_remote_env_is_listed_but_needs_a_server(capsys):
+    import agentr1_gym
+    from agentr1_gym.errors import ConfigError
+
+    assert main(["list"]) == 0
+    assert "AgentR1/OpenEnv-v0" in capsys.readouterr().out
+    assert "AgentR1/OpenEnv-v0" not in agentr1_gym.env_ids()
+    with pytest.raises(ConfigError, match="base_url"):
+        agentr1_gym.make("AgentR1/OpenEnv-v0")

@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.task": 9,  # dataset tasks: registers them
     "agentr1_gym.mixture": 9,  # builds its components with agentr1_gym.make
     "agentr1_gym.retrieval_server": 9,
+    "agentr1_gym.env_server": 9,  # any registered env over OpenEnv's protocol (builds envs with make)
     "agentr1_gym.viewer": 2,  # reads run directories; writes HTML (stdlib only)
     "agentr1_gym.cli": 10,
     "agentr1_gym": 11,  # the package's __init__: the public API

@@ -1,0 +1,555 @@
+"""``AgentR1/OpenEnv-v0``: an env on an OpenEnv server, as one of ours (``base_url=``; ``pip install
+"agentr1-gym[openenv]"``).
+
+The server runs the env; this side speaks OpenEnv's session protocol (a WebSocket on ``/ws``, JSON messages
+``reset``/``step``/``state``/``close``) and turns its answers into our contract, so that eval, play, both trainers
+and the viewer work on it unchanged:
+
+* **Actions.** A turn is sent as the server's action: ``{"text": turn}`` for our own servers (``agentr1
+  serve-env``); for another server, the one text field of its action schema (``/schema``), or the field named by
+  ``action_field=``.
+* **Observations.** The observation's ``text`` field (our servers), its one string field, or its fields as JSON.
+  Our servers also send the messages each step added and the tool schemas, so the chat (and its tokens) is the
+  one a direct ``gym.make`` episode would have; other servers' observations arrive as user turns.
+* **Rewards and ends** come from the server: ``reward`` and ``done`` of each step, and, from our servers, the
+  reward components, ``action_error`` and ``metrics``. Another server's last reward is the outcome; an episode
+  succeeds when its return reaches ``success_return`` (default: when the last reward is positive).
+  **Truncation** comes from our ``max_turns``.
+* **An action the server's env fails on** (OpenEnv's ``EXECUTION_ERROR``) is the model's mistake, not the run's:
+  it becomes the observation, ``info["action_error"]`` and the invalid-format penalty.
+* **Infrastructure fails loudly, never silently and never by hanging.** Every call has a ``timeout_s``. The
+  session is created over HTTP and the WebSocket attached to it, so a dropped connection is re-attached to the same
+  env within the episode's deadline (``episode_timeout_s``); a step whose answer was lost after the server ran it
+  cannot be replayed, and raises. A full server, a refused session, an unreachable or lying server raise
+  :class:`EnvServerError` with what happened. Nothing the server sends is evaluated, fetched or run: JSON only,
+  redirects refused, sizes bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, ClassVar
+
+from agentr1_gym.env import ToolEnv
+from agentr1_gym.errors import ConfigError, MissingDependencyError, ResetNeededError, ToolInfrastructureError
+from agentr1_gym.text import clean_json, clean_text
+
+__all__ = ["EnvServerError", "OpenEnvEnv"]
+
+#: the most bytes one server message may have (an observation of a long page fits; a runaway server does not)
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: the most bytes an HTTP answer (``/schema``, session calls) may have
+MAX_HTTP_BYTES = 1024 * 1024
+#: action fields a text turn goes to on servers that are not ours, in order of preference
+TEXT_FIELDS = ("text", "message", "content", "response", "answer", "command", "action", "code", "query")
+
+
+class EnvServerError(ToolInfrastructureError):
+    """The OpenEnv server failed, refused or could not be reached: an infrastructure failure, never the model's."""
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        raise EnvServerError(
+            f"the server answered {req.full_url} with a redirect to {newurl!r}; none is followed"
+        )
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+class _Session:
+    """One OpenEnv session: created over HTTP (``openenv/session/create``) where the server offers it, so that the
+    WebSocket can be re-attached to the same env after a drop; else the WebSocket's own session."""
+
+    def __init__(self, base_url: str, timeout_s: float) -> None:
+        try:
+            from websockets.sync.client import connect
+        except ImportError as exc:
+            raise MissingDependencyError("websockets", "openenv", "AgentR1/OpenEnv-v0") from exc
+        self._connect = connect
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.ws: Any = None
+        self.session_id: str | None = None
+        self.steps = 0  # steps the server ran in this episode, as far as this side knows
+
+    # -- HTTP ---------------------------------------------------------------------------------------------
+    def http(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        url = f"{self.base_url}{path}"
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET")
+        request.add_header("Content-Type", "application/json")
+        try:
+            with _OPENER.open(request, timeout=self.timeout_s) as response:
+                raw = response.read(MAX_HTTP_BYTES + 1)
+        except EnvServerError:
+            raise
+        except urllib.error.HTTPError as exc:
+            raise EnvServerError(f"{url} answered HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            raise _Unreachable(f"cannot reach the OpenEnv server at {url}: {exc}") from None
+        if len(raw) > MAX_HTTP_BYTES:
+            raise EnvServerError(f"{url} answered more than {MAX_HTTP_BYTES} bytes")
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise EnvServerError(f"{url} did not answer JSON") from None
+
+    def _rpc(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        answer = self.http("/mcp", {"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        if not isinstance(answer, dict):
+            raise EnvServerError(f"/mcp answered {type(answer).__name__}, not a JSON-RPC object")
+        return answer
+
+    # -- the WebSocket ------------------------------------------------------------------------------------
+    def _ws_url(self) -> str:
+        parts = urllib.parse.urlsplit(self.base_url)
+        scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme)
+        if scheme is None or not parts.netloc:
+            raise ConfigError(f"base_url must be http(s)://host[:port][/path], got {self.base_url!r}")
+        query = f"?session_id={urllib.parse.quote(self.session_id)}" if self.session_id else ""
+        return urllib.parse.urlunsplit((scheme, parts.netloc, f"{parts.path.rstrip('/')}/ws", "", "")) + query
+
+    def open(self) -> None:
+        """A new session (a new env on the server) with a WebSocket attached."""
+        self.close()
+        try:
+            answer = self._rpc("openenv/session/create", {})
+        except _Unreachable:
+            raise
+        except EnvServerError:
+            answer = {}  # a server without HTTP sessions: the WebSocket's own (no re-attach after a drop)
+        error = answer.get("error")
+        if isinstance(error, dict):
+            data = error.get("data") if isinstance(error.get("data"), dict) else {}
+            if "max_sessions" in data:
+                raise EnvServerError(
+                    f"the OpenEnv server at {self.base_url} is full ({data.get('active_sessions')} of "
+                    f"{data.get('max_sessions')} sessions): close other clients or start it with more sessions"
+                )
+            raise EnvServerError(
+                f"the server refused a session: {clean_text(str(error.get('message')))[:300]}"
+            )
+        result = answer.get("result")
+        sid = result.get("session_id") if isinstance(result, dict) else None
+        self.session_id = sid if isinstance(sid, str) and sid else None
+        self._attach()
+
+    def _attach(self) -> None:
+        try:
+            self.ws = self._connect(
+                self._ws_url(), open_timeout=self.timeout_s, close_timeout=2, max_size=MAX_MESSAGE_BYTES
+            ).__enter__()  # held across calls (websockets 17 warns about a connection used outside a with)
+        except Exception as exc:
+            self.ws = None
+            raise EnvServerError(f"cannot open a session on {self.base_url}/ws: {exc}") from None
+
+    def request(self, message: dict[str, Any], *, replayable: bool, deadline: float) -> dict[str, Any]:
+        """Send ``message``, return the answer's ``data``. A dropped connection is re-attached until ``deadline``
+        (when the server offers HTTP sessions); a step is sent again only if the server had not run it."""
+        from websockets.exceptions import ConnectionClosed
+
+        delay = 0.05
+        while True:
+            sent = False
+            try:
+                if self.ws is None:
+                    self._attach()
+                self.ws.send(json.dumps(message))
+                sent = True
+                raw = self.ws.recv(timeout=max(0.0, min(self.timeout_s, deadline - time.monotonic())))
+                return self._parse(raw)
+            except TimeoutError:
+                self._drop()
+                what = "answer" if sent else "connection"
+                raise EnvServerError(
+                    f"no {what} from {self.base_url} within {self.timeout_s:g} s ({message.get('type')})"
+                ) from None
+            except _BadAnswer:
+                self._drop()
+                raise
+            except (ConnectionClosed, OSError, EnvServerError) as exc:
+                self._drop()
+                if isinstance(exc, EnvServerError) and not self.session_id:
+                    raise
+                if not self.session_id:
+                    raise EnvServerError(
+                        f"the connection to {self.base_url} dropped mid-episode ({exc}) and the server offers no "
+                        "HTTP sessions to re-attach to: the episode is lost"
+                    ) from None
+                if time.monotonic() + delay >= deadline:
+                    raise EnvServerError(
+                        f"the connection to {self.base_url} dropped ({exc}) and did not come back before the "
+                        "episode's deadline"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                if sent and not replayable:
+                    self._attach_or_none()
+                    if self.ws is None:
+                        continue
+                    ran = self._server_steps(deadline)
+                    if ran is None or ran > self.steps:
+                        raise EnvServerError(
+                            f"the connection to {self.base_url} dropped after the server ran a step; its answer "
+                            "is lost and a step cannot be replayed: the episode is lost"
+                        ) from None
+
+    def _attach_or_none(self) -> None:
+        try:
+            self._attach()
+        except EnvServerError:
+            self.ws = None
+
+    def _server_steps(self, deadline: float) -> int | None:
+        try:
+            self.ws.send(json.dumps({"type": "state"}))
+            data = self._parse(
+                self.ws.recv(timeout=max(0.0, min(self.timeout_s, deadline - time.monotonic())))
+            )
+        except Exception:
+            self._drop()
+            return None
+        count = data.get("step_count")
+        return count if isinstance(count, int) else None
+
+    def _parse(self, raw: Any) -> dict[str, Any]:
+        try:
+            message = json.loads(raw)
+        except (json.JSONDecodeError, TypeError, UnicodeDecodeError):
+            raise _BadAnswer("the server sent a message that is not JSON") from None
+        if not isinstance(message, dict) or not isinstance(message.get("data"), dict):
+            raise _BadAnswer("the server sent a message without a data object")
+        if message.get("type") == "error":
+            raise _ServerSaid(message["data"])
+        return message["data"]
+
+    def _drop(self) -> None:
+        ws, self.ws = self.ws, None
+        if ws is not None:
+            with contextlib.suppress(Exception):
+                ws.close()
+
+    def close(self) -> None:
+        """End the session: the WebSocket says goodbye, and an HTTP session is closed on the server."""
+        if self.ws is not None:
+            with contextlib.suppress(Exception):
+                self.ws.send(json.dumps({"type": "close"}))
+        self._drop()
+        if self.session_id:
+            with contextlib.suppress(EnvServerError):  # else the server's idle timeout frees it
+                self._rpc("openenv/session/close", {"session_id": self.session_id})
+        self.session_id = None
+
+
+class _BadAnswer(EnvServerError):
+    """The server sent something that is not an OpenEnv message."""
+
+
+class _Unreachable(EnvServerError):
+    """The server did not answer at all (refused, timed out, unknown host)."""
+
+
+class _ServerSaid(Exception):
+    """An OpenEnv ``error`` message: ``data`` has ``message`` and ``code``."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        super().__init__(clean_text(str(data.get("message", "")))[:2000])
+        self.code = str(data.get("code", ""))
+        self.data = data
+
+
+class OpenEnvEnv(ToolEnv):
+    """An env on an OpenEnv server (see the module docstring). ``base_url`` is the server
+    (``http://127.0.0.1:8000``); ``timeout_s`` bounds every call, ``episode_timeout_s`` the time a dropped
+    connection may take to come back; ``action_field`` names the action's text field on servers that are not
+    ours; ``success_return`` is the return that counts as success there; ``reset_kwargs`` go with every reset."""
+
+    final_answer: ClassVar[bool] = False  # the server decides when an episode ends
+    process_local: ClassVar[tuple[str, ...]] = ("_session",)
+    answer_metrics: ClassVar[tuple[str, ...]] = ("score",)
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        timeout_s: float = 60.0,
+        episode_timeout_s: float = 600.0,
+        action_field: str | None = None,
+        success_return: float | None = None,
+        reset_kwargs: dict[str, Any] | None = None,
+        **settings: Any,
+    ) -> None:
+        if not base_url or not isinstance(base_url, str):
+            raise ConfigError(
+                "AgentR1/OpenEnv-v0 needs base_url=, the OpenEnv server to play on (e.g. "
+                "base_url='http://127.0.0.1:8000' after `agentr1 serve-env AgentR1/HotpotQA-v0 --port 8000`)"
+            )
+        if not timeout_s > 0 or not episode_timeout_s > 0:
+            raise ConfigError("timeout_s and episode_timeout_s must be > 0")
+        super().__init__([], **settings)
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = float(timeout_s)
+        self.episode_timeout_s = float(episode_timeout_s)
+        self.action_field = action_field
+        self.success_return = success_return
+        self.reset_kwargs = dict(reset_kwargs or {})
+        self._schema: dict[str, Any] | None = None
+        self._ours = False  # the server is agentr1 serve-env (its observations carry our info)
+        self._return = 0.0
+        self._last_reward = 0.0
+        self._metrics: dict[str, float] = {}
+        self._max_reward: float | None = None
+        self._deadline = 0.0
+        self._session: _Session | None = None
+        self.open_resources()
+
+    def open_resources(self) -> None:
+        self._session = None  # connected at the first reset
+
+    def close_resources(self) -> None:
+        if getattr(self, "_session", None) is not None:
+            self._session.close()
+            self._session = None
+
+    # -- what ToolEnv asks of an env (the server holds the task) -----------------------------------------
+    def task_prompt(self, task: Any) -> str:
+        return self.messages[0]["content"] if self.messages else ""
+
+    def score_answer(self, answer: str | None) -> dict[str, float]:
+        return dict(self._metrics) if self._metrics else {"score": 0.0}
+
+    # -- the action schema -----------------------------------------------------------------------------
+    def _text_field(self, session: _Session) -> str:
+        if self._schema is None:
+            schema = session.http("/schema")
+            action = schema.get("action") if isinstance(schema, dict) else None
+            if not isinstance(action, dict):
+                raise EnvServerError(f"{self.base_url}/schema has no action schema")
+            self._schema = action
+            props = action.get("properties") or {}
+            self._ours = {"text", "tool_name", "arguments"} <= set(props)
+        props = self._schema.get("properties") or {}
+        if self.action_field is not None:
+            if self.action_field not in props:
+                raise ConfigError(
+                    f"action_field={self.action_field!r} is not in the server's action schema ({sorted(props)})"
+                )
+            return self.action_field
+
+        def is_text(spec: Any) -> bool:
+            if not isinstance(spec, dict):
+                return False
+            kinds = [spec.get("type")] + [s.get("type") for s in spec.get("anyOf", []) if isinstance(s, dict)]
+            return "string" in kinds
+
+        texts = [name for name, spec in props.items() if name != "metadata" and is_text(spec)]
+        for name in TEXT_FIELDS:
+            if name in texts:
+                return name
+        if len(texts) == 1:
+            return texts[0]
+        raise ConfigError(
+            f"cannot tell which field of {self.base_url}'s action takes the model's text (string fields: "
+            f"{texts or 'none'}); pass action_field=NAME"
+        )
+
+    # -- gym API ----------------------------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super(ToolEnv, self).reset(seed=seed)
+        if self._session is None:
+            self._session = _Session(self.base_url, self.timeout_s)
+        session = self._session
+        self._text_field(
+            session
+        )  # reads /schema once: which field takes text, and whether the server is ours
+        self._deadline = time.monotonic() + self.episode_timeout_s
+        if session.ws is None and session.session_id is None:
+            session.open()  # the session (one env on the server) lasts until close(); episodes reset it
+        data: dict[str, Any] = dict(self.reset_kwargs)
+        if seed is not None:
+            data["seed"] = int(seed)
+        if options:
+            data["options"] = options
+        try:
+            answer = session.request(
+                {"type": "reset", "data": data}, replayable=True, deadline=self._deadline
+            )
+        except _ServerSaid as exc:
+            raise EnvServerError(f"the server could not reset: {exc} ({exc.code})") from None
+        session.steps = 0
+        text, meta = self._observation(answer)
+        messages = meta.get("new_messages") if self._ours else None
+        self.messages = _messages(messages) or [{"role": "user", "content": text}]
+        self.turn, self._done, self._format_ok = 0, False, True
+        self._return, self._last_reward, self._metrics = 0.0, 0.0, {}
+        self.task = {"id": meta.get("task_id") or f"seed-{seed}", "prompt": self.messages[0]["content"]}
+        self._episode_task_id = str(self.task["id"])
+        bound = meta.get("max_episode_reward") if self._ours else None
+        self._max_reward = float(bound) if isinstance(bound, (int, float)) else None
+        tools = meta.get("tools") if self._ours and isinstance(meta.get("tools"), list) else []
+        self._tool_schemas = [clean_json(t, 64)[0] for t in tools if isinstance(t, dict)]
+        info = {
+            "messages": list(self.messages),
+            "context": self.context_messages(),
+            "tools": list(self._tool_schemas),
+            "task_id": self._episode_task_id,
+            "turn": 0,
+        }
+        return text, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.task is None or self._session is None:
+            raise ResetNeededError("Cannot call step() before reset(): call env.reset() first.")
+        if self._done:
+            raise ResetNeededError("The episode has ended (terminated or truncated); call env.reset() first.")
+        if not isinstance(action, str):
+            raise TypeError(f"an action is one assistant turn as str, got {type(action).__name__}")
+        action = clean_text(action)
+        session = self._session
+        self.turn += 1
+        field = self._text_field(session)
+        payload: dict[str, Any] = {field: action}
+        action_error: str | None = None
+        try:
+            answer = session.request(
+                {"type": "step", "data": payload}, replayable=False, deadline=self._deadline
+            )
+        except _ServerSaid as exc:
+            if exc.code not in ("EXECUTION_ERROR", "VALIDATION_ERROR"):
+                raise EnvServerError(f"the server failed the step: {exc} ({exc.code})") from None
+            # the server's env failed on this turn (or refused its shape): the model's mistake, as any bad turn
+            answer = None
+            action_error = f"The environment could not take this turn: {exc}"
+        session.steps += 1
+        if answer is None:
+            penalty = float(self.reward_config.invalid_format_penalty)
+            reward, done, truncated_remote, meta, text = penalty, False, False, {}, action_error or ""
+            components = {"invalid_format": penalty}
+            self._format_ok = False
+            new = [{"role": "assistant", "content": action}, {"role": "user", "content": text}]
+        else:
+            text, meta = self._observation(answer)
+            raw_reward = answer.get("reward")
+            reward = (
+                float(raw_reward)
+                if isinstance(raw_reward, (int, float)) and raw_reward == raw_reward
+                else 0.0
+            )
+            done = bool(answer.get("done"))
+            truncated_remote = bool(meta.get("truncated")) if self._ours else False
+            action_error = meta.get("action_error") if isinstance(meta.get("action_error"), str) else None
+            components = _components(meta.get("reward_components")) if self._ours else None
+            if components is None:
+                components = {"env_reward": reward}
+            new = _messages(meta.get("new_messages")) if self._ours else None
+            if not new:
+                new = [{"role": "assistant", "content": action}]
+                if text:
+                    new.append({"role": "user", "content": text})
+        self.messages.extend(new)
+        self._return += reward
+        self._last_reward = reward
+        terminated = done and not truncated_remote
+        truncated = (done and truncated_remote) or (not done and self.turn >= self.max_turns)
+        info: dict[str, Any] = {
+            "task_id": self._episode_task_id,
+            "turn": self.turn,
+            "action_error": action_error,
+            "num_tool_calls": int(meta.get("num_tool_calls", 0)) if self._ours else 0,
+            "tool_calls": list(meta.get("tool_calls") or []) if self._ours else [],
+            "truncated_reason": "" if not truncated else str(meta.get("truncated_reason") or "max_turns"),
+        }
+        if terminated or truncated:
+            self._done = True
+            metrics = meta.get("metrics") if self._ours else None
+            self._metrics = _floats(metrics) if isinstance(metrics, dict) else self._remote_metrics()
+            self._metrics.setdefault("turns", float(self.turn))
+            info["metrics"] = dict(self._metrics)
+            if isinstance(meta.get("answer"), str):
+                info["answer"] = meta["answer"]
+        if self._ours and "process_reward" in meta:
+            process, outcome = float(meta["process_reward"]), float(meta["outcome_reward"])
+        else:
+            process, outcome = (0.0, reward) if done else (reward, 0.0)
+        info.update(
+            reward_components=components,
+            process_reward=process,
+            outcome_reward=outcome,
+            messages=list(self.messages),
+        )
+        info["context"] = info["messages"] if self.context_policy[0] == "full" else self.context_messages()
+        return ("" if terminated else text), float(reward), terminated, truncated, info
+
+    def _remote_metrics(self) -> dict[str, float]:
+        if self.success_return is not None:
+            success = self._return >= self.success_return
+        else:
+            success = self._last_reward > 0
+        return {"score": float(success), "success": float(success), "return": self._return,
+                "format_ok": float(self._format_ok)}  # fmt: skip
+
+    def close_episode(
+        self, answer: str | None = None, *, terminated: bool = False
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """A cut episode (the rollout's token budget): nothing more is paid; the server's session ends at the
+        next reset."""
+        self._done = True
+        if not self._metrics:
+            self._metrics = self._remote_metrics() if not self._ours else {"score": 0.0, "success": 0.0}
+            self._metrics.update(turns=float(self.turn), format_ok=0.0)
+        return {}, dict(self._metrics)
+
+    def _observation(self, answer: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        obs = answer.get("observation")
+        obs = obs if isinstance(obs, dict) else {}
+        meta = answer.get("metadata")
+        if not isinstance(meta, dict):
+            meta = obs.get("metadata") if isinstance(obs.get("metadata"), dict) else {}
+        meta = clean_json(meta, 64)[0]
+        fields = {k: v for k, v in obs.items() if k not in ("metadata", "reward", "done")}
+        if isinstance(fields.get("text"), str):
+            text = fields["text"]
+        else:
+            strings = [v for v in fields.values() if isinstance(v, str)]
+            text = strings[0] if len(strings) == 1 else json.dumps(clean_json(fields, 16, strict=True)[0])
+        return clean_text(text), meta
+
+    def max_episode_reward(self) -> float:
+        """The bound our servers send with each reset; other servers do not say."""
+        self._require_task("max_episode_reward()")
+        if self._max_reward is None:
+            raise ConfigError(f"the server at {self.base_url} does not say its envs' largest return")
+        return self._max_reward
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+
+def _messages(value: Any) -> list[dict[str, Any]] | None:
+    """The server's messages, kept only if each is a ``{"role": str, "content": str, ...}`` dict."""
+    if not isinstance(value, list) or not value:
+        return None
+    out = []
+    for m in value:
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            return None
+        out.append({k: v for k, v in m.items() if k in ("role", "content", "name", "tool_call_id")})
+    return out
+
+
+def _floats(value: dict[str, Any]) -> dict[str, float]:
+    return {str(k): float(v) for k, v in value.items() if isinstance(v, (int, float)) and v == v}
+
+
+def _components(value: Any) -> dict[str, float] | None:
+    return _floats(value) if isinstance(value, dict) and value else None
