@@ -704,15 +704,20 @@ class ToolEnv(gym.Env[str, str], ABC):
         }
         return components, metrics
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def checked_action(self, action: Any) -> str:
+        """``action`` as a step takes it (lone surrogates replaced: model text is untrusted, see
+        :mod:`agentr1_gym.text`); a step before ``reset`` or after the episode's end, or an action that is not text,
+        raises (for subclasses that write their own ``step``)."""
         if self.task is None:
             raise ResetNeededError("Cannot call step() before reset(): call env.reset() first.")
         if self._done:
             raise ResetNeededError("The episode has ended (terminated or truncated); call env.reset() first.")
         if not isinstance(action, str):
             raise TypeError(f"an action is one assistant turn as str, got {type(action).__name__}")
-        # model text is untrusted: no lone surrogate goes on (see agentr1_gym.text)
-        action = clean_text(action)
+        return clean_text(action)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        action = self.checked_action(action)
         self.turn += 1
         components = dict.fromkeys(self._component_keys, 0.0)
         self.messages.append({"role": "assistant", "content": action})
@@ -785,6 +790,17 @@ class ToolEnv(gym.Env[str, str], ABC):
             components.update(outcome_parts)
         process = sum(v for k, v in components.items() if k not in OUTCOME_KEYS)
         outcome = sum(components[k] for k in OUTCOME_KEYS)
+        self.finish_info(info, components, process, outcome)
+        obs = "" if terminated else clean_text("\n".join(obs_parts))
+        if self.render_mode == "human":
+            self.render()
+        return obs, float(process + outcome), terminated, truncated, info
+
+    def finish_info(
+        self, info: dict[str, Any], components: dict[str, float], process: float, outcome: float
+    ) -> dict[str, Any]:
+        """Complete a step's ``info``: its reward components and their process/outcome split, the chat so far and
+        what the agent sees next under the context policy (for subclasses that write their own ``step``)."""
         info.update(
             reward_components=components,
             process_reward=process,
@@ -792,10 +808,7 @@ class ToolEnv(gym.Env[str, str], ABC):
             messages=list(self.messages),
         )
         info["context"] = info["messages"] if self.context_policy[0] == "full" else self.context_messages()
-        obs = "" if terminated else clean_text("\n".join(obs_parts))
-        if self.render_mode == "human":
-            self.render()
-        return obs, float(process + outcome), terminated, truncated, info
+        return info
 
     def _run_calls(
         self,

@@ -407,14 +407,10 @@ class OpenEnvEnv(ToolEnv):
         return text, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self.task is None or self._session is None:
-            raise ResetNeededError("Cannot call step() before reset(): call env.reset() first.")
-        if self._done:
-            raise ResetNeededError("The episode has ended (terminated or truncated); call env.reset() first.")
-        if not isinstance(action, str):
-            raise TypeError(f"an action is one assistant turn as str, got {type(action).__name__}")
-        action = clean_text(action)
+        action = self.checked_action(action)
         session = self._session
+        if session is None:  # an unpickled copy that was never reset
+            raise ResetNeededError("Cannot call step() before reset(): call env.reset() first.")
         self.turn += 1
         field = self._text_field(session)
         payload: dict[str, Any] = {field: action}
@@ -480,13 +476,7 @@ class OpenEnvEnv(ToolEnv):
             process, outcome = float(meta["process_reward"]), float(meta["outcome_reward"])
         else:
             process, outcome = (0.0, reward) if done else (reward, 0.0)
-        info.update(
-            reward_components=components,
-            process_reward=process,
-            outcome_reward=outcome,
-            messages=list(self.messages),
-        )
-        info["context"] = info["messages"] if self.context_policy[0] == "full" else self.context_messages()
+        self.finish_info(info, components, process, outcome)
         return ("" if terminated else text), float(reward), terminated, truncated, info
 
     def _remote_metrics(self) -> dict[str, float]:
