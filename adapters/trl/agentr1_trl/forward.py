@@ -37,6 +37,7 @@ __all__ = [
     "pass_tokens",
     "projected_logps",
     "prompt_groups",
+    "row_lengths",
     "select_rows",
     "update_passes",
 ]
@@ -260,7 +261,7 @@ def _prefix_completion_logps(
     return _scored(model, states, completion_ids, completion_mask, temperature, hidden, needed, chunk)
 
 
-def _row_lengths(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+def row_lengths(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's prompt length and completion length (up to its last real completion token)."""
     prompt = batch["prompt_mask"].sum(1)
     mask = batch["completion_mask"]
@@ -288,7 +289,7 @@ def update_passes(batch: dict[str, Any], budget: int, shared: bool = False) -> l
     every = torch.arange(rows, device=batch["completion_ids"].device)
     if budget <= 0 or rows <= 1:
         return [every]
-    prompt, completion = _row_lengths(batch)
+    prompt, completion = row_lengths(batch)
     prefix = common_prefix(batch["prompt_ids"], batch["prompt_mask"]) if shared else 0
     prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
     if pass_tokens(prompt, completion, prefix) <= budget:
@@ -310,7 +311,7 @@ def select_rows(batch: dict[str, Any], idx: torch.Tensor) -> dict[str, Any]:
     them dropped on the left and the completion columns after their last real token on the right (per-token
     entries are the completion's width); anything else (scalars such as ``num_items_in_batch``) as it is."""
     rows, width = batch["completion_ids"].shape
-    prompt, completion = _row_lengths({k: batch[k][idx] for k in ("prompt_mask", "completion_mask")})
+    prompt, completion = row_lengths({k: batch[k][idx] for k in ("prompt_mask", "completion_mask")})
     keep_p, keep_c = int(prompt.max()), max(int(completion.max()), 1)
     out: dict[str, Any] = {}
     for key, value in batch.items():

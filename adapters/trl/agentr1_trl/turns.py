@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from agentr1_gym.rollout import Trajectory
+from agentr1_trl.forward import row_lengths
 
 __all__ = ["CONTEXT_DEPENDENT", "expand_turn_rows", "turn_spans"]
 
@@ -40,12 +41,6 @@ def turn_spans(traj: Trajectory) -> list[tuple[int, int]]:
     return spans
 
 
-def _row_lengths(batch: dict[str, Any], i: int) -> tuple[int, int]:
-    prompt_len = int(batch["prompt_mask"][i].sum())
-    nz = torch.nonzero(batch["completion_mask"][i]).flatten()
-    return prompt_len, int(nz[-1]) + 1 if nz.numel() else 0
-
-
 def expand_turn_rows(
     batch: dict[str, Any], trajectories: list[Trajectory], *, pad_id: int, multiple: int = 1
 ) -> tuple[dict[str, Any], list[int]]:
@@ -64,8 +59,9 @@ def expand_turn_rows(
     completions: list[list[int]] = []
     sources: list[tuple[int, int, int]] = []  # (source row, start, end) of each new row in the old row
     turn_rows: list[int] = []
+    prompt_lens, completion_lens = row_lengths(batch)
     for i, traj in enumerate(trajectories):
-        prompt_len, completion_len = _row_lengths(batch, i)
+        prompt_len, completion_len = int(prompt_lens[i]), int(completion_lens[i])
         if traj.prefix_stable:
             prompt = batch["prompt_ids"][i, batch["prompt_ids"].size(1) - prompt_len :].tolist()
             prompts.append(prompt)
