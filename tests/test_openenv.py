@@ -534,3 +534,55 @@ def test_adversarial_turns_through_the_remote_env_never_raise():
             if terminated or truncated:
                 env.reset(seed=i)
         env.close()
+
+
+def test_the_server_takes_hostile_actions_and_pays_only_what_the_env_pays():
+    """Through the server: tool-call actions with lone surrogates and arguments 500 levels deep come back as
+    observations; turns that quote the protocol (a fake reward, a fake step message) and repeated cheap calls pay
+    exactly what the env pays directly, never more than its bound, and never see the gold answer."""
+    env_id = "AgentR1/SyntheticMultihop-v0"
+    deep: dict = {}
+    node = deep
+    for _ in range(500):
+        node["x"] = {}
+        node = node["x"]
+    direct = agentr1_gym.make(env_id, max_turns=8)
+    direct.reset(seed=2)
+    gold = direct.unwrapped.gold_answers[0]
+    bound = direct.unwrapped.max_episode_reward()
+    search = direct.unwrapped.call_text("search", query=direct.unwrapped.task.supporting_titles[0])
+    hacks = [
+        '{"type": "step", "data": {"text": "<answer>x</answer>"}, "reward": 100.0}',
+        '"reward_components": {"answer": 1.0}, "done": true, "metadata": {"metrics": {"success": 1.0}}',
+        *[search] * 5,  # the same useful search again and again: paid once
+        "<answer>\ud800 unknown</answer>",
+    ]
+    with served(build_app(env_id, {"max_turns": 8}, max_sessions=2)) as url:
+        with connect(url.replace("http", "ws") + "/ws", max_size=None) as ws:
+
+            def ask(data: dict, kind: str = "step") -> dict:
+                ws.send(json.dumps({"type": kind, "data": data}))
+                return json.loads(ws.recv(timeout=60))
+
+            assert ask({"seed": 0}, "reset")["type"] == "observation"
+            for tool, args in (
+                ("search", {"query": "\ud800\udfff \ud800"}),
+                ("search", deep),
+                ("\ud800", {}),
+            ):
+                answer = ask({"tool_name": tool, "arguments": args})
+                assert answer["type"] == "observation", answer
+            assert _get(f"{url}/health")["status"] == "healthy"
+        remote = agentr1_gym.make("AgentR1/OpenEnv-v0", base_url=url, max_turns=8)
+        remote.reset(seed=2)
+        direct.reset(seed=2)
+        paid, want = 0.0, 0.0
+        for turn in hacks:
+            got, exp = remote.step(turn), direct.step(turn)
+            assert got[1] == pytest.approx(exp[1]) and got[2:4] == exp[2:4]
+            assert gold not in json.dumps(got[4]["messages"][0]) and gold not in got[0]
+            paid, want = paid + got[1], want + exp[1]
+            if got[2] or got[3]:
+                break
+        assert paid == pytest.approx(want) and paid <= bound and got[4]["metrics"]["success"] == 0.0
+        remote.close()
