@@ -283,6 +283,11 @@ def test_several_passes_give_the_micro_batch_loss_and_gradient(tmp_path, algo, l
         loss.backward()
         return loss.detach(), _grads(model)
 
+    with torch.no_grad():  # TRL's evaluation loss: the passes add up, nothing is backpropagated
+        trainer.args.max_update_tokens = 0
+        whole = trainer._compute_loss(model, dict(batch))
+        trainer.args.max_update_tokens = 40
+        assert torch.allclose(trainer._compute_loss(model, dict(batch)), whole, atol=1e-6, rtol=1e-5)
     one_loss, one_grads = run(0)
     assert len(update_passes(batch, 40, shared=True)) >= 3
     several_loss, several_grads = run(40)

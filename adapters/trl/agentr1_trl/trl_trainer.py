@@ -497,7 +497,8 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
             done = None
             for idx in passes[:-1]:
                 part = self.loss(model, select_rows(inputs, idx))
-                self.accelerator.backward(part)
+                if part.requires_grad:  # not under TRL's evaluation (no_grad): there the passes only add up
+                    self.accelerator.backward(part)
                 done = part.detach() if done is None else done + part.detach()
             last = self.loss(model, select_rows(inputs, passes[-1]))
         finally:
