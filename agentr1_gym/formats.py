@@ -222,6 +222,12 @@ class HermesFormat(ToolCallFormat):
         return _finish(calls, answers, self._HOW_TO)
 
     @staticmethod
+    def parse_call(body: str) -> ToolCall | str:
+        """One ``<tool_call>`` block's inside as a :class:`ToolCall`, or a message saying what is wrong with it
+        (the parser the env uses, for callers that take tool calls out of a turn themselves: the agent endpoint)."""
+        return HermesFormat._parse_body(body)
+
+    @staticmethod
     def _parse_body(body: str) -> ToolCall | str:
         body = body.strip()
         if body.startswith("```"):

@@ -61,6 +61,7 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.episodes": 23,
     "agentr1_trl.models": 23,
     "agentr1_trl.sft": 24,
+    "agentr1_trl.agent_proxy": 24,  # the OpenAI-compatible endpoint that records each call's tokens
     "agentr1_trl.model_eval": 24,
     "agentr1_trl.testing": 24,
     "agentr1_trl.config": 24,
@@ -69,6 +70,7 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.trainer": 26,
     "agentr1_trl.grpo": 27,
     "agentr1_trl.ppo": 27,
+    "agentr1_trl.agent_loop": 28,  # a user's own agent loop through the endpoint, trained with GRPO
     "agentr1_trl.pipeline": 28,  # settings -> trainer -> evaluations -> outputs (agentr1 train, benchmarks)
     "agentr1_trl.cli": 28,
     "agentr1_trl": 29,

@@ -139,7 +139,31 @@ def _given_flags(args: argparse.Namespace) -> dict[str, Any]:
         given["env_kwargs"] = {**given.get("env_kwargs", {}), "envs": parse_mix(args.mix)}
     if args.vllm_server:
         given.update(generation_backend="vllm", vllm_mode="server", vllm_server_urls=list(args.vllm_server))
+    _agent_flags(args, given)
     return given
+
+
+def _agent_flags(args: argparse.Namespace, given: dict[str, Any]) -> None:
+    """``--agent``, ``--tasks`` and ``--eval-tasks`` as settings: a task file is ``agent_tasks``; an env id is the
+    run's env (its warm start, its held-out seeds)."""
+    agent, tasks, eval_tasks = (getattr(args, k, None) for k in ("agent", "tasks", "eval_tasks"))
+    if (tasks or eval_tasks) and not agent and "agent" not in given:
+        raise ConfigError("--tasks and --eval-tasks go with --agent MODULE:FUNCTION")
+    if agent is not None:
+        given["agent"] = agent
+    if tasks is not None:
+        if tasks.endswith(".jsonl") or Path(tasks).is_file():
+            if not Path(tasks).is_file():
+                raise ConfigError(f"--tasks: no file {tasks}")
+            given["agent_tasks"] = str(Path(tasks).resolve())
+        else:
+            if "env_id" in given and given["env_id"] != tasks:
+                raise ConfigError("give the env as --tasks ENV_ID or --env, not both")
+            given["env_id"] = tasks
+    if eval_tasks is not None:
+        if not Path(eval_tasks).is_file():
+            raise ConfigError(f"--eval-tasks: no file {eval_tasks}")
+        given["agent_eval_tasks"] = str(Path(eval_tasks).resolve())
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -357,6 +381,26 @@ def _env_flags(p: Any) -> None:
         help="what the agent sees each step: full (the whole chat; the default), window:K (the task and the last K "
         "turns: each step is its own training row, bounded by the window), or state (the world's compact state, "
         "for envs with state_text()); stored in the run's env_kwargs, so a resume keeps it",
+    )
+    p.add_argument(
+        "--agent",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="train your own agent: an `async def rollout(client, task)` that runs it with the given "
+        "openai.AsyncOpenAI client (its calls go through a recording endpoint) and returns its reward; GRPO only",
+    )
+    p.add_argument(
+        "--tasks",
+        default=None,
+        metavar="FILE.jsonl|ENV_ID",
+        help="with --agent: the tasks (a JSONL file, one JSON object per line; or an env id, whose tasks the agent "
+        "plays through agentr1_trl.agent_loop.EnvSession; default: --env)",
+    )
+    p.add_argument(
+        "--eval-tasks",
+        default=None,
+        metavar="FILE.jsonl",
+        help="with --agent and a task file: held-out tasks for the evaluations before and after RL",
     )
     p.add_argument("--algo", default=None, choices=["grpo", "ppo"], help="default grpo")
     p.add_argument(

@@ -320,10 +320,19 @@ class RunPlan:
                 raise ConfigError(f"{where}{key} must be a whole number >= {low}, got {value!r}")
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"{where}model must be 'smollm2' or a model directory, got {self.model!r}")
-        if self.algo == "ppo":
+        if self.settings.get("agent"):
+            if self.algo != "grpo":
+                raise ConfigError(
+                    f"{where}--agent trains with GRPO (its estimators); --algo {self.algo} is not supported"
+                )
+            from agentr1_trl.agent_loop import AgentGRPOLoopTrainer
+            from agentr1_trl.grpo import AgentGRPOConfig
+
+            classes: tuple[Any, Any] = (AgentGRPOConfig, AgentGRPOLoopTrainer)
+        elif self.algo == "ppo":
             from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
 
-            classes: tuple[Any, Any] = (AgentPPOConfig, AgentPPOTrainer)
+            classes = (AgentPPOConfig, AgentPPOTrainer)
         else:
             from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 
@@ -434,11 +443,26 @@ def run_training(plan: RunPlan) -> int:
     import agentr1_gym
 
     config_cls, trainer_cls = plan.trainer_classes()
-    # the env id and its kwargs are checked now (UnknownEnvError with the closest ids, BadArgumentError with
-    # the closest keyword), not after the model has loaded
-    probe = agentr1_gym.make(plan.settings["env_id"], **plan.settings["env_kwargs"])
-    train_kwargs, eval_kwargs = split_env_kwargs(probe.unwrapped, plan.settings["env_kwargs"])
-    probe.close()
+    task_file = plan.settings.get("agent_tasks")
+    if task_file:  # an agent's task file: no env to probe, no oracle to warm-start on
+        from agentr1_trl.agent_loop import AgentTasks, load_agent
+
+        load_agent(plan.settings["agent"])
+        AgentTasks.from_jsonl(task_file)
+        if plan.warm_start:
+            print(f"no warm start: a task file has no oracle to imitate (warm_start {plan.warm_start} -> 0)")
+            plan.warm_start = 0
+        train_kwargs = eval_kwargs = dict(plan.settings["env_kwargs"])
+    else:
+        if plan.settings.get("agent"):
+            from agentr1_trl.agent_loop import load_agent
+
+            load_agent(plan.settings["agent"])
+        # the env id and its kwargs are checked now (UnknownEnvError with the closest ids, BadArgumentError with
+        # the closest keyword), not after the model has loaded
+        probe = agentr1_gym.make(plan.settings["env_id"], **plan.settings["env_kwargs"])
+        train_kwargs, eval_kwargs = split_env_kwargs(probe.unwrapped, plan.settings["env_kwargs"])
+        probe.close()
     config = build_config(config_cls, plan.settings)
     config.env_kwargs = train_kwargs  # a fixed task list trains on its training part, evaluates on the rest
     resume_from, finished = _resume_point(plan)
@@ -463,6 +487,8 @@ def run_training(plan: RunPlan) -> int:
 
 
 def _evaluate(trainer: Any, config: Any, plan: RunPlan, label: str, env_kwargs: Any, step: int) -> Any:
+    if getattr(config, "agent", ""):
+        return _evaluate_agent(trainer, config, plan, label, env_kwargs)
     return held_out_eval(
         config,
         trainer.model,
@@ -474,6 +500,31 @@ def _evaluate(trainer: Any, config: Any, plan: RunPlan, label: str, env_kwargs: 
         save_episodes=str(plan.output_dir / EPISODES_FILE),
         step=step,
     )
+
+
+def _evaluate_agent(trainer: Any, config: Any, plan: RunPlan, label: str, env_kwargs: Any) -> Any:
+    """Greedy evaluation of the agent through its own loop: an env's held-out seeds, or the --eval-tasks file."""
+    from agentr1_trl.agent_loop import AgentTasks, evaluate_agent
+
+    if plan.eval_episodes <= 0:
+        return None
+    if config.agent_tasks:
+        if not config.agent_eval_tasks:
+            print(
+                f"held-out {label}: none (a task file's run evaluates on --eval-tasks FILE.jsonl)", flush=True
+            )
+            return None
+        tasks, seed = AgentTasks.from_jsonl(config.agent_eval_tasks), 0
+    else:
+        tasks, seed = AgentTasks(env_id=config.env_id, env_kwargs=env_kwargs), EVAL_SEED
+    result = evaluate_agent(trainer, tasks, plan.eval_episodes, seed)
+    where = f"seeds {seed}+" if not config.agent_tasks else tasks.source
+    print(
+        f"held-out {label} ({result['episodes']} agent episodes, {where}, greedy): success {result['success']:.3f}, "
+        f"mean return {result['return']:.3f}, {result['calls']:.1f} calls per episode",
+        flush=True,
+    )
+    return result
 
 
 def _train_and_report(

@@ -45,6 +45,8 @@ IDENTITY: dict[str, str] = {
     "warm_start": "the warm start ran before step 1 and is in the adapter",
     "env_id": "its metrics and its held-out evaluation before RL are on that env",
     "env_kwargs": "its metrics and its held-out evaluation before RL are on those env settings",
+    "agent": "its adapter was trained through that agent's own loop",
+    "agent_tasks": "its metrics and its held-out evaluation before RL are on those tasks",
 }
 _TOP_LEVEL = {"algo": str, "model": str, "lora_r": int, "warm_start": int}
 _KIND = {str: "a string", int: "a whole number", dict: "an object"}

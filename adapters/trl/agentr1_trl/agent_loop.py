@@ -1,0 +1,548 @@
+"""Train the agent you already have: your agent's own loop, its calls recorded by :mod:`agentr1_trl.agent_proxy`,
+trained with our GRPO.
+
+The user's side is one function::
+
+    async def rollout(client: openai.AsyncOpenAI, task: dict) -> float:
+        ...  # run the agent against `client` (any framework: give it str(client.base_url)), return its reward
+
+It may return a float, a dict of reward components (summed; each logged), or an :class:`AgentResult` (reward,
+components, metrics such as ``success``). Tasks come from a JSONL file (one JSON object per line, handed over as
+they are) or from a registered env: then each task is ``{"id", "seed", "env_id", "env_kwargs", "prompt",
+"messages", "tools"}`` and :class:`EnvSession` runs the env's tools for the agent and scores it with the env's own
+grader (``return session.result()``).
+
+:class:`AgentGRPOLoopTrainer` runs ``num_generations`` episodes of each task (a GRPO group) at most
+``agent_concurrency`` at a time, each with its own episode id and client, and turns each episode's calls into a
+token-exact trajectory (:func:`~agentr1_trl.agent_proxy.calls_to_trajectory`). Every estimator, checkpoints,
+resume, metrics and the viewer work as for our own rollouts. An episode that raises, runs past
+``agent_timeout_s`` or makes no call is dropped, counted (``agent/dropped_*``) and run again, at most
+``agent_retries`` times: a task whose every attempt fails stops training with the agent's last error. It never
+becomes a silent zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentr1_gym.errors import AgentR1Error, ConfigError, MissingDependencyError
+from agentr1_gym.formats import HermesFormat
+from agentr1_gym.generation import SamplingConfig
+from agentr1_gym.rollout import Trajectory
+from agentr1_trl.agent_proxy import AgentProxy, EpisodeCalls, calls_to_trajectory
+from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
+
+__all__ = [
+    "AgentFailedError",
+    "AgentGRPOLoopTrainer",
+    "AgentResult",
+    "AgentTasks",
+    "EnvSession",
+    "evaluate_agent",
+    "load_agent",
+    "run_agent_episodes",
+]
+
+logger = logging.getLogger(__name__)
+
+AgentFn = Callable[[Any, dict[str, Any]], Awaitable[Any]]
+
+
+class AgentFailedError(AgentR1Error, RuntimeError):
+    """Every attempt of the agent at one task failed (it raised, timed out or made no call): training stops with
+    the agent's last error rather than scoring the task as a zero."""
+
+
+@dataclass
+class AgentResult:
+    """What an agent episode earned: its ``reward``, its reward ``components`` (logged each) and ``metrics``
+    (``success`` among them; by default ``reward > 0``)."""
+
+    reward: float
+    components: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def as_result(value: Any) -> AgentResult:
+    """The agent function's return value as an :class:`AgentResult`; a :class:`ConfigError` that says what to
+    return for anything else (a programmer's mistake, not the model's)."""
+    if isinstance(value, AgentResult):
+        result = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        result = AgentResult(float(value))
+    elif (
+        isinstance(value, dict)
+        and value
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())
+    ):
+        components = {str(k): float(v) for k, v in value.items()}
+        result = AgentResult(sum(components.values()), components)
+    else:
+        raise ConfigError(
+            f"the agent returned {type(value).__name__} {str(value)[:80]!r}; return a float reward, a dict of "
+            "reward components, or an agentr1_trl.agent_loop.AgentResult"
+        )
+    numbers = [result.reward, *result.components.values(), *result.metrics.values()]
+    if not all(math.isfinite(float(x)) for x in numbers):
+        raise ConfigError(f"the agent returned a reward that is not a finite number: {result}")
+    metrics = {"success": float(result.reward > 0), "reward": float(result.reward), **result.metrics}
+    return AgentResult(float(result.reward), dict(result.components) or {"reward": result.reward}, metrics)
+
+
+def load_agent(spec: str) -> AgentFn:
+    """``"MODULE:FUNCTION"`` -> the agent's ``async def rollout(client, task)``, imported with the working
+    directory on the path (a one-line :class:`ConfigError` for anything else)."""
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise ConfigError(f"--agent must be MODULE:FUNCTION, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"--agent {spec}: cannot import {module_name!r} ({exc})") from None
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise ConfigError(f"--agent {spec}: {module_name} has no {name!r}")
+    if not inspect.iscoroutinefunction(fn):
+        raise ConfigError(
+            f"--agent {spec}: {name} must be `async def {name}(client, task)` returning the reward"
+        )
+    if len(inspect.signature(fn).parameters) < 2:
+        raise ConfigError(f"--agent {spec}: {name} must take (client, task)")
+    return fn
+
+
+class AgentTasks:
+    """The tasks an agent trains on: a list of dicts (from a JSONL file), or a registered env's tasks by seed.
+
+    ``task(seed)``: the JSONL task ``seed % len`` (with ``"id"`` set to its line number if it has none), or the
+    env's task after ``reset(seed=seed)``."""
+
+    def __init__(
+        self,
+        tasks: Sequence[dict[str, Any]] | None = None,
+        *,
+        env_id: str | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        source: str = "",
+    ) -> None:
+        if (tasks is None) == (env_id is None):
+            raise ConfigError("AgentTasks needs either a list of tasks or an env_id")
+        self.tasks = [dict(t) for t in tasks] if tasks is not None else None
+        if self.tasks is not None and not self.tasks:
+            raise ConfigError(f"{source or 'the task list'} holds no tasks")
+        self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
+        self.source = source or env_id or "tasks"
+        self._env: Any = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_jsonl(cls, path: str | Path) -> AgentTasks:
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(f"task file not found: {path}")
+        tasks = []
+        for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                task = json.loads(line)
+            except ValueError as exc:
+                raise ConfigError(f"{path}:{n}: not valid JSON ({exc})") from None
+            if not isinstance(task, dict):
+                raise ConfigError(f"{path}:{n}: each line must be a JSON object, got {type(task).__name__}")
+            task.setdefault("id", str(len(tasks)))
+            tasks.append(task)
+        return cls(tasks, source=str(path))
+
+    @classmethod
+    def load(cls, spec: str, env_kwargs: dict[str, Any] | None = None) -> AgentTasks:
+        """A JSONL file's tasks, or (anything else) a registered env's (checked now: an unknown id fails with the
+        closest ones)."""
+        if spec.endswith(".jsonl") or Path(spec).is_file():
+            return cls.from_jsonl(spec)
+        import agentr1_gym
+
+        agentr1_gym.make(spec, **(env_kwargs or {})).close()
+        return cls(env_id=spec, env_kwargs=env_kwargs)
+
+    @property
+    def fixed(self) -> int | None:
+        """How many tasks a JSONL file holds (None for an env's: any seed is a task)."""
+        return len(self.tasks) if self.tasks is not None else None
+
+    def task(self, seed: int) -> dict[str, Any]:
+        if self.tasks is not None:
+            return dict(self.tasks[seed % len(self.tasks)])
+        import agentr1_gym
+
+        with self._lock:
+            if self._env is None:
+                self._env = agentr1_gym.make(self.env_id, **self.env_kwargs)
+            _, info = self._env.reset(seed=seed)
+            env = self._env.unwrapped
+            return {
+                "id": str(info.get("task_id", seed)),
+                "seed": int(seed),
+                "env_id": self.env_id,
+                "env_kwargs": dict(self.env_kwargs),
+                "prompt": env.task_text(),
+                "messages": [dict(m) for m in info["context"]],
+                "tools": info.get("tools") or [],
+            }
+
+
+def _call_parts(call: Any) -> tuple[str, str, Any]:
+    """``(id, name, arguments)`` of an OpenAI tool call (the client's object or a dict)."""
+    if isinstance(call, dict):
+        fn = call.get("function") or {}
+        return str(call.get("id", "")), str(fn.get("name", "")), fn.get("arguments", "")
+    return str(call.id), str(call.function.name), call.function.arguments
+
+
+class EnvSession:
+    """A registered env's task, played by an agent of your own: its tools run by the env, its answer and its
+    reward scored by the env's own grader, exactly as in our own rollouts.
+
+    ``session = EnvSession(task)``; ``session.messages`` and ``session.tools`` start the agent's chat; for each
+    assistant message with tool calls, ``messages += session.tool_messages(message.tool_calls)`` (the calls run as
+    one turn of the env); a message without calls is the answer: ``session.answer(message.content)``; then
+    ``return session.result()``. ``session.done`` says when the env ended the episode (an answer, the turn limit)."""
+
+    def __init__(self, task: dict[str, Any]) -> None:
+        import agentr1_gym
+
+        if "env_id" not in task or "seed" not in task:
+            raise ConfigError(
+                "EnvSession needs a task from an env (AgentTasks.load(ENV_ID)): it has no env_id/seed"
+            )
+        self.env = agentr1_gym.make(task["env_id"], **task.get("env_kwargs", {}))
+        _, info = self.env.reset(seed=int(task["seed"]))
+        self.messages: list[dict[str, Any]] = [dict(m) for m in info["context"]]
+        self.tools: list[dict[str, Any]] = info.get("tools") or []
+        self.rewards: list[float] = []
+        self.components: dict[str, float] = {}
+        self.metrics: dict[str, float] = {}
+        self.done = False
+
+    def _step(self, text: str) -> tuple[str, list[dict[str, Any]]]:
+        before = len(self.env.unwrapped.messages)
+        obs, reward, terminated, truncated, info = self.env.step(text)
+        self.rewards.append(float(reward))
+        for key, value in info.get("reward_components", {}).items():
+            self.components[key] = self.components.get(key, 0.0) + float(value)
+        if terminated or truncated:
+            self.done = True
+            self.metrics = {k: float(v) for k, v in info.get("metrics", {}).items()}
+        return obs, info["messages"][before + 1 :]
+
+    def tool_messages(self, tool_calls: Sequence[Any]) -> list[dict[str, Any]]:
+        """Run one assistant message's tool calls as one turn of the env; one ``tool`` message per call (an
+        error the env reports, a malformed call included, comes back as the calls' content)."""
+        parts = [_call_parts(c) for c in tool_calls]
+        if self.done:
+            return [
+                {"role": "tool", "tool_call_id": i, "content": "The episode has ended."} for i, _, _ in parts
+            ]
+        blocks = []
+        for _, name, args in parts:
+            try:
+                parsed = json.loads(args) if isinstance(args, str) and args.strip() else (args or {})
+            except ValueError:
+                parsed = args  # the env's parser reports arguments that are not JSON
+            payload = json.dumps({"name": name, "arguments": parsed}, ensure_ascii=False)
+            blocks.append(f"<tool_call>\n{payload}\n</tool_call>")
+        obs, new = self._step("\n".join(blocks))
+        tool_msgs = [m for m in new if m.get("role") == "tool"]
+        if len(tool_msgs) == len(parts):
+            contents = [m["content"] for m in tool_msgs]
+        else:  # the turn failed as a whole (a format error): every call gets the env's message
+            contents = [obs or "The episode has ended."] * len(parts)
+        return [{"role": "tool", "tool_call_id": i, "content": c} for (i, _, _), c in zip(parts, contents)]
+
+    def answer(self, text: str | None) -> str | None:
+        """Give the final answer (wrapped in the env's answer tags unless the text has them). None once the
+        episode has ended; else the env's feedback (a malformed answer: what was wrong), for the agent to show
+        the model as a user message."""
+        if self.done:
+            return None
+        text = text or ""
+        if "<answer>" not in text:
+            text = self.env.unwrapped.answer_text(text.strip())
+        obs, _ = self._step(text)
+        return None if self.done else obs
+
+    def result(self) -> AgentResult:
+        """The env's return for the episode, its components and metrics (an unfinished episode is scored as a
+        truncation, as the env scores one)."""
+        if not self.done:
+            outcome, metrics = self.env.unwrapped.close_episode(None)
+            for key, value in outcome.items():
+                self.components[key] = self.components.get(key, 0.0) + float(value)
+            self.rewards.append(float(sum(outcome.values())))
+            self.metrics = {k: float(v) for k, v in metrics.items()}
+            self.done = True
+        self.env.close()
+        return AgentResult(float(sum(self.rewards)), dict(self.components), dict(self.metrics))
+
+
+@dataclass
+class AgentEpisode:
+    """One finished agent episode: its trajectory (rewards set), or why it was dropped."""
+
+    task: dict[str, Any]
+    trajectory: Trajectory | None = None
+    splits: int = 0
+    dropped: str = ""  # "raised", "timeout" or "no_call"
+    error: BaseException | None = None
+    attempts: int = 1
+
+
+async def _one_attempt(
+    proxy: AgentProxy, agent: AgentFn, task: dict[str, Any], timeout_s: float
+) -> AgentEpisode:
+    try:
+        from openai import AsyncOpenAI
+    except ImportError:
+        raise MissingDependencyError("openai", "agent", "training an agent through the endpoint") from None
+
+    eid = proxy.open_episode()
+    client = AsyncOpenAI(base_url=proxy.base_url(eid), api_key="agentr1", max_retries=0, timeout=timeout_s)
+    out = AgentEpisode(task)
+    value: Any = None
+    try:
+        value = await asyncio.wait_for(agent(client, dict(task)), timeout_s)
+    except TimeoutError as exc:
+        out.dropped, out.error = "timeout", exc
+    except ConfigError:
+        raise
+    except Exception as exc:  # the agent's own failure (its code, its framework, a refused call)
+        out.dropped, out.error = "raised", exc
+    finally:
+        record: EpisodeCalls = proxy.close_episode(eid)
+        await client.close()
+    if not record.calls:
+        out.dropped = out.dropped or "no_call"
+        return out
+    if out.dropped and not record.over_budget:
+        return out
+    traj, out.splits = calls_to_trajectory(record.calls)
+    if (
+        record.over_budget
+    ):  # the context limit cut it: a truncated episode, scored as one (no answer: nothing)
+        result = AgentResult(0.0, {"reward": 0.0}, {"success": 0.0, "reward": 0.0})
+        traj.truncated, traj.truncated_reason = True, "token_budget"
+        out.dropped, out.error = "", None
+        if value is not None:
+            result = as_result(value)
+    else:
+        result = as_result(value)
+        traj.terminated = True
+    n = len(record.calls)
+    traj.rewards = [0.0] * (n - 1) + [result.reward]
+    traj.reward_components = [{} for _ in range(n - 1)] + [dict(result.components)]
+    traj.observations = [""] * n
+    traj.metrics = dict(result.metrics)
+    traj.task_id = str(task.get("id", ""))
+    traj.question = str(task.get("prompt") or task.get("question") or "")[:4000]
+    out.trajectory = traj
+    return out
+
+
+async def _episode(
+    proxy: AgentProxy,
+    agent: AgentFn,
+    task: dict[str, Any],
+    timeout_s: float,
+    retries: int,
+    gate: asyncio.Semaphore,
+) -> tuple[AgentEpisode, list[AgentEpisode]]:
+    failed: list[AgentEpisode] = []
+    for attempt in range(retries + 1):
+        async with gate:
+            ep = await _one_attempt(proxy, agent, task, timeout_s)
+        ep.attempts = attempt + 1
+        if not ep.dropped:
+            return ep, failed
+        failed.append(ep)
+        logger.warning("agent episode dropped (%s) at task %s: %r", ep.dropped, task.get("id"), ep.error)
+    last = failed[-1]
+    why = {"raised": "raised", "timeout": f"ran past {timeout_s:g} s", "no_call": "made no call"}[
+        last.dropped
+    ]
+    raise AgentFailedError(
+        f"the agent failed all {retries + 1} attempts at task {str(task.get('id'))[:80]!r}; the last one {why}"
+        + (
+            f": {type(last.error).__name__}: {last.error}"
+            if last.error is not None and last.dropped == "raised"
+            else ""
+        )
+    ) from last.error
+
+
+def run_agent_episodes(
+    proxy: AgentProxy,
+    agent: AgentFn,
+    tasks: Sequence[dict[str, Any]],
+    *,
+    concurrency: int = 16,
+    timeout_s: float = 300.0,
+    retries: int = 2,
+) -> tuple[list[AgentEpisode], list[AgentEpisode]]:
+    """Run one agent episode per task (at most ``concurrency`` at once) through a started ``proxy``; returns the
+    episodes (in task order) and the dropped attempts."""
+
+    async def main() -> list[tuple[AgentEpisode, list[AgentEpisode]]]:
+        gate = asyncio.Semaphore(concurrency)
+        return await asyncio.gather(*(_episode(proxy, agent, t, timeout_s, retries, gate) for t in tasks))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pairs = asyncio.run(main())
+    else:  # called from inside an event loop (a notebook): run ours in a thread
+        box: dict[str, Any] = {}
+
+        def runner() -> None:
+            try:
+                box["out"] = asyncio.run(main())
+            except BaseException as exc:
+                box["err"] = exc
+
+        thread = threading.Thread(target=runner)
+        thread.start()
+        thread.join()
+        if "err" in box:
+            raise box["err"]
+        pairs = box["out"]
+    return [p[0] for p in pairs], [d for p in pairs for d in p[1]]
+
+
+class AgentGRPOLoopTrainer(AgentGRPOTrainer):
+    """:class:`~agentr1_trl.grpo.AgentGRPOTrainer` whose episodes are your agent's own loop, through the recording
+    endpoint. Arguments as the GRPO trainer, plus ``agent`` (the async function, or ``"MODULE:FUNCTION"``; default
+    ``args.agent``) and ``tasks`` (:class:`AgentTasks`; default from ``args.agent_tasks``, else ``args.env_id``)."""
+
+    def __init__(
+        self,
+        model: Any,
+        args: AgentGRPOConfig,
+        processing_class: Any,
+        *,
+        agent: AgentFn | str | None = None,
+        tasks: AgentTasks | None = None,
+        **kwargs: Any,
+    ) -> None:
+        agent = agent or args.agent
+        if not agent:
+            raise ConfigError("AgentGRPOLoopTrainer needs agent= (or args.agent='MODULE:FUNCTION')")
+        self.agent: AgentFn = load_agent(agent) if isinstance(agent, str) else agent
+        if not inspect.iscoroutinefunction(self.agent):
+            raise ConfigError("agent must be an `async def rollout(client, task)`")
+        self.tasks = tasks or AgentTasks.load(args.agent_tasks or args.env_id, args.env_kwargs)
+        if self.tasks.fixed is not None:  # a task file: its tasks are the training set
+            args.num_tasks, args.seed_offset = self.tasks.fixed, 0
+        self._proxy: AgentProxy | None = None
+        super().__init__(model, args, processing_class, **kwargs)
+
+    def proxy(self, sampling: SamplingConfig) -> AgentProxy:
+        """The endpoint over the current generation backend (started once; its weights synced each step)."""
+        backend = self.rollout_generator()
+        if self._proxy is None or self._proxy.backend is not backend:
+            if self._proxy is not None:
+                self._proxy.close()
+            self._proxy = AgentProxy(
+                backend,
+                self.processing_class,
+                sampling,
+                max_context_tokens=self.args.max_episode_tokens,
+                vocab_size=self._vocab_size(),
+                chat_template_kwargs=self.args.chat_template_kwargs,
+            ).start()
+        self._proxy.sampling = sampling
+        return self._proxy
+
+    def sampling(self, greedy: bool = False) -> SamplingConfig:
+        args = self.args
+        return SamplingConfig(
+            max_new_tokens=args.max_new_tokens_per_turn,
+            temperature=0.0 if greedy else args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k or 0,
+            do_sample=not greedy,
+            stop_strings=HermesFormat.stop_strings,
+        )
+
+    def run_tasks(self, tasks: Sequence[dict[str, Any]], *, greedy: bool = False) -> list[AgentEpisode]:
+        """One agent episode per task through the endpoint; logs the drops, splits and calls."""
+        proxy = self.proxy(self.sampling(greedy))
+        self._sampler_logprobs = bool(proxy.backend.provides_logprobs)
+        args = self.args
+        episodes, dropped = run_agent_episodes(
+            proxy, self.agent, tasks, concurrency=args.agent_concurrency, timeout_s=args.agent_timeout_s,
+            retries=args.agent_retries,
+        )  # fmt: skip
+        for reason in ("raised", "timeout", "no_call"):
+            self.log_metric(f"agent/dropped_{reason}", float(sum(d.dropped == reason for d in dropped)))
+        self.log_metric("drift/split_calls", float(sum(e.splits for e in episodes)))
+        self.log_metric(
+            "agent/calls", sum(len(e.trajectory.turn_ends) for e in episodes if e.trajectory) / len(episodes)
+        )
+        self.log_metric(
+            "agent/truncated", float(sum(bool(e.trajectory and e.trajectory.truncated) for e in episodes))
+        )
+        return episodes
+
+    def _collect(self, seeds: list[int]) -> list[Trajectory]:
+        episodes = self.run_tasks([self.tasks.task(s) for s in seeds], greedy=not self.model.training)
+        return [e.trajectory for e in episodes]  # type: ignore[misc]
+
+    def close_generation(self) -> None:
+        if self._proxy is not None:
+            self._proxy.close()
+            self._proxy = None
+        super().close_generation()
+
+
+def evaluate_agent(
+    trainer: AgentGRPOLoopTrainer, tasks: AgentTasks, episodes: int, seed: int = 0
+) -> dict[str, Any]:
+    """Greedy evaluation of the agent through the endpoint on ``episodes`` tasks (seeds ``seed``, ``seed + 1``,
+    ...; a JSONL file's first ``episodes`` tasks): the mean of each metric (``success``, ``reward``, ...), the
+    episodes' mean return, calls and drops."""
+    model = trainer.model
+    was_training = model.training
+    model.eval()
+    start = time.perf_counter()
+    try:
+        n = min(episodes, tasks.fixed) if tasks.fixed is not None else episodes
+        ran = trainer.run_tasks([tasks.task(seed + i) for i in range(n)], greedy=True)
+    finally:
+        model.train(was_training)
+    trajs = [e.trajectory for e in ran if e.trajectory is not None]
+    keys = sorted({k for t in trajs for k in t.metrics})
+    summary: dict[str, Any] = {k: sum(t.metrics.get(k, 0.0) for t in trajs) / len(trajs) for k in keys}
+    summary.update(
+        episodes=len(trajs),
+        seed=seed,
+        **{"return": sum(t.episode_return for t in trajs) / len(trajs)},
+        calls=sum(t.num_turns for t in trajs) / len(trajs),
+        split_calls=sum(e.splits for e in ran),
+        seconds=time.perf_counter() - start,
+    )
+    summary.setdefault("success", 0.0)
+    return summary

@@ -1,0 +1,637 @@
+"""An OpenAI-compatible endpoint over our generation backends that records the tokens of every call.
+
+Any agent written against the OpenAI API (the ``openai`` client, LangGraph, smolagents, ...) can run against it
+unchanged: point its ``base_url`` at ``http://127.0.0.1:PORT/episodes/{episode_id}/v1`` and every call it makes is
+recorded under that episode, token for token:
+
+* ``POST .../v1/chat/completions`` takes OpenAI's request (``messages``, ``tools``, ``tool_calls`` in assistant
+  messages, ``tool`` messages, ``max_tokens``, ``stop``) and answers in OpenAI's shape. The model writes tool calls
+  in its own format (Hermes ``<tool_call>{...}</tool_call>``); they are parsed here into ``tool_calls``. ``tool``
+  messages go to the chat template as they are (the template renders them the way the model was trained on).
+* ``GET .../v1/models`` lists the one model.
+* A bad request is a 400 in OpenAI's error shape (``{"error": {"message", "type", "param", "code"}}``), a call
+  for an episode nobody opened a 404: neither reaches the model.
+
+**Token-exact episodes.** When an agent sends back the assistant message this endpoint returned (its content and
+tool calls, in any JSON spelling), the next prompt is built on the tokens *as sampled*: the previous prompt ids,
+the previous completion ids, then only the new text's tokens (the template's closing of the turn, the tool
+results, the next assistant header), exactly as :mod:`agentr1_gym.rollout` builds our own episodes. A re-encoded
+completion could tokenize differently from how it was sampled; it never is. :func:`calls_to_trajectory` then
+merges the episode's calls into one sequence while each prompt extends the previous prompt plus completion, and
+splits it into one training row per call otherwise (a chat template that rewrites history, as Qwen3's drops
+earlier ``<think>`` blocks; an agent that edits or summarises its history): the split is counted.
+
+**Sampling is the trainer's.** Temperature, top-p and top-k come from the training config, whatever a request asks
+(a framework's ``temperature=0`` would make the rollouts off-policy); a request's ``max_tokens`` can only lower
+the per-turn limit, and its ``stop`` strings are added to the config's.
+
+The server is Starlette under uvicorn. Concurrent requests are batched: a scheduler thread collects the calls that arrive within ``batch_wait_s`` and
+generates them in one ``backend.generate`` call. The server binds 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import json
+import queue
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from agentr1_gym.errors import ConfigError, MissingDependencyError
+from agentr1_gym.formats import HermesFormat, ToolCall, tag_blocks
+from agentr1_gym.generation import (
+    GenerationBackend,
+    SamplingConfig,
+    check_backend,
+    check_generations,
+)
+from agentr1_gym.rollout import Trajectory, observation_delta, render_chat
+from agentr1_gym.text import clean_text
+
+__all__ = [
+    "AgentProxy",
+    "CallRecord",
+    "EpisodeCalls",
+    "ProxyRequestError",
+    "calls_to_trajectory",
+]
+
+_HERMES = HermesFormat()
+_ROLES = {"system", "user", "assistant", "tool", "developer"}
+
+
+class ProxyRequestError(ValueError):
+    """A request the endpoint refuses: becomes a 400 (or ``status``) in OpenAI's error shape."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None, status: int = 400):
+        super().__init__(message)
+        self.param, self.code, self.status = param, code, status
+
+    def body(self) -> dict[str, Any]:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return {"error": {"message": str(self), "type": kind, "param": self.param, "code": self.code}}
+
+
+@dataclass
+class CallRecord:
+    """One chat-completions call as the model saw it: the prompt ids, the completion ids and log-probs as sampled,
+    why it stopped, its text, and the template messages and tools the prompt rendered."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    text: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    rendered: str
+    #: whether the prompt was built on an earlier call's sampled tokens (else it was encoded from its text)
+    extends_earlier: bool = False
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class EpisodeCalls:
+    """The calls of one open episode, and the assistant messages returned to it (to find them again when the agent
+    sends them back)."""
+
+    episode_id: str
+    calls: list[CallRecord] = field(default_factory=list)
+    #: the signature of each assistant message returned -> the index of its call
+    returned: dict[Any, int] = field(default_factory=dict)
+    #: the prompt reached the context limit (``max_context_tokens``): the episode is truncated
+    over_budget: bool = False
+    closed: bool = False
+
+
+def _canonical_args(arguments: Any) -> str:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            return arguments
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+
+
+def _signature(content: str | None, tool_calls: Sequence[dict[str, Any]]) -> Any:
+    calls = tuple(
+        (
+            str(c.get("function", {}).get("name", "")),
+            _canonical_args(c.get("function", {}).get("arguments", "")),
+        )
+        for c in tool_calls
+    )
+    return ((content or "").strip(), calls)
+
+
+def _text_content(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return clean_text(content)
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if (
+                not isinstance(part, dict)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
+                raise ProxyRequestError(f"{where}: only text content parts are supported", param=where)
+            parts.append(part["text"])
+        return clean_text("".join(parts))
+    raise ProxyRequestError(f"{where}: content must be a string or a list of text parts", param=where)
+
+
+def _check_tool_calls(tool_calls: Any, where: str) -> list[dict[str, Any]]:
+    if tool_calls is None:
+        return []
+    if not isinstance(tool_calls, list):
+        raise ProxyRequestError(f"{where}.tool_calls must be a list", param=f"{where}.tool_calls")
+    for j, call in enumerate(tool_calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ProxyRequestError(
+                f"{where}.tool_calls[{j}] must be {{'type': 'function', 'function': {{'name', 'arguments'}}}}",
+                param=f"{where}.tool_calls[{j}]",
+            )
+    return tool_calls
+
+
+def parse_completion(text: str, parse_tools: bool = True) -> tuple[str | None, list[tuple[str, dict]]]:
+    """The model's turn as OpenAI's message: ``(content, [(name, arguments), ...])``. Every
+    ``<tool_call>{...}</tool_call>`` block that parses becomes a tool call and leaves the content; if any block does
+    not parse, there are no tool calls and the content is the whole text (the agent sees what the model wrote)."""
+    if not parse_tools or "<tool_call>" not in text:
+        return text, []
+    blocks = tag_blocks(text, ("tool_call",))
+    calls: list[tuple[str, dict]] = []
+    for _, body, _, _ in blocks:
+        call = HermesFormat.parse_call(body)
+        if not isinstance(call, ToolCall):
+            return text, []
+        calls.append((call.name, call.arguments))
+    if not calls:
+        return text, []
+    kept, pos = [], 0
+    for _, _, start, end in blocks:
+        kept.append(text[pos:start])
+        pos = end
+    kept.append(text[pos:])
+    content = "".join(kept).strip()
+    return content or None, calls
+
+
+class _Renderer:
+    """OpenAI messages -> the chat template's messages, and prompt ids built on an episode's sampled tokens."""
+
+    def __init__(self, tokenizer: Any, chat_template_kwargs: dict[str, Any] | None) -> None:
+        self.tokenizer = tokenizer
+        self.kw = chat_template_kwargs
+
+    def template_messages(self, episode: EpisodeCalls, messages: Any) -> list[dict[str, Any]]:
+        if not isinstance(messages, list) or not messages:
+            raise ProxyRequestError("messages must be a non-empty list", param="messages")
+        out: list[dict[str, Any]] = []
+        for i, msg in enumerate(messages):
+            where = f"messages[{i}]"
+            if not isinstance(msg, dict) or msg.get("role") not in _ROLES:
+                raise ProxyRequestError(
+                    f"{where} must be an object with a role in {sorted(_ROLES)}", param=where
+                )
+            role = "system" if msg["role"] == "developer" else msg["role"]
+            content = _text_content(msg.get("content"), where)
+            if role == "assistant":
+                calls = _check_tool_calls(msg.get("tool_calls"), where)
+                index = episode.returned.get(_signature(content, calls))
+                if index is not None:  # ours: the text exactly as sampled
+                    content = episode.calls[index].text
+                else:  # written or edited by the agent: its calls in the model's own format
+                    for call in calls:
+                        fn = call["function"]
+                        args = fn.get("arguments", {})
+                        try:
+                            parsed = (
+                                json.loads(args) if isinstance(args, str) and args.strip() else args or {}
+                            )
+                        except ValueError:
+                            parsed = {"_raw": args}
+                        if not isinstance(parsed, dict):
+                            parsed = {"_raw": parsed}
+                        block = _HERMES.format_call(ToolCall(name=fn["name"], arguments=parsed))
+                        content = f"{content}\n{block}" if content else block
+            out.append({"role": role, "content": content})
+        return out
+
+    def prompt(
+        self, episode: EpisodeCalls, messages: list[dict[str, Any]], tools: list[dict] | None
+    ) -> tuple[list[int], str, bool]:
+        """``(prompt ids, rendered text, built on an earlier call's tokens)``."""
+        tok = self.tokenizer
+        try:
+            rendered = render_chat(
+                tok, messages, tools, add_generation_prompt=True, chat_template_kwargs=self.kw
+            )
+        except Exception as exc:  # a template that refuses this conversation (jinja raises its own errors)
+            raise ProxyRequestError(f"the chat template cannot render these messages: {exc}") from None
+        for call in reversed(episode.calls):
+            n = len(call.messages)
+            if (
+                call.tools == tools
+                and len(messages) > n
+                and messages[:n] == call.messages
+                and messages[n] == {"role": "assistant", "content": call.text}
+            ):
+                ended_with_eos = bool(call.completion_ids) and call.completion_ids[-1] == tok.eos_token_id
+                delta, nxt = observation_delta(tok, call.rendered, call.messages, messages, tools,
+                                               ended_with_eos, self.kw)  # fmt: skip
+                if delta is not None and nxt == rendered:
+                    ids = call.prompt_ids + call.completion_ids + tok.encode(delta, add_special_tokens=False)
+                    return ids, rendered, True
+                break
+        return tok.encode(rendered, add_special_tokens=False), rendered, False
+
+
+def calls_to_trajectory(calls: Sequence[CallRecord]) -> tuple[Trajectory, int]:
+    """One episode's calls as a :class:`~agentr1_gym.rollout.Trajectory` and the number of calls whose prompt did
+    not extend the previous prompt plus completion token for token (``drift/split_calls``).
+
+    With no split, the calls are one sequence: the first prompt, each completion (``action_mask`` 1) and between
+    them the new prompt tokens (``action_mask`` 0). With a split, the trajectory is not prefix-stable: its
+    ``turns`` hold each call's own prompt and completion and training uses one row per call. Rewards are left to
+    the caller (one per call)."""
+    if not calls:
+        raise ValueError("an episode without calls has no trajectory")
+    splits = 0
+    for prev, call in itertools.pairwise(calls):
+        seq = prev.prompt_ids + prev.completion_ids
+        if call.prompt_ids[: len(seq)] != seq:
+            splits += 1
+    traj = Trajectory(prompt_ids=list(calls[0].prompt_ids), prefix_stable=splits == 0)
+    for k, call in enumerate(calls):
+        if k > 0 and traj.prefix_stable:
+            prev = calls[k - 1]
+            new = call.prompt_ids[len(prev.prompt_ids) + len(prev.completion_ids) :]
+            traj.completion_ids += new
+            traj.action_mask += [0] * len(new)
+            traj.logprobs += [0.0] * len(new)
+        traj.turns.append((list(call.prompt_ids), list(call.completion_ids), list(call.logprobs)))
+        traj.completion_ids += call.completion_ids
+        traj.action_mask += [1] * len(call.completion_ids)
+        traj.logprobs += list(call.logprobs)
+        traj.turn_ends.append(len(traj.completion_ids) - 1)
+        traj.actions.append(call.text)
+        traj.tool_calls.append(list(call.tool_calls))
+        traj.action_errors.append(None)
+    return traj, splits
+
+
+@dataclass
+class _Job:
+    prompt: list[int]
+    sampling: SamplingConfig
+    future: concurrent.futures.Future
+
+
+class _Batcher:
+    """Generates the calls that arrive together in one ``backend.generate`` call (per sampling setting)."""
+
+    def __init__(self, backend: GenerationBackend, vocab_size: int, wait_s: float, max_batch: int) -> None:
+        self.backend, self.vocab, self.wait_s, self.max_batch = backend, vocab_size, wait_s, max_batch
+        self.jobs: queue.Queue[_Job | None] = queue.Queue()
+        self.batches = 0
+        self.thread = threading.Thread(target=self._loop, name="agentr1-proxy-generate", daemon=True)
+        self.thread.start()
+
+    def submit(self, prompt: list[int], sampling: SamplingConfig) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self.jobs.put(_Job(prompt, sampling, future))
+        return future
+
+    def _loop(self) -> None:
+        while True:
+            first = self.jobs.get()
+            if first is None:
+                return
+            jobs = [first]
+            deadline = time.monotonic() + self.wait_s
+            while len(jobs) < self.max_batch:
+                try:
+                    job = self.jobs.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if job is None:
+                    self.jobs.put(None)
+                    break
+                jobs.append(job)
+            groups: dict[Any, list[_Job]] = {}
+            for job in jobs:
+                s = job.sampling
+                key = (s.max_new_tokens, s.temperature, s.top_p, s.top_k, s.do_sample, s.stop_strings)
+                groups.setdefault(key, []).append(job)
+            for group in groups.values():
+                self._run(group)
+
+    def _run(self, group: list[_Job]) -> None:
+        sampling = group[0].sampling
+        try:
+            gens = check_generations(
+                self.backend,
+                self.backend.generate([j.prompt for j in group], sampling),
+                len(group),
+                vocab_size=self.vocab,
+                max_new_tokens=sampling.max_new_tokens,
+            )
+            self.batches += 1
+        except (
+            BaseException
+        ) as exc:  # the backend failed: every waiting call fails with it (a 500), never silently
+            for job in group:
+                job.future.set_exception(exc)
+            return
+        for job, gen in zip(group, gens):
+            job.future.set_result(gen)
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self.thread.join(timeout=30)
+
+
+class AgentProxy:
+    """The endpoint, served from a background thread (uvicorn) on ``host:port`` (0: a free port).
+
+    Args:
+        backend: the generation backend (HF ``generate`` on the training model, vLLM colocated or a vLLM server).
+        tokenizer: the policy's tokenizer, with a chat template.
+        sampling: the training config's sampling (temperature, top-p, top-k, per-turn token limit, stop strings).
+        model_name: the name ``/v1/models`` lists and responses carry.
+        max_context_tokens: a prompt at or over this many tokens is refused (400, ``context_length_exceeded``)
+            and its episode marked over budget; a completion never runs past it.
+        vocab_size: the policy's vocabulary (every generated id is checked below it).
+        batch_wait_s, max_batch: how long the scheduler waits for more calls to batch, and at most how many.
+
+    Use: ``with AgentProxy(...) as proxy: proxy.open_episode(eid); base_url = proxy.base_url(eid); ...;
+    calls = proxy.close_episode(eid)``.
+    """
+
+    def __init__(
+        self,
+        backend: GenerationBackend,
+        tokenizer: Any,
+        sampling: SamplingConfig,
+        *,
+        model_name: str = "agentr1-policy",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_context_tokens: int = 4096,
+        vocab_size: int | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        batch_wait_s: float = 0.005,
+        max_batch: int = 64,
+    ) -> None:
+        try:
+            import starlette  # noqa: F401
+            import uvicorn  # noqa: F401
+        except ImportError as exc:
+            raise MissingDependencyError(exc.name or "starlette", "agent", "the agent endpoint") from None
+        self.backend = check_backend(backend)
+        self.tokenizer = tokenizer
+        self.sampling = sampling
+        self.model_name = model_name
+        self.host = host
+        self.port = port or _free_port(host)
+        self.max_context_tokens = int(max_context_tokens)
+        self.renderer = _Renderer(tokenizer, chat_template_kwargs)
+        self.vocab = int(vocab_size or len(tokenizer))
+        self.batch_wait_s, self.max_batch = batch_wait_s, max_batch
+        self.episodes: dict[str, EpisodeCalls] = {}
+        self._lock = threading.Lock()
+        self._batcher: _Batcher | None = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        #: seconds spent per call outside generation (parsing, rendering, tokenizing, HTTP): the overhead
+        self.overhead_s: list[float] = []
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------
+    def start(self) -> AgentProxy:
+        import uvicorn
+
+        if self._thread is not None:
+            return self
+        self._batcher = _Batcher(self.backend, self.vocab, self.batch_wait_s, self.max_batch)
+        config = uvicorn.Config(
+            self.app(), host=self.host, port=self.port, log_level="warning", access_log=False
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="agentr1-proxy", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise ConfigError(f"the agent endpoint could not start on {self.host}:{self.port}")
+            time.sleep(0.01)
+        return self
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            if self._thread is not None:
+                self._thread.join(timeout=30)
+        if self._batcher is not None:
+            self._batcher.close()
+        self._server = self._thread = self._batcher = None
+
+    def __enter__(self) -> AgentProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def base_url(self, episode_id: str) -> str:
+        """The ``base_url`` an OpenAI client of episode ``episode_id`` uses."""
+        return f"{self.url}/episodes/{episode_id}/v1"
+
+    # ---- episodes -----------------------------------------------------------------------------------------
+    def open_episode(self, episode_id: str | None = None) -> str:
+        """Start recording an episode; returns its id (a fresh one by default)."""
+        episode_id = episode_id or uuid.uuid4().hex
+        with self._lock:
+            if episode_id in self.episodes:
+                raise ConfigError(f"episode {episode_id!r} is already open")
+            self.episodes[episode_id] = EpisodeCalls(episode_id)
+        return episode_id
+
+    def close_episode(self, episode_id: str) -> EpisodeCalls:
+        """Stop recording: later calls for it are refused (404). Returns what was recorded."""
+        with self._lock:
+            episode = self.episodes.pop(episode_id)
+            episode.closed = True
+        return episode
+
+    # ---- one call -----------------------------------------------------------------------------------------
+    def _sampling(self, body: dict[str, Any], room: int) -> SamplingConfig:
+        limit = self.sampling.max_new_tokens
+        for key in ("max_completion_tokens", "max_tokens"):
+            value = body.get(key)
+            if value is not None:
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise ProxyRequestError(f"{key} must be a whole number >= 1", param=key)
+                limit = min(limit, value)
+                break
+        stop = body.get("stop")
+        if isinstance(stop, str):
+            stop = [stop]
+        if stop is not None and (
+            not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop)
+        ):
+            raise ProxyRequestError("stop must be a string or a list of strings", param="stop")
+        stops = tuple(dict.fromkeys((*self.sampling.stop_strings, *(stop or ()))))
+        return replace(self.sampling, max_new_tokens=max(1, min(limit, room)), stop_strings=stops)
+
+    async def complete(self, episode_id: str, body: Any) -> dict[str, Any]:
+        """Answer one chat-completions request for ``episode_id`` (raises :class:`ProxyRequestError`)."""
+        start = time.perf_counter()
+        with self._lock:
+            episode = self.episodes.get(episode_id)
+        if episode is None:
+            raise ProxyRequestError(
+                f"no open episode {episode_id[:64]!r}: the trainer opens episodes and gives each its base_url",
+                code="episode_not_found", status=404,
+            )  # fmt: skip
+        if not isinstance(body, dict):
+            raise ProxyRequestError("the request body must be a JSON object")
+        if body.get("n", 1) != 1:
+            raise ProxyRequestError("only n=1 is supported", param="n")
+        if body.get("stream"):
+            raise ProxyRequestError("streaming is not supported; send stream=false", param="stream")
+        tools = body.get("tools")
+        if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
+            raise ProxyRequestError("tools must be a list of tool objects", param="tools")
+        tools = tools or None
+        messages = self.renderer.template_messages(episode, body.get("messages"))
+        prompt_ids, rendered, extends = self.renderer.prompt(episode, messages, tools)
+        room = self.max_context_tokens - len(prompt_ids)
+        if room <= 0:
+            episode.over_budget = True
+            raise ProxyRequestError(
+                f"the prompt is {len(prompt_ids)} tokens; this endpoint's context limit is {self.max_context_tokens}",
+                param="messages", code="context_length_exceeded",
+            )  # fmt: skip
+        sampling = self._sampling(body, room)
+        assert self._batcher is not None, "start() the proxy first"
+        prepared = time.perf_counter()
+        gen = await asyncio.wrap_future(self._batcher.submit(prompt_ids, sampling))
+        generated = time.perf_counter()
+        tok = self.tokenizer
+        text = tok.decode(gen.ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        content, calls = parse_completion(text, body.get("tool_choice") != "none" and bool(tools))
+        if (gen.ids and gen.ids[-1] == tok.eos_token_id) or any(
+            text.endswith(s) for s in sampling.stop_strings
+        ):
+            finish = "tool_calls" if calls else "stop"
+        elif len(gen.ids) >= sampling.max_new_tokens:
+            finish = "length"
+        else:
+            finish = "tool_calls" if calls else "stop"
+        k = len(episode.calls)
+        tool_calls = [
+            {
+                "id": f"call_{episode_id[:12]}_{k}_{j}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
+            }
+            for j, (name, args) in enumerate(calls)
+        ]
+        record = CallRecord(
+            prompt_ids=list(prompt_ids), completion_ids=list(gen.ids), logprobs=list(gen.logprobs),
+            finish_reason=finish, text=text, messages=messages, tools=tools, rendered=rendered,
+            extends_earlier=extends, tool_calls=tool_calls,
+        )  # fmt: skip
+        with self._lock:
+            if episode.closed:
+                raise ProxyRequestError(
+                    "the episode ended while this call ran", code="episode_closed", status=409
+                )
+            episode.calls.append(record)
+            episode.returned[_signature(content, tool_calls)] = k
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        self.overhead_s.append((prepared - start) + (time.perf_counter() - generated))
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": len(gen.ids),
+                "total_tokens": len(prompt_ids) + len(gen.ids),
+            },
+        }
+
+    def models(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "agentr1"}],
+        }
+
+    def app(self) -> Any:
+        """The ASGI app (Starlette)."""
+        from starlette.applications import Starlette
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route
+
+        proxy = self
+
+        def error(exc: ProxyRequestError) -> JSONResponse:
+            return JSONResponse(exc.body(), status_code=exc.status)
+
+        async def chat(request: Any) -> Any:
+            try:
+                try:
+                    body = json.loads(await request.body())
+                except (ValueError, RecursionError):
+                    raise ProxyRequestError("the request body is not valid JSON") from None
+                return JSONResponse(await proxy.complete(request.path_params["episode_id"], body))
+            except ProxyRequestError as exc:
+                return error(exc)
+
+        async def models(request: Any) -> Any:
+            return JSONResponse(proxy.models())
+
+        async def unrecorded(request: Any) -> Any:
+            return error(
+                ProxyRequestError(
+                    "calls are recorded per episode: use the base_url /episodes/{episode_id}/v1 the trainer gave",
+                    code="episode_not_found",
+                    status=404,
+                )
+            )
+
+        return Starlette(
+            routes=[
+                Route("/episodes/{episode_id}/v1/chat/completions", chat, methods=["POST"]),
+                Route("/episodes/{episode_id}/v1/models", models, methods=["GET"]),
+                Route("/v1/models", models, methods=["GET"]),
+                Route("/v1/chat/completions", unrecorded, methods=["POST"]),
+            ]
+        )
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
