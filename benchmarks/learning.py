@@ -102,7 +102,10 @@ TW_IDS = {
 }
 #: the runs: the two algorithms, the paper's two ablations, GRPO with dynamic sampling on the outcome, and the
 #: step-level credit arms (GiGPO, per-turn RLOO, PPO with StepPO's step-level GAE)
-ALGOS = ("grpo", "ppo", "grpo-nomask", "ppo-noadvmask", "grpo-ds", "grpo-gigpo", "grpo-turnrloo", "ppo-step")
+ALGOS = (
+    "grpo", "ppo", "grpo-nomask", "ppo-noadvmask", "grpo-ds", "grpo-gigpo", "grpo-turnrloo", "ppo-step",
+    "grpo-agent",  # GRPO on the same task played by an openai-client agent loop through the recording endpoint
+)  # fmt: skip
 EVAL_SEED, SFT_SEED = 100_000, 200_000
 
 
@@ -392,9 +395,20 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 
         estimator = {"grpo-gigpo": "gigpo", "grpo-turnrloo": "turn_rloo"}.get(algo, "grpo")
-        trainer = AgentGRPOTrainer(
-            model, AgentGRPOConfig(**common, advantage_estimator=estimator), tok, **kwargs
-        )
+        if (
+            algo == "grpo-agent"
+        ):  # the env's tools run inside the agent (EnvSession): env time is generation's
+            from agentr1_trl.agent_loop import AgentGRPOLoopTrainer, AgentTasks, play_env_task
+
+            kwargs.pop("env_factory")
+            trainer = AgentGRPOLoopTrainer(
+                model, AgentGRPOConfig(**common, advantage_estimator=estimator), tok, agent=play_env_task,
+                tasks=AgentTasks(env_id=env_id, env_kwargs=train_kwargs), **kwargs,
+            )  # fmt: skip
+        else:
+            trainer = AgentGRPOTrainer(
+                model, AgentGRPOConfig(**common, advantage_estimator=estimator), tok, **kwargs
+            )
     t = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t
@@ -442,6 +456,16 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     policy.eval()
     engine = trainer.rollout_generator() if generator is None else None  # the run's vLLM engine, synced
     out["after"] = _evaluate(args, policy, tok, generator=engine)
+    if algo == "grpo-agent":  # the same held-out seeds, played by the agent through the endpoint
+        from agentr1_trl.agent_loop import AgentTasks, evaluate_agent
+
+        _, _, eval_kwargs = task_spec(args)
+        tasks = AgentTasks(env_id=env_id, env_kwargs=eval_kwargs)
+        out["after_through_agent"] = evaluate_agent(trainer, tasks, args.eval_episodes, args.eval_seed)
+        print(
+            f"[{args.task}] eval through the agent: {out['after_through_agent']}", file=sys.stderr, flush=True
+        )
+    trainer.close_generation()
     if algo == "ppo" and args.vg_episodes:  # HF generate: value guidance scores candidates with the policy
         n = args.vg_episodes
         # both sample like the rollouts did; value guidance keeps 1 of vg_n samples per turn

@@ -58,6 +58,7 @@ SCRIPTS = {
     "context_update": ("context_update.py", "Context policies: what the update costs"),
     "gpu_step": ("gpu_step.py", "GRPO and PPO steps on a GPU (H100)"),
     "env_server": ("env_server.py", "Envs over OpenEnv: steps through the server against direct steps"),
+    "agent_proxy": ("agent_proxy.py", "Your own agent through the recording endpoint: overhead and learning"),
 }
 
 
@@ -226,6 +227,48 @@ def _env_server(data: dict[str, Any]) -> str:
     )
 
 
+def _agent_proxy(data: dict[str, Any]) -> str:
+    parts = []
+    over = data.get("overhead")
+    if over:
+        rows = [[b["backend"], b["calls"], b["identical_completions"], b["direct_s_per_call"], b["endpoint_s_per_call"],
+                 b["server_side_ms_per_call"], f"{100 * b['overhead']:+.2f}%"] for b in over["backends"]]  # fmt: skip
+        parts.append(f"**Overhead per call.** {over['settings']}.\n\n" + _table(
+            ["backend", "calls", "completions identical", "direct s per call", "endpoint s per call",
+             "endpoint's own ms per call", "overhead"], rows))  # fmt: skip
+    learn = data["learning"]
+    start = learn["rl_start"]
+    rows = [["plain SmolLM2-135M-Instruct", "", "", f"{learn['plain']:.3f}", "", ""],
+            ["RL start (oracle warm start)", "", "", f"{start['success']:.3f}",
+             f"{start['ci95'][0]:.3f}-{start['ci95'][1]:.3f}", "1.00x"]]  # fmt: skip
+    names = {
+        "grpo": "GRPO, our own rollout",
+        "grpo-agent": "GRPO, an openai-client agent loop through the endpoint",
+    }
+    for name, arm in learn["arms"].items():
+        for r in arm["seeds"]:
+            rows.append([names.get(name, name), r["seed"], r["steps"], f"{r['success']:.3f}",
+                         f"{r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}", f"{r['vs_rl_start']:.2f}x"])  # fmt: skip
+            through = r.get("through_agent")
+            if through:
+                rows.append(["  the same seeds, played through the agent loop", r["seed"], "", f"{through['success']:.3f}",
+                             f"{through['ci95'][0]:.3f}-{through['ci95'][1]:.3f}", ""])  # fmt: skip
+        p = arm["pooled"]
+        rows.append([f"{names.get(name, name)}, both seeds", "pooled", "", f"{p['success']:.3f}",
+                     f"{p['ci95'][0]:.3f}-{p['ci95'][1]:.3f}", f"{p['vs_rl_start']:.2f}x"])  # fmt: skip
+    text = _table(["held-out (200 seeds per run, greedy)", "training seed", "steps", "success", "95% interval",
+                   "against the RL start"], rows)  # fmt: skip
+    verdict = (
+        f"Agent loop against our rollout, pooled over the seeds: z = {learn['z_agent_vs_ours_pooled']:+.2f}; "
+        f"intervals {'overlap' if learn['pooled_intervals_overlap'] else 'do not overlap'}. Every run at least 2x the "
+        f"RL start: {'yes' if learn['every_run_at_least_2x'] else 'no'}. The agent arm's models score the same "
+        f"through the agent loop as through our harness: {'yes' if learn['agent_harness_equals_ours'] else 'no'}."
+    )
+    parts.append("**Learning.** 10 minutes of GRPO per run, two runs side by side (one core each).\n\n" + text
+                 + "\n\n" + verdict)  # fmt: skip
+    return "\n\n".join(parts)
+
+
 def _table3(data: dict[str, Any]) -> str:
     rows = []
     datasets = data["args"]["datasets"]
@@ -384,6 +427,7 @@ def _gpu_step(data: dict[str, Any]) -> str:
 
 
 HIGHLIGHTS = {
+    "agent_proxy": _agent_proxy,
     "context_update": _context_update,
     "env_server": _env_server,
     "main_job_bf16": _main_job,
@@ -528,6 +572,26 @@ def headline_rows() -> list[list[str]]:
                 "[context policies in the update](docs/results/context_update.md)", text,
                 "one run per policy, SmolLM2-135M + LoRA, " + ("bf16 autocast" if full["bf16"] else "float32"),
             ])  # fmt: skip
+    if (RESULTS / "agent_proxy.json").is_file():
+        data = _load("agent_proxy")
+        learn, over = data["learning"], data.get("overhead") or {"backends": []}
+        arms = learn["arms"]
+        overhead = ", ".join(
+            f"{100 * b['overhead']:+.1f}% ({b['backend'].split(' (')[0]})" for b in over["backends"]
+        )
+        agent, ours = arms["grpo-agent"], arms["grpo"]
+
+        def seeds(arm: dict[str, Any]) -> str:
+            return ", ".join(f"{r['success']:.2f}" for r in arm["seeds"])
+
+        rows.append([
+            "[your own agent through the endpoint](docs/results/agent_proxy.md)",
+            f"held-out success {learn['rl_start']['success']:.3f} at the RL start -> {seeds(agent)} through an "
+            f"openai-client agent loop (pooled {agent['pooled']['success']:.3f}), {seeds(ours)} through our own "
+            f"rollout ({ours['pooled']['success']:.3f}; z {learn['z_agent_vs_ours_pooled']:+.1f})"
+            + (f"; overhead per call {overhead}" if overhead else ""),
+            f"{len(agent['seeds']) + len(ours['seeds'])} runs, 10 min of GRPO each, SmolLM2-135M + LoRA",
+        ])  # fmt: skip
     worlds = _load("worlds")
     for task, t in worlds["tasks"].items():
         if task != "webshop":

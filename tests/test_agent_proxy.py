@@ -23,6 +23,7 @@ from agentr1_trl.agent_loop import (  # noqa: E402
     AgentResult,
     AgentTasks,
     EnvSession,
+    play_env_task,
     run_agent_episodes,
 )
 from agentr1_trl.agent_proxy import AgentProxy, calls_to_trajectory  # noqa: E402
@@ -277,7 +278,12 @@ def test_env_session_plays_the_env_and_scores_with_its_grader():
             (message,) = session.tool_messages([call])
             assert message["tool_call_id"] == "c1" and message["content"]
         else:
-            assert session.answer(action.split("<answer>")[1].split("</answer>")[0]) is None
+            # a bare answer is a format error, as in the env: the feedback comes back and the episode goes on
+            bare = EnvSession(task)
+            assert (
+                "<answer>" in bare.answer(action.split("<answer>")[1].split("</answer>")[0]) and not bare.done
+            )
+            assert session.answer(action) is None
     result = session.result()
     assert isinstance(result, AgentResult) and result.metrics["success"] == 1.0
     assert result.reward == pytest.approx(total)
@@ -290,32 +296,33 @@ def _grpo_args(tmp_path, **kw):
     return AgentGRPOConfig(**{**settings, **kw})
 
 
-async def env_agent(client, task):
-    session = EnvSession(task)
-    messages = list(session.messages)
-    while not session.done:
-        response = await client.chat.completions.create(
-            model="policy", messages=messages, tools=session.tools
-        )
-        message = response.choices[0].message
-        messages.append(message.model_dump(exclude_none=True))
-        if message.tool_calls:
-            messages += session.tool_messages(message.tool_calls)
-        else:
-            feedback = session.answer(message.content)
-            if feedback:
-                messages.append({"role": "user", "content": feedback})
-    return session.result()
+async def varied_env_agent(client, task):
+    """The env's own agent loop, with a reward that also depends on what the (random) tiny model wrote: a group's
+    episodes then differ, so the step has advantages to learn from."""
+    seen = []
+
+    class Recording:
+        def __init__(self, inner):
+            self.chat, self.base_url = self, inner.base_url
+            self.completions, self.inner = self, inner
+
+        async def create(self, **kw):
+            response = await self.inner.chat.completions.create(**kw)
+            seen.append(response.choices[0].message.content or "")
+            return response
+
+    result = await play_env_task(Recording(client), task)
+    return AgentResult(result.reward + 0.1 * (len("".join(seen)) % 3), result.components, result.metrics)
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "gigpo", "reinforce_pp"])
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_pp", "gigpo", "turn_rloo"])
 def test_one_grpo_step_from_an_openai_client_agent(tmp_path, tok, estimator):
     import torch
     from peft import LoraConfig
 
     model = tiny_model(tok)
     trainer = AgentGRPOLoopTrainer(
-        model, _grpo_args(tmp_path, advantage_estimator=estimator), tok, agent=env_agent,
+        model, _grpo_args(tmp_path, advantage_estimator=estimator), tok, agent=varied_env_agent,
         peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"]),
     )  # fmt: skip
     lora = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
@@ -419,6 +426,12 @@ def test_cli_trains_an_agent_and_refuses_changing_it_on_resume(tmp_path, tiny_di
     run = json.loads((out / "run_config.json").read_text())
     assert run["settings"]["agent"] == "my_agent:rollout"
     assert (out / "adapter" / "adapter_config.json").exists() and (out / "episodes.jsonl").exists()
+    assert list(out.glob("checkpoint-*"))
+    # the run resumes from its checkpoint, with its agent and tasks, and the viewer reads it
+    assert main(["train", "--resume", str(out), "--set", "max_steps=2"]) == 0
+    assert json.loads(next(out.glob("checkpoint-2/trainer_state.json")).read_text())["global_step"] == 2
+    assert main(["view", str(out), "-o", str(tmp_path / "view.html")]) == 0
+    assert "my_agent" in (out / "run_config.json").read_text()
     refused = {
         "cannot resume .* agent=": ["--resume", str(out), "--agent", "my_agent:other"],
         "must be `async def not_async": ["--agent", "my_agent:not_async", "--tasks", "AgentR1/SyntheticMultihop-v0",

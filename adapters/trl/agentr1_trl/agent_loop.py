@@ -53,6 +53,7 @@ __all__ = [
     "EnvSession",
     "evaluate_agent",
     "load_agent",
+    "play_env_task",
     "run_agent_episodes",
 ]
 
@@ -275,15 +276,13 @@ class EnvSession:
         return [{"role": "tool", "tool_call_id": i, "content": c} for (i, _, _), c in zip(parts, contents)]
 
     def answer(self, text: str | None) -> str | None:
-        """Give the final answer (wrapped in the env's answer tags unless the text has them). None once the
-        episode has ended; else the env's feedback (a malformed answer: what was wrong), for the agent to show
-        the model as a user message."""
+        """Give the model's reply as it wrote it: the env's own format rules apply, exactly as in our rollouts (an
+        ``<answer>`` block ends the episode; anything else is a format error, penalised, and the episode goes
+        on). Returns None once the episode has ended, else the env's feedback, for the agent to show the model
+        as a user message, as our rollouts do."""
         if self.done:
             return None
-        text = text or ""
-        if "<answer>" not in text:
-            text = self.env.unwrapped.answer_text(text.strip())
-        obs, _ = self._step(text)
+        obs, _ = self._step(text or "")
         return None if self.done else obs
 
     def result(self) -> AgentResult:
@@ -298,6 +297,26 @@ class EnvSession:
             self.done = True
         self.env.close()
         return AgentResult(float(sum(self.rewards)), dict(self.components), dict(self.metrics))
+
+
+async def play_env_task(client: Any, task: dict[str, Any]) -> AgentResult:
+    """A plain tool-calling loop in the openai client that plays a registered env's task through
+    :class:`EnvSession` (the tutorial's agent; the benchmark's and the tests' reference agent)."""
+    session = EnvSession(task)
+    messages = list(session.messages)
+    while not session.done:
+        response = await client.chat.completions.create(
+            model="policy", messages=messages, tools=session.tools
+        )
+        message = response.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if message.tool_calls:
+            messages += session.tool_messages(message.tool_calls)
+        else:
+            feedback = session.answer(message.content)
+            if feedback:
+                messages.append({"role": "user", "content": feedback})
+    return session.result()
 
 
 @dataclass
