@@ -119,6 +119,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         env_kwargs=_parse_kv(args.env_arg),
         progress=not args.no_progress,
         save_episodes=args.save_episodes,
+        all_tasks=args.all_tasks,
     )
     if not args.returns:
         summary.pop("returns")
@@ -324,6 +325,12 @@ def _eval_command(sub: Any) -> None:
     )
     p.add_argument("--episodes", type=int, default=100, help="number of episodes (default 100)")
     p.add_argument("--seed", type=int, default=0, help="episode i is reset with seed SEED+i (default 0)")
+    p.add_argument(
+        "--all-tasks",
+        action="store_true",
+        help="play each task of a fixed task list once (its current split; --episodes is ignored), as a "
+        "benchmark's accuracy is defined: BFCL's multi-turn accuracy is the mean success over its category",
+    )
     p.add_argument("--env-arg", **ENV_ARG)
     p.add_argument("--returns", action="store_true", help="also print every episode's return")
     p.add_argument(

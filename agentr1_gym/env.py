@@ -32,7 +32,7 @@ from agentr1_gym.errors import (
     ResetNeededError,
     ToolContractError,
 )
-from agentr1_gym.formats import ParsedAction, ToolCall, ToolCallFormat, get_format
+from agentr1_gym.formats import ParsedAction, ToolCall, ToolCallFormat, get_format, strip_thinking
 from agentr1_gym.rewards import GENERIC_PROCESS_KEYS, OUTCOME_KEYS, ProcessReward, RewardConfig
 from agentr1_gym.spaces import FreeText
 from agentr1_gym.text import MAX_JSON_DEPTH, clean_json, clean_text
@@ -313,6 +313,13 @@ class ToolEnv(gym.Env[str, str], ABC):
     #: whether ``<answer>`` ends an episode (answer-shaped tasks); world-shaped envs whose world decides when the
     #: episode ends set False, and the prompt then does not ask for an answer
     final_answer: ClassVar[bool] = True
+    #: whether the task's user speaks more than once: a turn without a tool call is then the agent's reply to the
+    #: current user message, the next one (:meth:`next_user_message`) follows it as a user turn, and the episode
+    #: ends after the last (see :meth:`step`)
+    user_turns: ClassVar[bool] = False
+    #: whether the calls of one turn run one by one in the order written (stateful worlds whose calls depend on
+    #: each other: a ``cd`` before an ``mv``); by default a turn's calls are batched per tool
+    ordered_calls: ClassVar[bool] = False
     #: a fixed task list, or None for procedural envs (which implement ``generate_task``)
     tasks: Sequence[Any] | None = None
     #: attributes holding per-process resources (connections, clients): left out when the env is pickled, and
@@ -562,6 +569,39 @@ class ToolEnv(gym.Env[str, str], ABC):
         is the whole history."""
         return None
 
+    # ---- users who speak more than once (``user_turns = True``) -----------------------------------------------
+    def next_user_message(self) -> str | None:
+        """The user's next message, once the agent has replied to the current one; None when the user has said
+        everything (the episode then ends). Only envs with ``user_turns = True`` are asked."""
+        return None
+
+    def user_turn_units(self, reply: str) -> dict[str, float]:
+        """Process-reward units the user turn that ``reply`` ends has earned (a world that checks each user turn
+        pays here; capped per episode by :meth:`process_reward_caps`, as every process reward is)."""
+        return {}
+
+    def listed_tools(self) -> list[Tool]:
+        """The tools the first message lists (every tool by default). An env may keep a tool callable before it
+        lists it (BFCL's held-back functions, which a later user turn adds)."""
+        return list(self.tools.values())
+
+    def on_tool_calls(self, calls: Sequence[ToolCall]) -> None:
+        """Called with a turn's well-formed tool calls before they run (valid or not; a world that scores what
+        was attempted records them here)."""
+        return None
+
+    def _user_turn_reply(self, action: str, parsed: ParsedAction) -> str | None:
+        """The agent's reply to the current user message: a turn with no tool call (and no malformed one), or an
+        ``<answer>``; None for anything else."""
+        if parsed.calls:
+            return None
+        if parsed.answer is not None:
+            return parsed.answer
+        text = strip_thinking(action)
+        if "<tool_call>" in text or "<answer>" in text or "</tool_call>" in text:
+            return None  # a call or an answer that did not parse: a format error, as in any env
+        return text.strip()
+
     # ---- the declared optional API -----------------------------------------------------------------------
     @property
     def num_tasks(self) -> int | None:
@@ -667,7 +707,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         self._paid_units = {}  # process-reward units paid this episode, per component
         self.executed_calls = []
         self.on_reset()
-        instructions = self.tool_format.instructions(list(self.tools.values()), answer=self.final_answer)
+        instructions = self.tool_format.instructions(self.listed_tools(), answer=self.final_answer)
         prompt = clean_text(f"{instructions}\n\n{self.task_prompt(self.task)}")
         self.messages = [{"role": "user", "content": prompt}]
         self._context_chars = len(prompt)
@@ -741,7 +781,21 @@ class ToolEnv(gym.Env[str, str], ABC):
         new_messages: list[dict[str, Any]] = []
         obs_parts: list[str] = []
         terminated = False
-        if parsed.error is not None:
+        reply = self._user_turn_reply(action, parsed) if self.user_turns else None
+        if reply is not None:  # the agent answered the current user message: the user speaks next, or the end
+            earned = self.user_turn_units(reply)
+            caps = self.process_reward_caps() if earned else {}
+            for key, units in earned.items():
+                self._pay(components, key, units, self._weights[key], caps.get(key, 1.0))
+            following = self.next_user_message()
+            if following is None:
+                terminated = True
+                parsed = ParsedAction(answer=reply)
+            else:
+                following = clean_text(following)
+                new_messages.append({"role": "user", "content": following})
+                obs_parts.append(following)
+        elif parsed.error is not None:
             action_error = parsed.error
             self._format_ok = False
             components["invalid_format"] += self.reward_config.invalid_format_penalty
@@ -821,9 +875,13 @@ class ToolEnv(gym.Env[str, str], ABC):
         """Validate and run the calls of one turn (batched per tool); fill the result messages. ``too_deep``:
         the indices of calls whose arguments nest deeper than :data:`~agentr1_gym.text.MAX_JSON_DEPTH`."""
         role = self.tool_format.result_role
+        self.on_tool_calls(calls)
         errors: list[str] = []
         results: list[ToolResult | None] = [None] * len(calls)
         pending: dict[str, list[tuple[int, BaseModel]]] = {}
+        ordered: list[
+            tuple[str, list[tuple[int, BaseModel]]]
+        ] = []  # ordered_calls: one batch per call, in order
         for i, call in enumerate(calls):
             tool = self.tools.get(call.name)
             if tool is None:
@@ -841,11 +899,16 @@ class ToolEnv(gym.Env[str, str], ABC):
                 results[i] = ToolResult(errors[-1], success=False, metadata={"call_error": True})
                 continue
             try:
-                pending.setdefault(call.name, []).append((i, tool.validate(call.arguments)))
+                validated = tool.validate(call.arguments)
             except ValidationError as exc:
                 errors.append(describe_validation_error(call.name, exc))
                 results[i] = ToolResult(errors[-1], success=False, metadata={"call_error": True})
-        for name, items in pending.items():
+                continue
+            if self.ordered_calls:
+                ordered.append((call.name, [(i, validated)]))
+            else:
+                pending.setdefault(call.name, []).append((i, validated))
+        for name, items in ordered or list(pending.items()):
             outputs = self.tools[name].execute_batch([args for _, args in items])
             if not isinstance(outputs, list) or len(outputs) != len(items):
                 raise ToolContractError(

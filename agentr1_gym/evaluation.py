@@ -28,6 +28,7 @@ __all__ = [
     "print_result",
     "random_policy",
     "success",
+    "task_list",
 ]
 
 Policy = Callable[[str, dict[str, Any], Any], str]
@@ -52,6 +53,18 @@ def print_result(result: dict[str, Any], json_path: str | None = None) -> None:
             json.dump(result, f, indent=2)
             f.write("\n")
     print(json.dumps(for_display(result), indent=2), flush=True)
+
+
+def task_list(env: Any) -> list[int]:
+    """The task indices of an env with a fixed task list (its current split's), for ``--all-tasks``; a
+    :class:`ConfigError` for a procedural env, whose tasks are as many as its seeds."""
+    n = getattr(env.unwrapped, "num_tasks", None)
+    if not n:
+        raise ConfigError(
+            f"--all-tasks needs an env with a fixed task list; {type(env.unwrapped).__name__} makes a task per seed "
+            "(use --episodes N)"
+        )
+    return list(range(int(n)))
 
 
 def success(metrics: dict[str, float]) -> float:
@@ -93,8 +106,12 @@ def evaluate(
     progress: bool = True,
     env_kwargs: dict[str, Any] | None = None,
     save_episodes: str | None = None,
+    all_tasks: bool = False,
 ) -> dict[str, Any]:
     """Run ``episodes`` episodes (episode ``i`` is reset with seed ``seed + i``) and summarise them.
+
+    ``all_tasks``: an env with a fixed task list plays each of its tasks once (reset option ``task_index``;
+    ``episodes`` is ignored), as a benchmark's accuracy is defined (BFCL's, HumanEval's pass@1).
 
     ``save_episodes``: append every episode, turn by turn, to this JSONL file (:mod:`agentr1_gym.episodes`; what
     ``agentr1 view`` shows).
@@ -111,6 +128,9 @@ def evaluate(
         if policy not in POLICIES:
             raise ConfigError(f"unknown policy {policy!r}; built-in policies: {sorted(POLICIES)}")
         policy = POLICIES[policy]
+    indices = task_list(env) if all_tasks else None
+    if indices is not None:
+        episodes = len(indices)
     if episodes < 1:
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
     from tqdm.auto import tqdm
@@ -119,7 +139,8 @@ def evaluate(
     metrics: dict[str, list[float]] = {}
     env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
     for i in tqdm(range(episodes), desc="eval", disable=not progress, unit="ep"):
-        obs, info = env.reset(seed=seed + i)
+        options = {"task_index": indices[i]} if indices is not None else None
+        obs, info = env.reset(seed=seed + i, options=options)
         prompt, task_id = obs, str(info.get("task_id", ""))
         question, gold = task_facts(env.unwrapped) if save_episodes is not None else ("", ())
         total, done, turns = 0.0, False, []

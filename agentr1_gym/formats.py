@@ -34,6 +34,7 @@ __all__ = [
     "ToolCall",
     "ToolCallFormat",
     "get_format",
+    "strip_thinking",
 ]
 
 
@@ -80,7 +81,8 @@ class ParsedAction:
     error: str | None = None
 
 
-def _strip_thinking(text: str) -> str:
+def strip_thinking(text: str) -> str:
+    """``text`` without its closed ``<think>...</think>`` blocks."""
     if "<think>" not in text:
         return text
     kept, pos = [], 0
@@ -205,7 +207,7 @@ class HermesFormat(ToolCallFormat):
 
     def _parse_general(self, text: str, tools: Mapping[str, Tool]) -> ParsedAction:
         """Any turn: thinking stripped, every block found, the rules of :func:`_finish` applied."""
-        text = _strip_thinking(text)
+        text = strip_thinking(text)
         bodies = [inner for _, inner, _, _ in tag_blocks(text, ("tool_call",))]
         if text.count("<tool_call>") != len(bodies):
             return ParsedAction(error="A <tool_call> tag was opened but not closed with </tool_call>.")
@@ -299,7 +301,7 @@ class SearchR1Format(ToolCallFormat):
         return None
 
     def parse(self, text: str, tools: Mapping[str, Tool]) -> ParsedAction:
-        text = _strip_thinking(text)
+        text = strip_thinking(text)
         answers, error = _answer_blocks(text)
         if error:
             return ParsedAction(error=error)

@@ -98,6 +98,12 @@ def register_envs() -> None:
         "Any reasoning-gym dataset (task=<name>, config={...}), scored by its own score_answer; optional tool.",
     )
     _register(
+        "AgentR1/BFCL-MultiTurn-v0",
+        "agentr1_gym.envs.bfcl:BFCLMultiTurnEnv",
+        "BFCL v4 multi-turn function calling (category=base|miss_func|miss_param|long_context; users who speak "
+        "several times), scored as BFCL's own checker scores it.",
+    )
+    _register(
         "AgentR1/OpenEnv-v0",
         "agentr1_gym.envs.openenv:OpenEnvEnv",
         "An env on an OpenEnv server (base_url=...; ours from `agentr1 serve-env`, or any OpenEnv text env).",

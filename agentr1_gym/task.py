@@ -286,6 +286,8 @@ class TaskSpec:
     final_answer: bool
     description: str = ""
     world_tools: tuple[type[FunctionTool], ...] = field(default=())
+    #: the row field holding the user's later messages (None: the user speaks once)
+    user_turns: str | None = None
 
     def make(self, **settings: Any) -> TaskEnv:
         """A :class:`TaskEnv` of this task (unregistered; :func:`register_task` gives it an id)."""
@@ -306,6 +308,7 @@ def make_task(
     max_turns: int = 6,
     final_answer: bool | None = None,
     description: str = "",
+    user_turns: str | None = None,
 ) -> TaskSpec:
     """Validate a task made of parts (see the module docstring); every mistake is a one-line
     :class:`ConfigError` naming the field.
@@ -326,6 +329,10 @@ def make_task(
         max_turns: the default episode length (``gym.make(id, max_turns=...)`` overrides it).
         final_answer: whether ``<answer>`` ends the episode (default: True without a world, False with one).
         description: one line for ``agentr1 list``.
+        user_turns: a user who speaks more than once: the row field holding the user's later messages (a list of
+            strings). A turn without a tool call is then the agent's reply; the next message follows it as a user
+            turn, and the episode ends after the reply to the last one (reward functions get that reply as
+            ``answer`` and the whole chat as ``messages``).
     """
     rows = tuple(load_rows(dataset))
     seen: set[str] = set()
@@ -360,6 +367,14 @@ def make_task(
         raise ConfigError(f"prompt=: a format string or a function of the row, got {type(prompt).__name__}")
     if world is not None and not isinstance(world, type):
         raise ConfigError(f"world=: a class (built from each row as world(task)), got {type(world).__name__}")
+    if user_turns is not None:
+        for i, row in enumerate(rows):
+            said = row.get(user_turns)
+            if not isinstance(said, list) or not all(isinstance(m, str) for m in said):
+                raise ConfigError(
+                    f"dataset row {i} (id {row.get(id_field, i)!r}): user_turns={user_turns!r} names a field that "
+                    f"must hold a list of the user's later messages (strings), got {type(said).__name__}"
+                )
     if not 0.0 < success_threshold <= 1.0:
         raise ConfigError(f"success_threshold must be in (0, 1], got {success_threshold!r}")
     if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
@@ -415,6 +430,7 @@ def make_task(
         final_answer=(world is None) if final_answer is None else bool(final_answer),
         description=description,
         world_tools=tuple(world_tools),
+        user_turns=user_turns,
     )
 
 
@@ -489,6 +505,8 @@ class TaskEnv(ToolEnv):
         self.final_answer = spec.final_answer
         self.answer_metrics = ("score", *(r.name for r in spec.rewards))
         self.world: Any = None
+        self.user_turns = spec.user_turns is not None  # type: ignore[misc]
+        self._said: list[str] = []
         tools = [*spec.tools, *(cls(_WorldCall(self, cls.name)) for cls in spec.world_tools)]
         settings.setdefault("max_turns", spec.max_turns)
         super().__init__(tools, **settings)
@@ -537,7 +555,13 @@ class TaskEnv(ToolEnv):
         field_ = self.task_spec.answer_field
         return tuple(str(g) for g in _golds(task.get(field_))) if field_ else ()
 
+    def next_user_message(self) -> str | None:
+        """The row's next later message (``user_turns=``), or None after the last."""
+        return self._said.pop(0) if self._said else None
+
     def on_reset(self) -> None:
+        field_ = self.task_spec.user_turns
+        self._said = list(self.task[field_]) if field_ else []
         world = self.task_spec.world
         if world is not None:
             try:

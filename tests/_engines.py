@@ -3,7 +3,8 @@ process rewards show up per step."""
 
 from __future__ import annotations
 
-#: answer-shaped envs (search, math) and world-shaped ones (a shop, a text game)
+#: answer-shaped envs (search, math), world-shaped ones (a shop, a text game) and a conversation whose user speaks
+#: several times (BFCL's multi-turn function calling)
 ENGINE_ENVS = (
     "AgentR1/SyntheticMultihop-v0",
     "AgentR1/HotpotQA-v0",
@@ -13,6 +14,7 @@ ENGINE_ENVS = (
     "AgentR1/TextWorld-Cooking-v0",
     "AgentR1/TextWorld-TreasureHunter-v0",
     "AgentR1/TextWorld-CoinCollector-v0",
+    "AgentR1/BFCL-MultiTurn-v0",
 )
 SEARCH_ENVS = ("AgentR1/SyntheticMultihop-v0", "AgentR1/HotpotQA-v0")
 

@@ -66,7 +66,7 @@ def test_play_every_env_to_the_end(env_id, monkeypatch, capsys):
         typed.append(action.replace("\n", "\\n"))
         _, _, terminated, truncated, _ = shadow.step(action)
         done = terminated or truncated
-    turns = "x\n" * shadow.max_turns
+    turns = "<tool_call>\n" * shadow.max_turns  # format errors until the turn limit
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(typed) + f"\n/reset\n{turns}/quit\n"))
     assert main(["play", env_id, "--seed", "0"]) == 0
     out = capsys.readouterr().out

@@ -59,6 +59,7 @@ CASES: dict[str, object] = {
     "kinds": ["rate", "sharing"],
     # worlds: text games and the shop
     "family": {"AgentR1/TextWorld-TreasureHunter-v0": "coin_collector", "*": "treasure_hunter"},
+    "category": "miss_func",
     "level": 2,
     "num_games": 3,
     "pool_seed": 1,
@@ -107,6 +108,14 @@ def _episode(env: gym.Env, seed: int = 3) -> list[tuple]:
     return trace
 
 
+#: envs whose tools only the Hermes format can write (several arguments per call)
+ONE_FORMAT = {"AgentR1/BFCL-MultiTurn-v0"}
+
+
+def name_of(keyword: str) -> str:
+    return "tool_format" if keyword == "protocol" else keyword
+
+
 def _make_both(env_id: str, kwargs: dict) -> tuple:
     out = []
     for make in (gym.make, agentr1_gym.make):
@@ -141,6 +150,9 @@ def test_gym_make_equals_agentr1_make_for_every_keyword(env_id, keyword):
     ):  # its JSONL has no context paragraphs
         kwargs["corpus_path"] = CASES["corpus_path"]
     a, b = _make_both(env_id, kwargs)
+    if env_id in ONE_FORMAT and name_of(keyword) == "tool_format":  # refused alike by both makes, in one line
+        assert isinstance(a, ConfigError) and type(a) is type(b) and str(a) == str(b)
+        return
     assert not isinstance(a, Exception), a
     assert not isinstance(b, Exception), b
     assert a.spec.kwargs == b.spec.kwargs

@@ -212,8 +212,9 @@ def test_max_turns_is_honoured_by_both_makes(env_id, maker):
     env = make(env_id, max_turns=10)
     assert env.unwrapped.max_turns == 10
     env.reset(seed=0)
-    assert not any(env.step("x")[3] for _ in range(9))
-    _, _, terminated, truncated, info = env.step("x")
+    # an unclosed tag is a format error in every env (plain text would be a reply where users speak again)
+    assert not any(env.step("<tool_call>")[3] for _ in range(9))
+    _, _, terminated, truncated, info = env.step("<tool_call>")
     assert truncated and not terminated and "metrics" in info and "answer" in info["reward_components"]
 
 

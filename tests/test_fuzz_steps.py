@@ -124,7 +124,7 @@ def test_ten_thousand_adversarial_steps(env_id):
     rng = random.Random(hash(env_id) & 0xFFFF)
     protocols = (
         ["hermes", "search_r1"]
-        if env_id not in ("AgentR1/HumanEval-v0", "AgentR1/Calculator-v0")
+        if env_id not in ("AgentR1/HumanEval-v0", "AgentR1/Calculator-v0", "AgentR1/BFCL-MultiTurn-v0")
         else ["hermes"]
     )
     steps = 0

@@ -30,6 +30,10 @@ TOKENIZER_ENVS = (
     "AgentR1/TextWorld-Cooking-v0",
 )
 
+#: the envs the executor plays: those, and a conversation whose user speaks several times (its prompt lists a whole
+#: API: a long one in the tiny tokenizer's ids)
+PLAYED_ENVS = (*TOKENIZER_ENVS, "AgentR1/BFCL-MultiTurn-v0")
+
 AGENT_FILE = Path(__file__).parent.parent / "examples" / "engines" / "openrlhf_agent.py"
 
 
@@ -80,18 +84,19 @@ def _tokenize(tok):
     return call
 
 
-@pytest.mark.parametrize("env_id", TOKENIZER_ENVS)
+@pytest.mark.parametrize("env_id", PLAYED_ENVS)
 def test_openrlhf_executor_matches_our_evaluator_and_our_tokens(agent, env_id):
     seeds = range(2, 6)
     rows = agent.dataset_rows(env_id, seeds)
     ours = evaluate(env_id, "oracle", episodes=len(rows), seed=2, progress=False)
     executor = agent.AgentExecutor()
+    budget = 65536 if env_id == "AgentR1/BFCL-MultiTurn-v0" else 4096
     for row, seed, expected in zip(rows, seeds, ours["returns"]):
         engine = _OracleEngine(agent.tok)
         engine.start(env_id, seed)
         params = SimpleNamespace(max_tokens=None, logprobs=None)
         result = asyncio.run(
-            executor.execute(row["input"], row["label"], params, 4096, _tokenize(agent.tok), engine)
+            executor.execute(row["input"], row["label"], params, budget, _tokenize(agent.tok), engine)
         )
         assert result["reward"] == pytest.approx(expected)
         assert float(result["scores"]) == pytest.approx(expected)
@@ -99,7 +104,7 @@ def test_openrlhf_executor_matches_our_evaluator_and_our_tokens(agent, env_id):
         # OpenRLHF's sequence is token for token what our own rollouts build from the same turns
         env = agentr1_gym.make(env_id)
         _, info = env.reset(seed=seed)
-        rec = EpisodeRecorder(agent.tok, info)
+        rec = EpisodeRecorder(agent.tok, info, max_episode_tokens=budget)
         for action, ids in engine.generated:
             rec.add_generation(ids, [0.0] * len(ids))
             _, r, term, trunc, step_info = env.step(action)

@@ -53,6 +53,8 @@ BENIGN = {
 
 
 def _benign_call(env) -> str:
+    if env.user_turns:  # a conversation's tools depend on its task: the ground truth's first call
+        return env.oracle_action()
     tool = next(iter(env.tools))
     return env.call_text(tool, **BENIGN[tool])
 
@@ -60,6 +62,7 @@ def _benign_call(env) -> str:
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_determinism(env_id):
     a, b = gym.make(env_id), gym.make(env_id)
+    a.reset(seed=7)  # the same task as the episode below
     actions = [_benign_call(a.unwrapped), "garbage", "<answer>x</answer>"]
     assert _episode(a, 7, actions) == _episode(b, 7, actions)
     # the task order after one seeded reset is deterministic too
@@ -109,11 +112,13 @@ def test_vector_envs_batch_infos(env_id, vector_cls):
     try:
         obs, info = envs.reset(seed=0)
         assert len(obs) == 2 and all(isinstance(o, str) and o for o in obs)
-        actions = (envs.call("oracle_action")[0], "no tags here")  # a valid call, and a malformed turn
-        obs, rewards, _term, _trunc, info = envs.step(actions)
+        # a valid call, and a malformed turn (plain text is a reply where the user speaks again)
+        replies = envs.get_attr("user_turns")[0]
+        bad, why = ("<tool_call>no tags here", "not closed") if replies else ("no tags here", "No tool call")
+        obs, rewards, _term, _trunc, info = envs.step((envs.call("oracle_action")[0], bad))
         assert rewards.shape == (2,)
         assert np.isclose(info["reward_components"]["invalid_format"][1], -0.1)
-        assert info["action_error"][0] is None and "No tool call" in info["action_error"][1]
+        assert info["action_error"][0] is None and why in info["action_error"][1]
         assert np.allclose(info["process_reward"] + info["outcome_reward"], rewards)
     finally:
         envs.close()

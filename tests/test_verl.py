@@ -133,7 +133,11 @@ def test_oracle_through_verl_matches_our_evaluator(model_dir, tmp_path, env_id):
     rows = verl_dataset(env_id, range(5, 11))
     # room for the retrieved passages, long in the tiny tokenizer's ids (an episode cut by the response budget is
     # not scored: tested below)
-    config = _config(model_dir, **{"data.max_response_length": 8192, "data.max_prompt_length": 4096})
+    # BFCL's prompt lists a task's whole API (about 15k ids of the tiny tokenizer), and its conversations run long
+    budget = (24576, 16384) if env_id == "AgentR1/BFCL-MultiTurn-v0" else (4096, 8192)
+    config = _config(
+        model_dir, **{"data.max_response_length": budget[1], "data.max_prompt_length": budget[0]}
+    )
     worker = AgentLoopWorker(config, llm_client=None)
     server = _Server(config, _Oracle(worker.tokenizer, rows))
     worker.llm_client = server

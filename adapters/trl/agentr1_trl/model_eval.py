@@ -224,7 +224,13 @@ def run_eval(args: argparse.Namespace, env_kwargs: dict[str, Any] | None = None)
     and this adapter's (:func:`~agentr1_trl.cli.add_eval_flags`), ``env_kwargs`` the parsed ``--env-arg``s."""
     env_kwargs, max_new_tokens, max_episode_tokens = _run_settings(args, dict(env_kwargs or {}))
     # a bad env id or argument fails now, not after the model has loaded
-    agentr1_gym.make(args.env_id, **env_kwargs).close()
+    probe = agentr1_gym.make(args.env_id, **env_kwargs)
+    indices = None
+    if getattr(args, "all_tasks", False):
+        from agentr1_gym.evaluation import task_list
+
+        indices = task_list(probe)
+    probe.close()
     model, tokenizer, value_head = load_policy(args.model, args.adapter)
     generator = policy_generator(model, tokenizer, args.backend, args.vllm_server, args.vllm_timeout)
     try:
@@ -244,6 +250,7 @@ def run_eval(args: argparse.Namespace, env_kwargs: dict[str, Any] | None = None)
             progress=not args.no_progress,
             generator=generator,
             save_episodes=args.save_episodes,
+            task_indices=indices,
         )
         engine = generator.describe()
     finally:
