@@ -52,7 +52,7 @@ def _backend(name: str, model: Any, tok: Any) -> Any:
 def measure(backend_name: str, episodes: int, warmup: int) -> dict[str, Any]:
     """Endpoint round trips against direct ``generate`` calls on the same prompts, one backend."""
     import agentr1_trl  # noqa: F401  (first: hides the broken companions)
-    from agentr1_trl.agent_loop import AgentTasks, EnvSession, run_agent_episodes
+    from agentr1_trl.agent_loop import AgentTasks, play_env_task, run_agent_episodes
     from agentr1_trl.agent_proxy import AgentProxy
     from agentr1_trl.models import load_default_policy
 
@@ -65,22 +65,20 @@ def measure(backend_name: str, episodes: int, warmup: int) -> dict[str, Any]:
     sampling = SamplingConfig(max_new_tokens=48, temperature=0.0, stop_strings=HermesFormat.stop_strings)
     round_trips: list[float] = []
 
-    async def timed_agent(client: Any, task: dict[str, Any]) -> Any:
-        session = EnvSession(task)
-        messages = list(session.messages)
-        while not session.done:
+    class TimedClient:
+        """The agent's client, with each chat-completions round trip timed as the agent sees it."""
+
+        def __init__(self, inner: Any) -> None:
+            self.chat, self.completions, self.inner, self.base_url = self, self, inner, inner.base_url
+
+        async def create(self, **kwargs: Any) -> Any:
             start = time.perf_counter()
-            response = await client.chat.completions.create(model="p", messages=messages, tools=session.tools)
+            response = await self.inner.chat.completions.create(**kwargs)
             round_trips.append(time.perf_counter() - start)
-            message = response.choices[0].message
-            messages.append(message.model_dump(exclude_none=True))
-            if message.tool_calls:
-                messages += session.tool_messages(message.tool_calls)
-            else:
-                feedback = session.answer(message.content)
-                if feedback:
-                    messages.append({"role": "user", "content": feedback})
-        return session.result()
+            return response
+
+    async def timed_agent(client: Any, task: dict[str, Any]) -> Any:
+        return await play_env_task(TimedClient(client), task)
 
     tasks = AgentTasks(env_id=ENV_ID, env_kwargs=ENV_KWARGS)
     endpoint, direct, server_side, tokens, same = [], [], [], 0, 0
