@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 import agentr1_gym
+from agentr1_gym.errors import ConfigError
 from agentr1_gym.rollout import Sample, collect_rollouts
 from agentr1_trl.generation import SamplingConfig, ScriptedGenerator
 
@@ -43,7 +44,14 @@ def oracle_samples(
         sampling=SamplingConfig(max_new_tokens=4096),
         max_episode_tokens=max_episode_tokens,
     )
-    return [s for t in trajs for s in t.samples()]
+    samples = [s for t in trajs for s in t.samples() if any(s.action_mask)]
+    if not samples:
+        longest = max(len(t.prompt_ids) for t in trajs)
+        raise ConfigError(
+            f"no oracle transcript of {env_id} fits max_episode_tokens={max_episode_tokens} (a first prompt is "
+            f"{longest} tokens): nothing to warm-start on; raise max_episode_tokens"
+        )
+    return samples
 
 
 def warm_start(
@@ -66,6 +74,9 @@ def warm_start(
     """
     from tqdm.auto import tqdm
 
+    samples = [s for s in samples if any(s.action_mask)]  # a sample without assistant tokens has no loss (NaN)
+    if not samples:
+        raise ValueError("no sample has assistant tokens to train on")
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters (wrap it with peft or unfreeze some)")
