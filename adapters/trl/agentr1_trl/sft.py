@@ -74,7 +74,9 @@ def warm_start(
     """
     from tqdm.auto import tqdm
 
-    samples = [s for s in samples if any(s.action_mask)]  # a sample without assistant tokens has no loss (NaN)
+    samples = [
+        s for s in samples if any(s.action_mask)
+    ]  # a sample without assistant tokens has no loss (NaN)
     if not samples:
         raise ValueError("no sample has assistant tokens to train on")
     params = [p for p in model.parameters() if p.requires_grad]
