@@ -115,7 +115,7 @@ def _canonical_args(arguments: Any) -> str:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             return arguments
     return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
 
