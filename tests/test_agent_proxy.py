@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("trl")
 openai = pytest.importorskip("openai")
@@ -192,6 +194,97 @@ def test_bad_requests_get_openai_errors(tok):
         asyncio.run(client_sees_bad_request())
         record = proxy.close_episode(eid)
     assert record.calls == [] and record.over_budget  # nothing reached the model
+
+
+# what an agent (or anything on the port) may send: every string may hold lone surrogates (valid JSON when
+# escaped), arguments may nest far past any recursion limit, sizes and types may be anything
+_TEXT = st.text(
+    st.sampled_from(["\ud800", "\udfff", "\x00", "a", "<", '"', "{", "\u00e9", "\U0001f600"])
+    | st.characters(min_codepoint=0, max_codepoint=0x10FFFF),
+    max_size=40,
+)
+_NESTED = st.sampled_from([3, 40, 70, 2_000, 100_000]).map(lambda n: "[" * n + "]" * n)
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+_ARGS = _TEXT | _NESTED | _JSONISH.map(lambda v: json.dumps(v)) | _JSONISH
+_CALL = st.fixed_dictionaries(
+    {"type": st.just("function"), "function": st.fixed_dictionaries({"name": _TEXT, "arguments": _ARGS})}
+)
+_TOOL = st.fixed_dictionaries(
+    {"type": st.just("function"), "function": st.fixed_dictionaries({"name": _TEXT, "parameters": _JSONISH})}
+)
+_MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant", "tool", "developer", "wizard"])},
+    optional={
+        "content": _TEXT
+        | st.text(max_size=3).map(lambda t: t * 20_000)
+        | _JSONISH
+        | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT}), max_size=2),
+        "tool_calls": st.lists(_CALL | _JSONISH, max_size=2) | _JSONISH,
+    },
+)
+_BODY = st.fixed_dictionaries(
+    {"messages": st.lists(_MESSAGE, min_size=1, max_size=4) | _JSONISH},
+    optional={
+        "tools": st.lists(_TOOL | _JSONISH, max_size=2) | _JSONISH,
+        "max_tokens": st.integers(-5, 10**12) | _JSONISH,
+        "stop": _TEXT | st.lists(_TEXT, max_size=3) | _JSONISH,
+        "n": st.integers(0, 3) | _JSONISH,
+        "tool_choice": st.sampled_from(["auto", "none"]) | _JSONISH,
+    },
+)
+
+
+@pytest.fixture(scope="module")
+def fuzz_proxy(tok):
+    with AgentProxy(
+        ScriptedGenerator(tok, lambda p, i: CALL % i if i % 2 else "done"), tok, SAMPLING,
+        max_context_tokens=4000,
+    ) as proxy:  # fmt: skip
+        yield proxy, proxy.base_url(proxy.open_episode()) + "/chat/completions"
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(body=_BODY | _JSONISH, raw=st.sampled_from(["json", "deep", "bytes"]), junk=st.binary(max_size=30))
+def test_any_request_body_gets_a_completion_or_an_openai_error(fuzz_proxy, body, raw, junk):
+    """Whatever arrives, the answer is a completion (200) or OpenAI's error shape (400), never a 500."""
+    _, url = fuzz_proxy
+    content = {
+        "json": json.dumps(body).encode(),  # lone surrogates travel as valid escapes
+        "deep": ('{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}").encode(),
+        "bytes": json.dumps(body).encode()[:-1] + junk,
+    }[raw]
+    r = httpx.post(url, content=content, timeout=60)
+    assert r.status_code in (200, 400), r.text[:300]
+    data = r.json()
+    if r.status_code == 400:
+        assert set(data["error"]) == {"message", "type", "param", "code"}
+    else:
+        message = data["choices"][0]["message"]
+        assert message["role"] == "assistant" and data["usage"]["prompt_tokens"] > 0
+
+
+def test_the_probe_bodies_that_gave_500s(fuzz_proxy):
+    """The two bodies a probe found: a lone surrogate in a user message, and tool-call arguments nested 100,000
+    deep (as text the JSON decoder gives up on), alone and together."""
+    _, url = fuzz_proxy
+    deep = "[" * 100_000 + "]" * 100_000
+    surrogate = '{"role": "user", "content": "a\\ud800b"}'
+    call = json.dumps({"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "f\udc00", "arguments": deep}}]})  # fmt: skip
+    for messages in (
+        f"[{surrogate}]",
+        f"[{surrogate}, {call}]",
+        f'[{{"role": "user", "content": "x"}}, {call}]',
+    ):
+        r = httpx.post(url, content=f'{{"messages": {messages}}}'.encode(), timeout=60)
+        assert r.status_code in (200, 400), r.text[:300]
+        assert r.status_code == 200 or r.json()["error"]["code"] == "context_length_exceeded"
 
 
 def test_concurrent_episodes_are_batched_and_kept_apart(tok):

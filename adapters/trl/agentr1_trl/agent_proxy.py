@@ -53,7 +53,7 @@ from agentr1_gym.generation import (
     check_generations,
 )
 from agentr1_gym.rollout import Trajectory, observation_delta, render_chat
-from agentr1_gym.text import clean_text
+from agentr1_gym.text import MAX_JSON_DEPTH, clean_json, clean_text
 
 __all__ = [
     "AgentProxy",
@@ -65,6 +65,8 @@ __all__ = [
 
 _HERMES = HermesFormat()
 _ROLES = {"system", "user", "assistant", "tool", "developer"}
+#: how deep a request may nest (JSON Schemas of real tools stay far below; deeper is refused, never recursed into)
+MAX_BODY_DEPTH = 64
 
 
 class ProxyRequestError(ValueError):
@@ -221,10 +223,12 @@ class _Renderer:
                             parsed = (
                                 json.loads(args) if isinstance(args, str) and args.strip() else args or {}
                             )
-                        except ValueError:
-                            parsed = {"_raw": args}
-                        if not isinstance(parsed, dict):
-                            parsed = {"_raw": parsed}
+                            # an escaped lone surrogate decodes to one; nesting past the bound stays as written
+                            parsed, cut = clean_json(parsed, MAX_JSON_DEPTH)
+                        except (ValueError, RecursionError):
+                            parsed, cut = args, True
+                        if cut or not isinstance(parsed, dict):
+                            parsed = {"_raw": parsed if not cut else clean_text(str(args))}
                         block = _HERMES.format_call(ToolCall(name=fn["name"], arguments=parsed))
                         content = f"{content}\n{block}" if content else block
             out.append({"role": role, "content": content})
@@ -511,6 +515,10 @@ class AgentProxy:
             )  # fmt: skip
         if not isinstance(body, dict):
             raise ProxyRequestError("the request body must be a JSON object")
+        # every string as text the tokenizer and the response can carry (an escaped lone surrogate is valid JSON)
+        body, cut = clean_json(body, MAX_BODY_DEPTH)
+        if cut:
+            raise ProxyRequestError(f"the request nests deeper than {MAX_BODY_DEPTH} levels")
         if body.get("n", 1) != 1:
             raise ProxyRequestError("only n=1 is supported", param="n")
         if body.get("stream"):
