@@ -401,6 +401,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         #: to plan the next turn without counting its own calls
         self.executed_calls: list[ToolCall] = []
         self._context_chars = 0
+        self._user_message_at = 0
         self._paid_units: dict[str, float] = {}
 
     def _check_rewards(self, reward: RewardConfig) -> str:
@@ -542,6 +543,10 @@ class ToolEnv(gym.Env[str, str], ABC):
                 head["content"] = (
                     f"{first['content']}\n\n[{dropped} earlier turn{'s' if dropped > 1 else ''} not shown]"
                 )
+                # a user who speaks more than once: the request being worked on stays in view
+                at = self._user_message_at
+                if at and at <= len(self.messages) - 1 - sum(len(turn) for turn in kept):
+                    head["content"] += f"\n\nThe user's current message:\n{self.messages[at]['content']}"
             return [head, *(m for turn in kept for m in turn)]
         if kind == "state":
             if not history:  # the task message already holds the world's first view
@@ -710,6 +715,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         instructions = self.tool_format.instructions(self.listed_tools(), answer=self.final_answer)
         prompt = clean_text(f"{instructions}\n\n{self.task_prompt(self.task)}")
         self.messages = [{"role": "user", "content": prompt}]
+        self._user_message_at = 0  # where the user's current message is in ``messages`` (user_turns worlds)
         self._context_chars = len(prompt)
         self._episode_task_id = self.task_id()  # the task is fixed for the episode: every step reports this
         info = {
@@ -781,6 +787,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         new_messages: list[dict[str, Any]] = []
         obs_parts: list[str] = []
         terminated = False
+        user_spoke = False  # the observation is the user's next message (not a tool's answer)
         reply = self._user_turn_reply(action, parsed) if self.user_turns else None
         if reply is not None:  # the agent answered the current user message: the user speaks next, or the end
             earned = self.user_turn_units(reply)
@@ -793,8 +800,10 @@ class ToolEnv(gym.Env[str, str], ABC):
                 parsed = ParsedAction(answer=reply)
             else:
                 following = clean_text(following)
+                self._user_message_at = len(self.messages) + len(new_messages)
                 new_messages.append({"role": "user", "content": following})
                 obs_parts.append(following)
+                user_spoke = True
         elif parsed.error is not None:
             action_error = parsed.error
             self._format_ok = False
@@ -835,6 +844,8 @@ class ToolEnv(gym.Env[str, str], ABC):
             "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in parsed.calls],
             "truncated_reason": truncated_reason,
         }
+        if user_spoke:
+            info["user_spoke"] = True
         if terminated and self.final_answer and parsed.answer is not None:
             info["answer"] = (
                 parsed.answer

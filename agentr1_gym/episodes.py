@@ -15,7 +15,8 @@ Training (``save_episodes_steps``), the held-out evaluations of ``agentr1 train`
      "gold": the task's gold answers ([] for world envs), "answer": the final answer the env scored (None: none),
      "turns": [{"action", "tool_calls": [{"name", "arguments"}], "observation", "reward",
                 "reward_components": {...}, "action_error": str | None,
-                "context": the text the agent saw, only where the env rewrote it (a context policy)}, ...],
+                "context": the text the agent saw, only where the env rewrote it (a context policy),
+                "user": true where the observation is the user speaking again (multi-user-turn envs)}, ...],
      "success", "return", "ended": "terminated" | "max_turns" | "token_budget" | ..., "metrics": {...},
      "tokens": None | {"ids", "text" (one piece per token), "action_mask",
                        "turn_ends" (index of each turn's last generated token),
@@ -146,6 +147,8 @@ def turn_record(
         "reward_components": {k: float(v) for k, v in (info.get("reward_components") or {}).items()},
         "action_error": info.get("action_error"),
     }
+    if info.get("user_spoke"):
+        record["user"] = True
     if context is not None:
         record["context"] = "\n\n".join(f"[{m.get('role')}] {m.get('content')}" for m in context)
     return record

@@ -91,6 +91,8 @@ class Trajectory:
     #: per step: the env's observation (the tool responses; "" at the end) and the turn's parsed tool calls
     observations: list[str] = field(default_factory=list)
     tool_calls: list[list[dict[str, Any]]] = field(default_factory=list)
+    #: per step: whether the observation is the user speaking again (multi-user-turn envs), not a tool's answer
+    user_spoke: list[bool] = field(default_factory=list)
     #: for people reading the episode (saved records, the viewer), never for the policy: the task without the
     #: tool instructions (the env's ``task_text()``), its gold answers (``gold_answers``; empty for world envs)
     #: and the final answer the env scored (``info["answer"]``; None when no answer ended the episode)
@@ -308,6 +310,7 @@ class EpisodeRecorder:
         traj.action_errors.append(info.get("action_error"))
         traj.observations.append(str(observation))
         traj.tool_calls.append(list(info.get("tool_calls") or []))
+        traj.user_spoke.append(bool(info.get("user_spoke")))
         if terminated or truncated or traj.truncated_reason:
             traj.metrics = {k: float(v) for k, v in info.get("metrics", {}).items()}
             if isinstance(info.get("answer"), str):

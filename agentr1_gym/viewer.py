@@ -279,7 +279,7 @@ table.evals th:first-child,table.evals td:first-child{text-align:left}
 .turn{border-top:1px dashed #ddd;padding-top:5px;margin-top:5px}.turn-head{font-size:12px;color:#555}
 .tokens{font:12.5px/1.6 ui-monospace,monospace;white-space:pre-wrap;word-break:break-word}
 .tok{border-radius:2px}.tok.act{border-bottom:2px solid #3b4a6b}.tok.obs{color:#555}
-.plain{font:12.5px/1.5 ui-monospace,monospace;white-space:pre-wrap;margin:2px 0}.plain.obs{background:rgb(228,228,228);color:#555}
+.plain{font:12.5px/1.5 ui-monospace,monospace;white-space:pre-wrap;margin:2px 0}.plain.obs{background:rgb(228,228,228);color:#555}.plain.obs.user{background:#e3ecfa;color:#1d2b45}
 .calls,.rewards{font-size:12px;margin:2px 0}.err{color:#b3261e;font-size:12px}
 .legend span{display:inline-block;padding:0 6px;margin-right:4px;border-radius:2px;font-size:12px}
 .empty{color:#777;font-style:italic}
@@ -496,7 +496,8 @@ function renderEpisode(e, mode, scale) {
         ctx.append(el("pre", {}, turn.context)); box.append(ctx);
       }
       box.append(el("div", {class: "plain act"}, turn.action));
-      if (turn.observation) box.append(el("div", {class: "plain obs"}, turn.observation));
+      if (turn.observation) box.append(turn.user ? el("div", {class: "plain obs user"}, "user: " + turn.observation)
+                                                 : el("div", {class: "plain obs"}, turn.observation));
       box.append(turnFooter(turn, k)); card.append(box);
     });
   }

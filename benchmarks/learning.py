@@ -86,6 +86,15 @@ TASKS: dict[str, dict[str, Any]] = {
         "train_kwargs": {"max_turns": 6},
         "eval_kwargs": {"max_turns": 6},
     },
+    # BFCL's multi-turn base category: train on its train part, evaluate each of its 40 test tasks once (a fixed
+    # task list: every held-out task exactly once, greedy, as BFCL reports accuracy); episodes run to ~3,200 tokens
+    "bfcl": {
+        "env": "AgentR1/BFCL-MultiTurn-v0",
+        "train_kwargs": {"category": "base", "split": "train", "max_turns": 16},
+        "eval_kwargs": {"category": "base", "split": "test", "max_turns": 16},
+        "max_episode_tokens": 4096,
+        "whole_list": True,
+    },
     # one run over two envs (AgentR1/Mixture-v0), each with its single-env run's settings ("synthetic" at --hops 1,
     # "rg-chainsum"); evaluated per env, on the single-env runs' held-out seeds
     "mix": {
@@ -196,12 +205,23 @@ def _policy(args: argparse.Namespace) -> tuple[Any, Any]:
     return load_default_policy()
 
 
+def episode_tokens(args: argparse.Namespace) -> int:
+    """The task's episode budget (tokens of prompt and turns; BFCL's tool listings need more than the default)."""
+    return TASKS.get(args.task, {}).get("max_episode_tokens", 2048)
+
+
 def _evaluate(args: argparse.Namespace, model: Any, tok: Any, **kw: Any) -> dict[str, Any]:
     from agentr1_trl.model_eval import evaluate_model
 
     env_id, _, eval_kwargs = task_spec(args)
     t = time.perf_counter()
     kw.setdefault("episodes", args.eval_episodes)
+    kw.setdefault("max_episode_tokens", episode_tokens(args))
+    if TASKS.get(args.task, {}).get("whole_list"):  # every held-out task once (seeds would draw with repeats)
+        env = gym.make(env_id, **eval_kwargs)
+        kw["task_indices"] = range(env.unwrapped.num_tasks)
+        kw["episodes"] = env.unwrapped.num_tasks
+        env.close()
     if kw.get("generator") is not None:
         kw.setdefault("batch_size", 64)
     if (
@@ -259,7 +279,9 @@ def _engine(args: argparse.Namespace, model: Any, tok: Any) -> Any:
         return None
     from agentr1_trl.generation.factory import GenerationSettings, make_generator
 
-    settings = GenerationSettings(backend="vllm", sync="merged", max_model_len=2048 + args.max_new_tokens)
+    settings = GenerationSettings(
+        backend="vllm", sync="merged", max_model_len=episode_tokens(args) + args.max_new_tokens
+    )
     return make_generator(model, tok, settings, sync=False)
 
 
@@ -318,6 +340,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
             lr=args.sft_lr,
             seed=SFT_SEED,
             progress=args.progress,
+            bf16=args.bf16,
         ),
         "seconds": round(time.perf_counter() - t, 1),
     }
@@ -364,7 +387,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         env_id=env_id,
         env_kwargs=train_kwargs,
         max_new_tokens_per_turn=args.max_new_tokens,
-        max_episode_tokens=2048,
+        max_episode_tokens=episode_tokens(args),
         use_cpu=True,
         bf16=args.bf16,
         seed=args.seed,
@@ -683,7 +706,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "hf", "vllm"],
         help="rollouts and evaluations (auto: vllm)",
     )
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast in the update")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast in the warm start and the update")
     parser.add_argument("--gradient-checkpointing", action="store_true", help="(off: the CLI's setting)")
     parser.add_argument("--no-share-prompt", action="store_true", help="full forward over every row's prompt")
     parser.add_argument(

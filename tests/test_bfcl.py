@@ -167,6 +167,32 @@ def test_users_speak_several_times_and_the_rollout_renders_them_as_user_turns():
     assert question[1][0]["content"] not in acted
 
 
+@pytest.mark.parametrize("context", ["full", "window:1", "window:2"])
+def test_the_users_current_message_stays_in_view_under_every_context_policy(context):
+    """A window drops old turns, never the request being worked on; the oracle still solves every task it plays,
+    with the same rewards as under the whole chat."""
+    full = agentr1_gym.make(ENV_ID)
+    env = agentr1_gym.make(ENV_ID, context=context)
+    cut = 0
+    for index in range(0, 200, 25):
+        question = load_tasks("base")[index]["question"]
+        _, info = env.reset(options={"task_index": index})
+        full.reset(options={"task_index": index})
+        done, user_turn = False, 0
+        while not done:
+            seen = "\n".join(m["content"] for m in info["context"])
+            assert question[user_turn][0]["content"] in seen, (index, user_turn)
+            action = env.unwrapped.oracle_action()
+            _, reward, term, trunc, info = env.step(action)
+            _, full_reward, *_ = full.step(action)
+            assert reward == pytest.approx(full_reward)
+            user_turn = env.unwrapped.user_turn
+            done = term or trunc
+        assert term and info["metrics"]["success"] == 1.0
+        cut += len(info["context"]) < len(info["messages"])
+    assert (cut > 0) == (context != "full")
+
+
 def test_miss_func_lists_a_held_back_function_only_from_its_turn():
     index = next(i for i, t in enumerate(load_tasks("miss_func")) if t.get("missed_function"))
     env = agentr1_gym.make(ENV_ID, category="miss_func").unwrapped

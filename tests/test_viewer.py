@@ -543,3 +543,59 @@ def test_serve_refuses_foreign_hosts_and_is_not_blocked_by_an_idle_client(tmp_pa
             conn.close()
     finally:
         idle.close()
+
+
+def test_a_user_who_speaks_again_is_marked_in_records_and_on_the_page(tmp_path, capsys):
+    """Multi-user-turn episodes: the turn whose observation is the user's next message says so, in training
+    records and eval records alike, and the page shows it as the user speaking (checked in Chromium)."""
+    import agentr1_gym
+
+    env_id = "TestViewer/Conversation-v0"
+    if env_id not in __import__("gymnasium").registry:
+        agentr1_gym.register_task(
+            env_id,
+            [{"word": "cat", "later": ["Now backwards.", "Now twice."], "answer": "cattac"}],
+            prompt="Spell {word}.",
+            user_turns="later",
+        )
+    tok = tiny_tokenizer()
+    trainer = AgentGRPOTrainer(
+        tiny_model(tok, seed=0),
+        AgentGRPOConfig(
+            output_dir=str(tmp_path / "run"), env_id=env_id,
+            **{**SETTINGS, "max_steps": 1, "env_kwargs": {"max_turns": 4}},
+        ),
+        tok,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        generator=ScriptedGenerator(tok, lambda prompt_ids, i: "a reply"),
+    )  # fmt: skip
+    trainer.train()
+    for rec in _records(tmp_path / "run"):
+        assert [t.get("user", False) for t in rec["turns"]] == [True, True, False]
+        assert [t["observation"] for t in rec["turns"][:2]] == ["Now backwards.", "Now twice."]
+
+    path = tmp_path / "eval.jsonl"
+    args = [
+        "eval",
+        env_id,
+        "--episodes",
+        "1",
+        "--policy",
+        "no-tool",
+        "--no-progress",
+        "--save-episodes",
+        str(path),
+    ]
+    assert cli(args) == 0
+    (rec,) = read_episodes(path)
+    assert [t.get("user", False) for t in rec["turns"]] == [True, True, False]
+    assert cli(["view", str(path)]) == 0
+    page = path.with_suffix(".html")
+    browser = _browser()
+    try:
+        browser.get(page.as_uri())
+        assert browser.find_element("tag name", "body").get_attribute("data-ready") == "1"
+        said = [e.text for e in browser.find_elements("css selector", "#pane-a .plain.obs.user")]
+        assert said == ["user: Now backwards.", "user: Now twice."]
+    finally:
+        browser.quit()

@@ -113,6 +113,7 @@ def trajectory_records(
                     "reward": t.rewards[k] if k < len(t.rewards) else 0.0,
                     "reward_components": t.reward_components[k] if k < len(t.reward_components) else {},
                     "action_error": t.action_errors[k] if k < len(t.action_errors) else None,
+                    **({"user": True} if k < len(t.user_spoke) and t.user_spoke[k] else {}),
                     # one row per step (a context policy, a template that rewrites history): what this turn saw
                     **({"context": tokenizer.decode(t.turns[k][0], skip_special_tokens=False)}
                        if not t.prefix_stable and k < len(t.turns) else {}),

@@ -78,6 +78,7 @@ def oracle_warm_start(
     lr: float = WARM_START_LR,
     seed: int = WARM_START_SEED,
     progress: bool = True,
+    bf16: bool = False,
 ) -> list[float]:
     """Fit ``model`` (a peft model: its adapter trains) to ``episodes`` oracle transcripts of the env (seeds
     ``seed``+, masked NLL, :mod:`agentr1_trl.sft`); the loss per epoch. A ConfigError for an env without an
@@ -98,6 +99,7 @@ def oracle_warm_start(
         lr=lr,
         micro_batch_size=1,  # bounded memory on long transcripts (same step as the full batch)
         progress=progress,
+        bf16=bf16,
     )
 
 

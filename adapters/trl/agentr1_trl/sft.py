@@ -65,12 +65,14 @@ def warm_start(
     micro_batch_size: int | None = None,
     seed: int = 0,
     progress: bool = True,
+    bf16: bool = False,
 ) -> list[float]:
     """Masked-NLL training on the samples; returns the mean loss of each epoch.
 
     Each optimizer step sees ``batch_size`` samples; ``micro_batch_size`` splits its forward/backward passes
     (gradient accumulation, weighted by assistant tokens so the step is the same) to bound memory on long
-    transcripts.
+    transcripts. ``bf16``: forward passes under bf16 autocast (the adapter and the optimizer stay float32), as the
+    RL update runs where :func:`agentr1_trl.hardware.update_precision` chooses it.
     """
     from tqdm.auto import tqdm
 
@@ -101,7 +103,9 @@ def warm_start(
             step_loss = 0.0
             for m in range(0, len(batch), micro):
                 part = batch[m : m + micro]
-                loss = _masked_nll(model, part, pad, device) * (sum(sum(s.action_mask) for s in part) / total)
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                    nll = _masked_nll(model, part, pad, device)
+                loss = nll.float() * (sum(sum(s.action_mask) for s in part) / total)
                 loss.backward()
                 step_loss += loss.item()
             optimizer.step()
