@@ -27,14 +27,12 @@ def _parse_kv(items: Sequence[str]) -> dict[str, Any]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    import importlib
-
     from agentr1_gym.errors import ConfigError
-    from agentr1_gym.registration import DESCRIPTIONS, USER_DESCRIPTIONS
+    from agentr1_gym.registration import DESCRIPTIONS, USER_DESCRIPTIONS, import_user_module
 
     for module in getattr(args, "modules", None) or []:
-        try:
-            importlib.import_module(module)
+        try:  # as the module:id form imports: the working directory counts
+            import_user_module(module)
         except ImportError as exc:
             raise ConfigError(f"cannot import {module!r}: {exc}") from None
     listed = {**DESCRIPTIONS, **USER_DESCRIPTIONS}

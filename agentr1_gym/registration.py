@@ -145,7 +145,7 @@ def env_ids() -> list[str]:
     return sorted(set(DESCRIPTIONS) - NEEDS_SERVER)
 
 
-def _import_user_module(module: str) -> None:
+def import_user_module(module: str) -> None:
     """Import ``module``; like ``python -m``, the working directory counts (``agentr1 eval mytask:...`` run next
     to ``mytask.py`` finds it, although a console script's ``sys.path`` starts at its own directory)."""
     try:
@@ -169,7 +169,7 @@ def resolve_env_id(env_id: str) -> str:
         module, name = env_id.split(":", 1)
         if module != "agentr1_gym":
             try:
-                _import_user_module(module)
+                import_user_module(module)
             except ImportError as exc:
                 raise UnknownEnvError(
                     f"cannot import {module!r} (from the env id {env_id!r}, module:id form): {exc}"

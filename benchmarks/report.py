@@ -59,6 +59,7 @@ SCRIPTS = {
     "gpu_step": ("gpu_step.py", "GRPO and PPO steps on a GPU (H100)"),
     "env_server": ("env_server.py", "Envs over OpenEnv: steps through the server against direct steps"),
     "agent_proxy": ("agent_proxy.py", "Your own agent through the recording endpoint: overhead and learning"),
+    "bfcl": ("bfcl.py", "BFCL multi-turn: the prompted model per category, and RL on the base category"),
 }
 
 
@@ -426,7 +427,39 @@ def _gpu_step(data: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def _bfcl(data: dict[str, Any]) -> str:
+    """Per category: the oracle, the prompted model (BFCL's accuracy, with its interval) and the leaderboard's small
+    models; then the learning table."""
+    parts = []
+    per = data.get("per_category")
+    board = data["leaderboard"]
+    cats = board["columns"][3:]
+    if per:
+        model = per["model"]
+        rows = [
+            ["oracle (check of the scoring path)", *(per["categories"][c]["oracle"]["success"] for c in cats)]
+        ]
+        rows.append([f"{model}, prompted (ours)", *(
+            f"{per['categories'][c]['model']['success']:.3f} "
+            f"[{per['categories'][c]['model']['interval'][0]:.3f}, {per['categories'][c]['model']['interval'][1]:.3f}]"
+            for c in cats)])  # fmt: skip
+        n = {per["categories"][c]["model"]["episodes"] for c in cats}
+        parts.append(
+            f"Multi-turn accuracy per category on each category's {'/'.join(map(str, sorted(n)))} held-out tasks "
+            "(`split=test`), greedy, with 95% Wilson intervals:\n\n" + _table(["policy", *cats], rows)
+        )
+    rows = [[r[0], r[1], *(f"{x / 100:.4f}" for x in r[3:]), f"{r[2] / 100:.4f}"] for r in board["rows"]]
+    parts.append(
+        f"The leaderboard's models of 3B parameters or fewer (all 200 tasks per category; source: {board['source']}):"
+        "\n\n" + _table(["model", "parameters (B)", *cats, "overall"], rows)
+    )
+    if data.get("tasks"):
+        parts.append("## Learning on the base category\n\n" + _learning(data))
+    return "\n\n".join(parts)
+
+
 HIGHLIGHTS = {
+    "bfcl": _bfcl,
     "agent_proxy": _agent_proxy,
     "context_update": _context_update,
     "env_server": _env_server,
@@ -592,6 +625,25 @@ def headline_rows() -> list[list[str]]:
             + (f"; overhead per call {overhead}" if overhead else ""),
             f"{len(agent['seeds']) + len(ours['seeds'])} runs, 10 min of GRPO each, SmolLM2-135M + LoRA",
         ])  # fmt: skip
+    if (RESULTS / "bfcl.json").is_file():
+        data = _load("bfcl")
+        t = data.get("tasks", {}).get("bfcl")
+        per = data.get("per_category")
+        if t and per:
+            start = t["start"]
+            runs = ", ".join(f"{name.upper()} {run['after']['success']:.3f} ({run['train']['steps']} steps)"
+                             for name, run in t["runs"].items())  # fmt: skip
+            prompted = ", ".join(f"{c} {e['model']['success']:.3f}" for c, e in per["categories"].items())
+            minutes = max((r["settings"]["minutes"] for r in t["runs"].values()), default=0)
+            small = [r[2] / 100 for r in data["leaderboard"]["rows"] if r[1] <= 1]
+            rows.append([
+                "[BFCL multi-turn, scored by its own rules](docs/results/bfcl.md)",
+                f"prompted {per['model']}: {prompted} (the leaderboard's models of 1B or fewer: overall "
+                f"{min(small):.4f}-{max(small):.4f}); base "
+                f"category's test tasks: {start['plain']['success']:.3f} prompted, "
+                f"{start['after_sft']['success']:.3f} after the warm start, {runs}",
+                f"{len(t['runs'])} runs, {minutes:.0f} min of training each, SmolLM2-135M + LoRA",
+            ])  # fmt: skip
     worlds = _load("worlds")
     for task, t in worlds["tasks"].items():
         if task != "webshop":

@@ -9,6 +9,7 @@ import json
 import math
 import pickle
 import random
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -76,6 +77,20 @@ def test_cli_eval_and_list_take_a_users_module(tmp_path):
     assert "UserOrg/Capitals-v0" in listed.stdout and "AgentR1/HotpotQA-v0" in listed.stdout
 
 
+def test_list_imports_a_module_from_the_working_directory_as_module_id_does(tmp_path):
+    """A console script's sys.path starts at its own directory, not the working one: `agentr1 list MODULE` run
+    next to MODULE.py finds it all the same (as `agentr1 eval MODULE:ID` does)."""
+    shutil.copy(TESTS / "_user_task.py", tmp_path / "my_tasks.py")
+    script = (
+        "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "  # what a console script sees
+        "from agentr1_gym.cli import main; sys.exit(main(['list', 'my_tasks']))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(TESTS.parent)})  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "UserOrg/Capitals-v0" in out.stdout
+
+
 def test_old_private_hook_names_are_refused_with_the_new_name():
     with pytest.raises(TypeError, match=r"rename it to score_answer\(\)"):
 
@@ -85,17 +100,22 @@ def test_old_private_hook_names_are_refused_with_the_new_name():
 
 
 # ---- train / held-out splits of fixed task lists -------------------------------------------------------------
+USER_TASK = (
+    "_user_task:UserOrg/Capitals-v0"  # the module:id form: this test needs no earlier one to import it
+)
+
+
 def test_a_fixed_task_list_splits_into_disjoint_train_and_held_out_parts():
     ids = {}
     for split in ("train", "test", "all"):
-        env = agentr1_gym.make("UserOrg/Capitals-v0", task_split=split).unwrapped
+        env = agentr1_gym.make(USER_TASK, task_split=split).unwrapped
         ids[split] = {env.reset(options={"task_index": i})[1]["task_id"] for i in range(env.num_tasks)}
     assert ids["train"].isdisjoint(ids["test"]) and ids["train"] | ids["test"] == ids["all"]
     assert len(ids["test"]) == 2 and len(ids["all"]) == 10  # test_fraction 0.2 of 10
-    again = agentr1_gym.make("UserOrg/Capitals-v0", task_split="test").unwrapped
+    again = agentr1_gym.make(USER_TASK, task_split="test").unwrapped
     assert {again.reset(options={"task_index": i})[1]["task_id"] for i in range(2)} == ids["test"]
     # seeds sample only the chosen part
-    env = agentr1_gym.make("UserOrg/Capitals-v0", task_split="train")
+    env = agentr1_gym.make(USER_TASK, task_split="train")
     assert {env.reset(seed=s)[1]["task_id"] for s in range(50)} <= ids["train"]
 
 
