@@ -23,7 +23,8 @@
 of the answer against the row's ``answer`` field. **World-shaped** tasks pass ``world=`` a class: each episode
 builds ``world(task_row)``; its public methods are the tools (typed and documented like :func:`tool` functions);
 the episode ends when a call leaves ``world.done`` true; reward functions read the world's final state; an optional
-``state_key()`` method gives step-level credit the world's state.
+``state_key()`` method gives step-level credit the world's state, ``state_text()`` the ``state`` context policy
+its text, and ``admissible_actions()`` (``[(method, kwargs), ...]``) the random policy its moves.
 
 Reward functions are plain functions whose parameters are named from ``answer`` (the final answer, ``None`` when
 there is none), ``task`` (the dataset row), ``world`` (world tasks) and ``messages`` (the chat). Each returns a
@@ -66,7 +67,7 @@ REWARD_PARAMETERS = ("answer", "task", "world", "messages")
 #: metric names the env sets itself (a reward component cannot take them)
 _RESERVED = ("score", "success", "format_ok", "turns")
 #: world methods that are not tools
-_WORLD_API = ("state_key", "state_text")
+_WORLD_API = ("state_key", "state_text", "admissible_actions")
 #: registered tasks: env id -> spec
 _TASKS: dict[str, TaskSpec] = {}
 
@@ -604,6 +605,43 @@ class TaskEnv(ToolEnv):
             raise TaskCodeError(
                 f"world {type(self.world).__name__}.state_text() raised {type(exc).__name__}: {str(exc)[:200]}"
             ) from exc
+
+    def random_action(self) -> str:
+        """A random admissible move (``--policy random``), drawn with ``self.np_random``: one of the world's own
+        moves when it lists them (a method ``admissible_actions()`` returning ``[(method, kwargs), ...]``), else
+        one of its methods that need no argument; answer tasks answer "unknown"."""
+        self._require_task("random_action()")
+        if self.world is None:
+            return super().random_action()
+        world_tools = {cls.name for cls in self.task_spec.world_tools}
+        listed = getattr(self.world, "admissible_actions", None)
+        if callable(listed):
+            try:
+                moves = [(str(name), dict(kwargs)) for name, kwargs in listed()]
+            except Exception as exc:
+                raise TaskCodeError(
+                    f"world {type(self.world).__name__}.admissible_actions() must return [(method, kwargs), ...]; "
+                    f"it raised {type(exc).__name__}: {str(exc)[:200]}"
+                ) from exc
+            unknown = sorted({name for name, _ in moves} - world_tools)
+            if unknown:
+                raise ConfigError(
+                    f"world {type(self.world).__name__}.admissible_actions() names {unknown[:3]}, which are not "
+                    f"its tools ({sorted(world_tools)[:10]})"
+                )
+            if moves:
+                name, kwargs = moves[int(self.np_random.integers(len(moves)))]
+                return self.call_text(name, **kwargs)
+        free = sorted(
+            name for name in world_tools
+            if not self.tools[name].schema_view()["function"]["parameters"].get("required")
+        )  # fmt: skip
+        if not free:
+            raise NoOracleError(
+                f"world {type(self.world).__name__} has no move that needs no argument and lists none: define "
+                "admissible_actions() -> [(method, kwargs), ...] for a random policy"
+            )
+        return self.call_text(free[int(self.np_random.integers(len(free)))])
 
     def oracle_action(self) -> str:
         self._require_task("oracle_action()")

@@ -610,3 +610,44 @@ def test_a_world_task_pays_nothing_it_was_not_solved_for():
                 total, done, turn = total + reward, terminated or truncated, turn + 1
             assert info["metrics"]["success"] == 0.0, name
             assert total <= 0.05 * env.max_episode_reward(), (name, total)
+
+
+class ListingVault(Vault):
+    """The vault, listing its admissible moves: a probe of each digit, or a guess."""
+
+    def admissible_actions(self) -> list:
+        return [("probe", {"position": i}) for i in range(len(self.code))] + [("open", {"code": "000"})]
+
+
+def test_random_policy_on_a_world_plays_its_moves_not_answers():
+    """--policy random on a register_task world: a random admissible move (the world's own list, else a method
+    that needs no argument), never an answer; a world with neither says how to give one, in one line."""
+    from agentr1_gym.errors import NoOracleError
+
+    register_task("Tests/ListingVault-v0", [{"code": "42"}, {"code": "917"}], prompt="Open the vault.",
+                  world=ListingVault, reward=lambda world: float(world.opened))  # fmt: skip
+    env = agentr1_gym.make("Tests/ListingVault-v0").unwrapped
+    seen = set()
+    for seed in range(12):
+        env.reset(seed=seed)
+        action = env.random_action()
+        assert "<answer>" not in action
+        call = env.tool_format.parse(action, env.tools).calls[0]
+        seen.add((call.name, tuple(sorted(call.arguments.items()))))
+        _, _, _, _, info = env.step(action)
+        assert info["action_error"] is None
+    assert {name for name, _ in seen} == {"probe", "open"}
+    result = evaluate("Tests/ListingVault-v0", "random", episodes=6, progress=False)
+    assert result["episodes"] == 6
+
+    register_task(
+        "Tests/QuietVault-v0",
+        [{"code": "42"}],
+        prompt="Open the vault.",
+        world=Vault,
+        reward=lambda world: float(world.opened),
+    )
+    quiet = agentr1_gym.make("Tests/QuietVault-v0").unwrapped
+    quiet.reset(seed=0)
+    with pytest.raises(NoOracleError, match="admissible_actions"):
+        quiet.random_action()
