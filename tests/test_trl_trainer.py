@@ -279,3 +279,39 @@ def test_prompt_sharing_defaults_to_cpus_only(tmp_path):
     assert trainer.args.share_prompt_prefix is None and trainer.shares_prompts(trainer.model)
     trainer.args.share_prompt_prefix = False
     assert not trainer.shares_prompts(trainer.model)
+
+
+def test_a_trainer_made_from_python_trains_on_the_train_part_as_the_cli_does(tmp_path):
+    """AgentGRPOConfig(env_id=a fixed task list) from Python: the trainer's envs hold only the training part (the
+    held-out tasks never reach a rollout), unless env_kwargs chose a split; procedural envs are made as given."""
+    import agentr1_gym
+
+    agentr1_gym.register_task(
+        "TestTrainer/Split-v0", [{"id": f"q{i}", "q": f"word {i}", "answer": f"w{i}"} for i in range(10)],
+        prompt="Say {q}.",
+    )  # fmt: skip
+    tok = tiny_tokenizer()
+
+    def task_ids(env_kwargs):
+        trainer = AgentGRPOTrainer(
+            tiny_model(tok, seed=0),
+            AgentGRPOConfig(
+                **trainer_settings(tmp_path, env_id="TestTrainer/Split-v0", env_kwargs=env_kwargs)
+            ),
+            tok,
+            generator=ScriptedGenerator(tok, lambda p, i: "<answer>x</answer>"),
+        )
+        env = trainer._envs(1)[0]
+        return {env.reset(seed=s)[1]["task_id"] for s in range(80)}, trainer.env_factory.kwargs
+
+    held_out = {
+        agentr1_gym.make("TestTrainer/Split-v0", task_split="test").reset(options={"task_index": i})[1][
+            "task_id"
+        ]
+        for i in range(2)
+    }
+    trained, kwargs = task_ids({"max_turns": 2})
+    assert kwargs == {"max_turns": 2, "task_split": "train"}
+    assert len(trained) == 8 and trained.isdisjoint(held_out)
+    everything, kwargs = task_ids({"max_turns": 2, "task_split": "all"})  # the user's choice is kept
+    assert kwargs["task_split"] == "all" and held_out <= everything

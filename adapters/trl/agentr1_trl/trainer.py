@@ -21,7 +21,6 @@ import logging
 import os
 import random
 import time
-from functools import partial
 from typing import Any
 
 import torch
@@ -39,7 +38,7 @@ from agentr1_trl.losses import LossTerms, policy_loss, truncated_is_weights
 from agentr1_trl.signals import answer_reward, group_signal_metrics, signal_return
 from agentr1_trl.trl_trainer import TRLAgentTrainer
 
-__all__ = ["AgentTrainer"]
+__all__ = ["AgentTrainer", "TrainingEnvs"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +47,28 @@ CURRICULUM_WINDOW = 3
 CURRICULUM_FILE = "curriculum.json"
 #: env metrics logged as ``env/<name>`` each step (where the env reports them)
 ENV_METRICS = ("success", "score", "format_ok", "em", "f1", "pass", "correct")
+
+
+class TrainingEnvs:
+    """``agentr1_gym.make(env_id, **env_kwargs)`` on the env's training part: an env with a fixed task list (a
+    benchmark, a ``register_task`` dataset, the shop's goals) trains on its train split, as ``agentr1 train`` does,
+    unless ``env_kwargs`` chose a split; procedural envs and mixtures are made as given. The first env made decides
+    (``ToolEnv.kwargs_for_split``); ``kwargs`` then holds what every env is made with."""
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any]) -> None:
+        self.env_id, self.kwargs, self._decided = env_id, dict(env_kwargs), False
+
+    def __call__(self) -> Any:
+        env = agentr1_gym.make(self.env_id, **self.kwargs)
+        if not self._decided:
+            self._decided = True
+            split = getattr(env.unwrapped, "kwargs_for_split", None)
+            train = split(self.kwargs, "train") if callable(split) and "envs" not in self.kwargs else self.kwargs
+            if train != self.kwargs:
+                env.close()
+                self.kwargs = train
+                env = agentr1_gym.make(self.env_id, **train)
+        return env
 
 
 class AgentTrainer(TRLAgentTrainer):
@@ -59,7 +80,8 @@ class AgentTrainer(TRLAgentTrainer):
             :class:`~agentr1_trl.ppo.AgentPPOConfig`).
         processing_class: the tokenizer; it needs a chat template.
         peft_config: a peft ``LoraConfig`` to train a LoRA adapter (recommended).
-        env_factory: callable returning a fresh env; default ``agentr1_gym.make(args.env_id, **args.env_kwargs)``.
+        env_factory: callable returning a fresh env; default :class:`TrainingEnvs`: ``agentr1_gym.make(args.env_id,
+            **args.env_kwargs)`` on the env's training part, as ``agentr1 train`` trains.
         generator: a generation backend; default :class:`~agentr1_trl.generation.HFGenerator` over the policy.
         train_dataset: rows with a ``seed`` column; default: seeds ``seed_offset + [0, num_tasks)``.
     """
@@ -84,7 +106,7 @@ class AgentTrainer(TRLAgentTrainer):
             raise ConfigError(
                 "the tokenizer has no chat_template; set one that renders tools and tool messages"
             )
-        self.env_factory = env_factory or partial(agentr1_gym.make, args.env_id, **args.env_kwargs)
+        self.env_factory = env_factory or TrainingEnvs(args.env_id, args.env_kwargs)
         self._env_pool: list[Any] = []
         self.generator = None if generator is None else check_backend(generator)
         self._engine: GenerationBackend | None = None  # the configured backend, made on first use
