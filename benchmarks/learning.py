@@ -115,6 +115,8 @@ ALGOS = (
     "grpo", "ppo", "grpo-nomask", "ppo-noadvmask", "grpo-ds", "grpo-gigpo", "grpo-turnrloo", "ppo-step",
     "grpo-agent",  # GRPO on the same task played by an openai-client agent loop through the recording endpoint
 )  # fmt: skip
+#: the step-level credit arms: the estimator each runs (agentr1_trl.estimators), the others' default
+ARM_ESTIMATORS = {"grpo-gigpo": "gigpo", "grpo-turnrloo": "turn_rloo", "ppo-step": "step"}
 EVAL_SEED, SFT_SEED = 100_000, 200_000
 
 
@@ -411,13 +413,13 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         config = AgentPPOConfig(
             **common,
             critic_warmup_steps=args.critic_warmup,
-            gae_level="step" if algo == "ppo-step" else "token",
+            gae_level=ARM_ESTIMATORS.get(algo, "token"),
         )
         trainer: Any = AgentPPOTrainer(model, config, tok, **kwargs)
     else:
         from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 
-        estimator = {"grpo-gigpo": "gigpo", "grpo-turnrloo": "turn_rloo"}.get(algo, "grpo")
+        estimator = ARM_ESTIMATORS.get(algo, "grpo")
         if (
             algo == "grpo-agent"
         ):  # the env's tools run inside the agent (EnvSession): env time is generation's

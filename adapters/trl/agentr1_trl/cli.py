@@ -179,19 +179,14 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
-#: ``--credit``: the setting it selects per algorithm, and its values
-CREDIT = {
-    "grpo": ("advantage_estimator", {"trajectory": "grpo", "step": "gigpo"}),
-    "ppo": ("gae_level", {"trajectory": "token", "step": "step"}),
-}
-
-
 def _apply_credit(args: argparse.Namespace, overrides: dict[str, Any], algo: Any) -> None:
     """``--credit trajectory|step`` as the algorithm's own setting (a --set/--config of that setting wins)."""
-    if getattr(args, "credit", None) is None or algo not in CREDIT:
+    from agentr1_trl.estimators import credit_choice
+
+    if getattr(args, "credit", None) is None or algo not in ("grpo", "ppo"):
         return
-    key, values = CREDIT[algo]
-    overrides.setdefault(key, values[args.credit])
+    key, value = credit_choice(algo, args.credit)
+    overrides.setdefault(key, value)
 
 
 def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, list[str]]:

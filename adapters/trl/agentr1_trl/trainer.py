@@ -63,7 +63,9 @@ class TrainingEnvs:
         if not self._decided:
             self._decided = True
             split = getattr(env.unwrapped, "kwargs_for_split", None)
-            train = split(self.kwargs, "train") if callable(split) and "envs" not in self.kwargs else self.kwargs
+            train = (
+                split(self.kwargs, "train") if callable(split) and "envs" not in self.kwargs else self.kwargs
+            )
             if train != self.kwargs:
                 env.close()
                 self.kwargs = train

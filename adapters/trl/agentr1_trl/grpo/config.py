@@ -6,12 +6,15 @@ from dataclasses import dataclass, field
 
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.config import AgentTrainerConfig
+from agentr1_trl.estimators import ESTIMATORS as _REGISTRY
+from agentr1_trl.estimators import estimator, names
 
 __all__ = ["ESTIMATORS", "STEP_ESTIMATORS", "AgentGRPOConfig"]
 
-#: the step-level estimators (one advantage per turn)
-STEP_ESTIMATORS = ("gigpo", "turn_rloo")
-ESTIMATORS = ("grpo", "rloo", "reinforce_pp", *STEP_ESTIMATORS)
+#: GRPO's estimators, and the step-level ones among them (one advantage per turn): read from
+#: :mod:`agentr1_trl.estimators`
+ESTIMATORS = names("grpo")
+STEP_ESTIMATORS = tuple(name for name in ESTIMATORS if _REGISTRY["grpo", name].level == "step")
 
 
 @dataclass
@@ -67,12 +70,7 @@ class AgentGRPOConfig(AgentTrainerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.advantage_estimator not in ESTIMATORS:
-            raise ConfigError(
-                f"advantage_estimator must be one of {', '.join(map(repr, ESTIMATORS))}, "
-                f"got {self.advantage_estimator!r}"
-            )
-        if self.advantage_estimator in ("rloo", "gigpo", "turn_rloo") and self.num_generations < 2:
+        if estimator("grpo", self.advantage_estimator).group and self.num_generations < 2:
             raise ConfigError(
                 f"{self.advantage_estimator} needs num_generations >= 2 (it compares the episodes of a group)"
             )

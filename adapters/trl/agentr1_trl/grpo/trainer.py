@@ -15,17 +15,10 @@ from typing import Any
 import torch
 
 from agentr1_gym.rollout import Trajectory
-from agentr1_trl.advantages import (
-    gigpo_advantages,
-    reinforce_pp_advantages,
-    rloo_advantages,
-    step_advantages_to_tokens,
-    turn_rloo_advantages,
-)
-from agentr1_trl.credit import turn_rewards, turn_state_keys
-from agentr1_trl.grpo.config import STEP_ESTIMATORS, AgentGRPOConfig
+from agentr1_trl.estimators import ScoreInputs, estimator
+from agentr1_trl.grpo.config import AgentGRPOConfig
 from agentr1_trl.losses import aggregate
-from agentr1_trl.signals import advantage_mask, token_reward_matrix
+from agentr1_trl.signals import advantage_mask
 from agentr1_trl.trainer import AgentTrainer
 
 __all__ = ["AgentGRPOTrainer"]
@@ -39,43 +32,26 @@ class AgentGRPOTrainer(AgentTrainer):
     config_class = AgentGRPOConfig
 
     def records_state_keys(self) -> bool:
-        return self.args.advantage_estimator == "gigpo"
+        return estimator("grpo", self.args.advantage_estimator).state_keys
 
     # ---- advantages ---------------------------------------------------------------------------------------
     def score_batch(self, batch: dict[str, Any], trajectories: list[Trajectory]) -> dict[str, Any]:
         args: AgentGRPOConfig = self.args
-        if args.advantage_estimator == "grpo":
+        chosen = estimator("grpo", args.advantage_estimator)
+        if chosen.score is None:
             return batch  # TRL's group normalisation of episode_return (over every process's episodes)
         device = batch["completion_ids"].device
         width = batch["completion_ids"].size(1)
-        # the estimators below see the whole generation batch (every process's rows, a group's episodes together)
-        step_level = args.advantage_estimator in STEP_ESTIMATORS
-        local_mask = advantage_mask(batch, True if step_level else args.advantage_mask)
+        # the estimators see the whole generation batch (every process's rows, a group's episodes together)
+        local_mask = advantage_mask(batch, True if chosen.level == "step" else args.advantage_mask)
         gathered, trajectories, local = self.global_batch({"mask": local_mask}, trajectories, width)
         mask = gathered["mask"].cpu()
-        if args.advantage_estimator == "rloo":
-            returns = torch.tensor([self.episode_return(t) for t in trajectories], dtype=torch.float32)
-            advantages = rloo_advantages(returns, self.num_generations)
-        elif step_level:
-            rewards = [turn_rewards(t, args.reward_signal) for t in trajectories]
-            if args.advantage_estimator == "gigpo":
-                per_turn, metrics = gigpo_advantages(
-                    [self.episode_return(t) for t in trajectories],
-                    rewards,
-                    [turn_state_keys(t) for t in trajectories],
-                    self.num_generations,
-                    gamma=args.gamma,
-                    step_weight=args.step_advantage_weight,
-                    scale=args.scale_rewards not in ("none", False),
-                )
-            else:
-                per_turn, metrics = turn_rloo_advantages(rewards, self.num_generations, gamma=args.gamma)
-            for key, value in metrics.items():
-                self.log_metric(f"signal/{key}", value)
-            advantages = step_advantages_to_tokens(per_turn, [t.turn_ends for t in trajectories], mask)
-        else:
-            rewards = token_reward_matrix(trajectories, mask.size(1), args.reward_signal)
-            advantages = reinforce_pp_advantages(rewards, mask, gamma=args.gamma)
+        inputs = ScoreInputs(
+            trajectories, mask, [self.episode_return(t) for t in trajectories], self.num_generations, args
+        )
+        advantages, metrics = chosen.score(inputs)
+        for key, value in metrics.items():
+            self.log_metric(f"signal/{key}", value)
         batch["advantages"] = local(advantages).to(device)
         return batch
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.config import AgentTrainerConfig
+from agentr1_trl.estimators import estimator
 
 __all__ = ["AgentPPOConfig"]
 
@@ -52,7 +53,6 @@ class AgentPPOConfig(AgentTrainerConfig):
         super().__post_init__()
         if not 0.0 <= self.lam <= 1.0:
             raise ConfigError(f"need 0 <= lam <= 1, got {self.lam}")
-        if self.gae_level not in ("token", "step"):
-            raise ConfigError(f"gae_level must be 'token' or 'step', got {self.gae_level!r}")
+        estimator("ppo", self.gae_level)  # a one-line ConfigError naming the choices
         if self.vf_coef < 0 or self.cliprange_value <= 0 or self.critic_warmup_steps < 0:
             raise ConfigError("need vf_coef >= 0, cliprange_value > 0, critic_warmup_steps >= 0")

@@ -33,6 +33,7 @@ from agentr1_trl.advantages import (
     step_gae_advantages,
 )
 from agentr1_trl.credit import turn_rewards, turn_starts
+from agentr1_trl.estimators import estimator
 from agentr1_trl.forward import projected_logps
 from agentr1_trl.losses import aggregate, clipped_value_loss
 from agentr1_trl.ppo.config import AgentPPOConfig
@@ -124,7 +125,8 @@ class AgentPPOTrainer(AgentTrainer):
             {"values": values, "mask": mask, "rewards": rewards}, trajectories, n
         )
         values, mask, rewards = gathered["values"], gathered["mask"], gathered["rewards"]
-        if args.gae_level == "step":
+        step_level = estimator("ppo", args.gae_level).level == "step"
+        if step_level:
             adv, returns = self._step_gae(values, mask, trajectories)
         else:
             adv, returns = gae_advantages(rewards, values, mask, gamma=args.gamma, lam=args.lam)
@@ -135,7 +137,7 @@ class AgentPPOTrainer(AgentTrainer):
             self.log_metric("signal/policy_skipped", float(no_signal))
         if no_signal:  # nothing to learn for the policy: only critic noise, whitened to full size
             adv = torch.zeros_like(adv)
-        elif args.whiten_advantages and args.gae_level == "token":  # step level: whitened over turns already
+        elif args.whiten_advantages and not step_level:  # step level: whitened over turns already
             adv = masked_whiten(adv, mask)
         batch["advantages"], batch["returns"] = local(adv), local(returns)
         self.log_metric("value/mean", masked_mean(values, mask).item())
