@@ -361,8 +361,15 @@ class ToolEnv(gym.Env[str, str], ABC):
         except ValidationError as exc:
             err = exc.errors(include_url=False)[0]
             where = ".".join(str(x) for x in err["loc"])
+            hint = ""
+            if err["type"] == "extra_forbidden" and err["loc"][:1] == ("reward",):  # a typo'd reward field
+                close = difflib.get_close_matches(str(err["loc"][-1]), list(RewardConfig.model_fields), n=1)
+                hint = (
+                    f" (did you mean {close[0]!r}?)" if close
+                    else f" (an env's own process reward is '{err['loc'][-1]}_reward' or process={{name: weight}})"
+                )  # fmt: skip
             raise ConfigError(
-                f"bad env setting {where}: {err['msg']} (got {err.get('input')!r:.80})"
+                f"bad env setting {where}: {err['msg']}{hint} (got {err.get('input')!r:.80})"
             ) from None
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
@@ -409,7 +416,13 @@ class ToolEnv(gym.Env[str, str], ABC):
         for name in reward.process:
             if name not in declared:
                 close = difflib.get_close_matches(name, declared, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                # a typo'd generic field ("tool_sucess_reward") reads as a process reward's weight
+                field_ = difflib.get_close_matches(f"{name}_reward", list(RewardConfig.model_fields), n=1)
+                hint = (
+                    f" (did you mean {close[0]!r}?)" if close
+                    else f" (did you mean the RewardConfig field {field_[0]!r}?)" if field_
+                    else ""
+                )  # fmt: skip
                 raise ConfigError(
                     f"{type(self).__name__} has no process reward {name!r}{hint}; its process rewards: "
                     f"{declared or 'none'} (generic ones are RewardConfig fields)"

@@ -86,6 +86,11 @@ def test_reward_config_outcome_and_agent_r1_preset():
         agentr1_gym.make("AgentR1/HotpotQA-v0", reward={"process": {"retreival": 0.2}})
     with pytest.raises(ConfigError, match="no process reward 'retrieval'"):
         agentr1_gym.make("AgentR1/Calculator-v0", reward={"retrieval_reward": 0.2})
+    # typos of generic fields in gym.make's reward= get the field's name
+    with pytest.raises(ConfigError, match="did you mean the RewardConfig field 'tool_success_reward'"):
+        agentr1_gym.make("AgentR1/HotpotQA-v0", reward={"tool_sucess_reward": 0.1})
+    with pytest.raises(ConfigError, match="did you mean 'answer_weight'"):
+        agentr1_gym.make("AgentR1/HotpotQA-v0", reward={"answer_wieght": 0.5})
     # the shorthand and the explicit form are the same config; process_scale turns shaping off
     assert RewardConfig(retrieval_reward=0.3) == RewardConfig(process={"retrieval": 0.3})
     assert r1.process_scale == 0.0
