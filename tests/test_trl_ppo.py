@@ -177,3 +177,30 @@ def test_no_action_mask_ablation_trains_on_tool_tokens(tmp_path):
     log = trainer.state.log_history[0]
     lengths = [len(t.completion_ids) for t in seen]
     assert log["completions/max_length"] == max(lengths)
+
+
+def test_warm_start_names_turns_longer_than_the_rollouts_turn_limit(capsys):
+    """Oracle turns longer than max_new_tokens_per_turn would teach what rollouts cut off: the warm start says so,
+    with the length to raise it to; turns that fit say nothing."""
+    from agentr1_trl.pipeline import oracle_warm_start
+    from agentr1_trl.sft import oracle_samples, turn_lengths
+    from peft import get_peft_model
+
+    tok = tiny_tokenizer()
+    kwargs = {"max_hops": 2}
+    samples = oracle_samples("AgentR1/SyntheticMultihop-v0", range(3), tok, env_kwargs=kwargs)
+    lengths = turn_lengths(samples)
+    assert sum(lengths) == sum(sum(s.action_mask) for s in samples) and len(lengths) >= 2 * len(samples)
+    longest = max(lengths)
+
+    def run(limit):
+        model = get_peft_model(
+            tiny_model(tok, hidden_size=32, seed=1), LoraConfig(r=4, target_modules=["q_proj"])
+        )
+        oracle_warm_start(model, tok, "AgentR1/SyntheticMultihop-v0", kwargs, 3, epochs=1, seed=0, progress=False,
+                          max_new_tokens=limit)  # fmt: skip
+        return capsys.readouterr().out
+
+    said = run(longest - 1)
+    assert "warning:" in said and f"at least {longest}" in said
+    assert "warning" not in run(longest)

@@ -79,11 +79,13 @@ def oracle_warm_start(
     seed: int = WARM_START_SEED,
     progress: bool = True,
     bf16: bool = False,
+    max_new_tokens: int | None = None,
 ) -> list[float]:
     """Fit ``model`` (a peft model: its adapter trains) to ``episodes`` oracle transcripts of the env (seeds
     ``seed``+, masked NLL, :mod:`agentr1_trl.sft`); the loss per epoch. A ConfigError for an env without an
-    oracle."""
-    from agentr1_trl.sft import oracle_samples, warm_start
+    oracle. ``max_new_tokens``: the rollouts' turn limit; a warning names it when oracle turns are longer (the
+    warm start would teach turns the rollouts cut off)."""
+    from agentr1_trl.sft import oracle_samples, turn_lengths, warm_start
 
     try:
         samples = oracle_samples(env_id, range(seed, seed + episodes), tokenizer, env_kwargs=env_kwargs)
@@ -91,6 +93,15 @@ def oracle_warm_start(
         raise ConfigError(
             f"a warm start needs an env with oracle_action() ({exc}); use --warm-start 0"
         ) from None
+    lengths = turn_lengths(samples)
+    longer = [n for n in lengths if max_new_tokens is not None and n > max_new_tokens]
+    if longer:  # the rollouts would cut these turns off: the warm start teaches what RL cannot sample
+        print(
+            f"warning: {len(longer)} of {len(lengths)} oracle turns are longer than max_new_tokens_per_turn="
+            f"{max_new_tokens} (the longest {max(longer)} tokens): rollouts cut such turns off; raise "
+            f"max_new_tokens_per_turn to at least {max(longer)}",
+            flush=True,
+        )
     return warm_start(
         model,
         tokenizer,
@@ -431,7 +442,8 @@ def _make_trainer(
     from peft import get_peft_model
 
     model = get_peft_model(model, lora_config(plan.lora_r))
-    losses = oracle_warm_start(model, tokenizer, config.env_id, config.env_kwargs, plan.warm_start)
+    losses = oracle_warm_start(model, tokenizer, config.env_id, config.env_kwargs, plan.warm_start,
+                               max_new_tokens=config.max_new_tokens_per_turn)  # fmt: skip
     print(
         f"warm start on {plan.warm_start} oracle transcripts: loss per epoch {[round(x, 3) for x in losses]}"
     )

@@ -18,7 +18,21 @@ from agentr1_gym.errors import ConfigError
 from agentr1_gym.rollout import Sample, collect_rollouts
 from agentr1_trl.generation import SamplingConfig, ScriptedGenerator
 
-__all__ = ["oracle_samples", "warm_start"]
+__all__ = ["oracle_samples", "turn_lengths", "warm_start"]
+
+
+def turn_lengths(samples: Sequence[Sample]) -> list[int]:
+    """The token count of every demonstrated turn (each run of action tokens in a sample's mask)."""
+    out: list[int] = []
+    for s in samples:
+        run = 0
+        for m in (*s.action_mask, 0):
+            if m:
+                run += 1
+            elif run:
+                out.append(run)
+                run = 0
+    return out
 
 
 def oracle_samples(
