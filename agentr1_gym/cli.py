@@ -12,7 +12,7 @@ from typing import Any
 __all__ = ["build_parser", "main"]
 
 
-def _parse_kv(items: Sequence[str]) -> dict[str, Any]:
+def parse_kv(items: Sequence[str]) -> dict[str, Any]:
     """``key=value`` pairs; values are read as JSON when they parse (numbers, true/false, lists), else strings."""
     out: dict[str, Any] = {}
     for item in items:
@@ -46,7 +46,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     from agentr1_gym.errors import NoOracleError, ResetNeededError
     from agentr1_gym.registration import make
 
-    env = make(args.env_id, **_parse_kv(args.env_arg))
+    env = make(args.env_id, **parse_kv(args.env_arg))
     obs, info = env.reset(seed=args.seed)
     print(f"=== {args.env_id}  task {info['task_id']}\n{obs}\n")
     print(
@@ -107,14 +107,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if not found:
             print('error: --model needs the TRL adapter: pip install "agentr1-gym[trl]"', file=sys.stderr)
             return 2
-        return int(found[0].load()(args, env_kwargs=_parse_kv(args.env_arg)))
+        return int(found[0].load()(args, env_kwargs=parse_kv(args.env_arg)))
 
     summary = evaluate(
         args.env_id,
         args.policy,
         episodes=args.episodes,
         seed=args.seed,
-        env_kwargs=_parse_kv(args.env_arg),
+        env_kwargs=parse_kv(args.env_arg),
         progress=not args.no_progress,
         save_episodes=args.save_episodes,
         all_tasks=args.all_tasks,
@@ -159,7 +159,7 @@ def _load_corpus(args: argparse.Namespace):
     from agentr1_gym.envs.qa import QAEnvBase
     from agentr1_gym.registration import env_ids, make
 
-    env = make(args.env, **_parse_kv(args.env_arg)).unwrapped
+    env = make(args.env, **parse_kv(args.env_arg)).unwrapped
     if not isinstance(env, QAEnvBase) or env.corpus is None:
         searchable = [e for e in env_ids() if issubclass(type(make(e).unwrapped), QAEnvBase)]
         raise ConfigError(
@@ -253,7 +253,7 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
 def cmd_serve_env(args: argparse.Namespace) -> int:
     from agentr1_gym import env_server
 
-    kwargs = _parse_kv(args.env_arg)
+    kwargs = parse_kv(args.env_arg)
     if args.write_space:
         written = env_server.write_space(
             args.write_space, args.env_id, kwargs, max_sessions=args.max_sessions, port=args.port

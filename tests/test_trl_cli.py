@@ -255,3 +255,21 @@ def test_naive_rag_scores_an_untagged_reply_as_the_answer():
     assert (untagged["em"], untagged["format_ok"]) == (1.0, 0.0)
     assert (tagged["em"], tagged["format_ok"]) == (1.0, 1.0)
     assert (wrong["em"], wrong["f1"]) == (0.0, 0.0)
+
+
+def test_train_takes_env_args_as_eval_does():
+    """`agentr1 train --env-arg K=V` (repeatable), the spelling eval and play use, on top of the env's defaults or
+    of --env-kwargs' JSON object."""
+    from agentr1_trl.cli import _plan
+
+    from agentr1_gym.cli import build_parser
+
+    def env_kwargs(*argv):
+        settings, *_ = _plan(build_parser().parse_args(["train", *argv]))
+        return settings["env_kwargs"]
+
+    assert env_kwargs() == {"max_hops": 1, "max_turns": 3}  # the main job's
+    assert env_kwargs("--env-arg", "max_turns=4") == {"max_hops": 1, "max_turns": 4}
+    assert env_kwargs("--env-kwargs", '{"max_hops": 2}', "--env-arg", "max_turns=5", "--env-arg", "context=window:1") == {
+        "max_hops": 2, "max_turns": 5, "context": "window:1"}  # fmt: skip
+    assert env_kwargs("--env", "AgentR1/Calculator-v0", "--env-arg", "max_turns=2") == {"max_turns": 2}

@@ -128,8 +128,12 @@ def _given_flags(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, flag, None)
         if value is not None:
             given[key] = value
-    if args.env_kwargs is not None:
-        given["env_kwargs"] = _env_kwargs(args.env_kwargs, given.get("env_id", MAIN_JOB_ENV))
+    env_args = getattr(args, "env_arg", None) or []
+    if args.env_kwargs is not None or env_args:  # --env-arg K=V on top of the JSON object (or the env's defaults)
+        from agentr1_gym.cli import parse_kv
+
+        base = _env_kwargs(args.env_kwargs, given.get("env_id", MAIN_JOB_ENV))
+        given["env_kwargs"] = {**base, **parse_kv(env_args)}
     if getattr(args, "mix", None):
         if "env_id" in given:
             raise ConfigError("give --mix or --env, not both")
@@ -364,10 +368,18 @@ def _env_flags(p: Any) -> None:
         "metrics and the held-out evaluation are reported per env",
     )
     p.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env keyword argument (repeatable), as in agentr1 eval and play, e.g. --env-arg max_turns=4; on top of "
+        'the env\'s defaults (the synthetic env: {"max_hops": 1, "max_turns": 3}; other envs: their own)',
+    )
+    p.add_argument(
         "--env-kwargs",
         default=None,
-        help='env keyword arguments as JSON (default for the synthetic env {"max_hops": 1, "max_turns": 3}; '
-        "other envs: their own defaults)",
+        metavar="JSON",
+        help="the same as one JSON object (--env-arg pairs go on top of it)",
     )
     p.add_argument(
         "--context",
@@ -474,5 +486,5 @@ def _run_flags(p: Any) -> None:
         "wherever it was moved; default runs/agentr1-grpo), with the settings it was started with. Flags, "
         "--config and --set change what can change (e.g. --set max_steps=60, --set learning_rate=1e-4, "
         "--vllm-server URL; each change is printed) and are refused, before anything is written, where they "
-        "would change what the run is (--algo, --model, --lora-r, --warm-start, --env, --env-kwargs)",
+        "would change what the run is (--algo, --model, --lora-r, --warm-start, --env, --env-arg/--env-kwargs)",
     )
