@@ -39,10 +39,28 @@ from typing import Any
 
 from agentr1_gym.text import clean_json
 
-__all__ = ["EPISODES_FILE", "SCHEMA", "append_episodes", "read_episodes", "scripted_record", "turn_record"]
+__all__ = [
+    "EPISODES_FILE", "SCHEMA", "RunFiles", "append_episodes", "read_episodes", "scripted_record", "turn_record",
+]  # fmt: skip
 
 #: the file a training run writes its saved episodes to (in its output directory)
 EPISODES_FILE = "episodes.jsonl"
+
+
+class RunFiles:
+    """The names of what a run's output directory holds: the trainer writes them, ``--resume`` and the viewer read
+    them, each by this one name."""
+
+    config = "run_config.json"  #: the run's settings (what --resume reads)
+    metrics = "metrics.jsonl"  #: the trainer's metrics, one line per logged step
+    episodes = EPISODES_FILE  #: saved training and held-out episodes
+    eval_before = "eval_before_rl.json"  #: the held-out evaluation before RL
+    eval_after = "eval_after_rl.json"  #: the held-out evaluation after RL
+    curve = "reward_curve.png"  #: the reward curves
+    card = "README.md"  #: the run's model card
+    adapter = "adapter"  #: the trained LoRA adapter (a directory)
+
+
 SCHEMA = 1
 
 

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentr1_gym.episodes import EPISODES_FILE, read_episodes
+from agentr1_gym.episodes import EPISODES_FILE, RunFiles, read_episodes
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.rewards import COMPONENT_NOTES
 from agentr1_gym.text import clean_json, clean_text
@@ -31,7 +31,7 @@ __all__ = ["OBS_RGB", "heat_rgb", "load_run", "render_html", "serve", "write_vie
 
 #: the background of tokens outside the action mask (the env's tokens: tool responses, chat scaffolding)
 OBS_RGB = (228, 228, 228)
-EVAL_FILES = {"before RL": "eval_before_rl.json", "after RL": "eval_after_rl.json"}
+EVAL_FILES = {"before RL": RunFiles.eval_before, "after RL": RunFiles.eval_after}
 #: keys of an evaluation summary that say how it was run, not what it measured (the page lists them apart)
 EVAL_SETTINGS = (
     "env", "policy", "model", "adapter", "baseline", "episodes", "seed", "split", "value_guided", "temperature",
@@ -78,7 +78,7 @@ def _json_lines(path: Path) -> list[Any]:
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The run's logged rows: ``metrics.jsonl`` when the run finished, else the newest checkpoint's log."""
     rows: list[dict[str, Any]] = []
-    path = run_dir / "metrics.jsonl"
+    path = run_dir / RunFiles.metrics
     if path.is_file():
         rows = _json_lines(path)
     else:
@@ -115,8 +115,8 @@ def load_run(path: str | Path) -> dict[str, Any]:
         for label, name in EVAL_FILES.items():
             if (path / name).is_file():
                 evals[label] = _read_json(path / name)
-        if (path / "run_config.json").is_file():
-            config = _read_json(path / "run_config.json")
+        if (path / RunFiles.config).is_file():
+            config = _read_json(path / RunFiles.config)
         episodes_file = path / EPISODES_FILE
         if not metrics and not evals and not episodes_file.is_file():
             raise ConfigError(

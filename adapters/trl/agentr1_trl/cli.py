@@ -129,7 +129,9 @@ def _given_flags(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             given[key] = value
     env_args = getattr(args, "env_arg", None) or []
-    if args.env_kwargs is not None or env_args:  # --env-arg K=V on top of the JSON object (or the env's defaults)
+    if (
+        args.env_kwargs is not None or env_args
+    ):  # --env-arg K=V on top of the JSON object (or the env's defaults)
         from agentr1_gym.cli import parse_kv
 
         base = _env_kwargs(args.env_kwargs, given.get("env_id", MAIN_JOB_ENV))

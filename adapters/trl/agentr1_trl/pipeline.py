@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentr1_gym.episodes import EPISODES_FILE
+from agentr1_gym.episodes import EPISODES_FILE, RunFiles
 from agentr1_gym.errors import ConfigError, NoOracleError
 from agentr1_trl.run_outputs import (
     OUTPUTS,
@@ -550,7 +550,7 @@ def _train_and_report(
     print(f"rollouts and evaluations generate with {engine}", flush=True)
     run["engine"] = engine
     write_run_file(output_dir / RUN_FILE, run)
-    before_file = output_dir / "eval_before_rl.json"
+    before_file = output_dir / RunFiles.eval_before
     if resume_from and before_file.is_file():
         before = json.loads(before_file.read_text(encoding="utf-8"))
     elif resume_from:
@@ -570,7 +570,7 @@ def _train_and_report(
     )  # first: an evaluation that fails cannot lose the trained model
     after = _evaluate(trainer, config, plan, "after RL", eval_kwargs, trainer.state.global_step)
     if after is not None:
-        (output_dir / "eval_after_rl.json").write_text(json.dumps(after, indent=1), encoding="utf-8")
+        (output_dir / RunFiles.eval_after).write_text(json.dumps(after, indent=1), encoding="utf-8")
         if before is not None:
             if before["success"] > 0:
                 change = f"{after['success'] / before['success']:.2f}x the RL start"
@@ -582,10 +582,10 @@ def _train_and_report(
 
 def _save_model_and_metrics(trainer: Any, output_dir: Path) -> None:
     """The trained adapter (with its tokenizer) and the metrics log."""
-    adapter = output_dir / "adapter"
+    adapter = output_dir / RunFiles.adapter
     trainer.save_model(str(adapter))
     trainer.processing_class.save_pretrained(str(adapter))
-    with (output_dir / "metrics.jsonl").open("w", encoding="utf-8") as f:
+    with (output_dir / RunFiles.metrics).open("w", encoding="utf-8") as f:
         for row in trainer.state.log_history:
             f.write(json.dumps(row) + "\n")
 
@@ -594,7 +594,7 @@ def _write_outputs(trainer: Any, config: Any, plan: RunPlan, evals: Sequence[Any
     output_dir = plan.output_dir
     plot_reward_curve(
         trainer.state.log_history,
-        output_dir / "reward_curve.png",
+        output_dir / RunFiles.curve,
         f"{plan.algo.upper()} on {config.env_id} ({plan.model})",
         held_out={"before": (0, evals[0]), "after": (trainer.state.global_step, evals[1])},
     )
@@ -609,7 +609,7 @@ def _write_outputs(trainer: Any, config: Any, plan: RunPlan, evals: Sequence[Any
         seed=EVAL_SEED,
         steps=trainer.state.global_step,
     )
-    (output_dir / "README.md").write_text(card, encoding="utf-8")
+    (output_dir / RunFiles.card).write_text(card, encoding="utf-8")
     if plan.json_path:
         result = {
             "run_dir": str(output_dir), "algo": plan.algo, "env_id": config.env_id, "model": plan.model,

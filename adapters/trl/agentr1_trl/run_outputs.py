@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentr1_gym.episodes import RunFiles
 from agentr1_trl.hardware import bf16_matmul_speedup, cpu_info
 from agentr1_trl.runs import RUN_FILE
 
@@ -25,14 +26,14 @@ __all__ = [
 
 #: every file and directory a finished run leaves in its output dir, with what it is
 OUTPUTS = {
-    "adapter": "the trained LoRA adapter and its tokenizer",
-    "README.md": "this run's model card",
-    RUN_FILE: "the run's settings (what --resume reads)",
-    "metrics.jsonl": "the trainer's metrics, one line per logged step",
-    "reward_curve.png": "return, success and format rates per step, held-out success before and after",
-    "episodes.jsonl": "saved training and held-out episodes, token by token (agentr1 view reads them)",
-    "eval_before_rl.json": "the held-out evaluation before RL",
-    "eval_after_rl.json": "the held-out evaluation after RL",
+    RunFiles.adapter: "the trained LoRA adapter and its tokenizer",
+    RunFiles.card: "this run's model card",
+    RunFiles.config: "the run's settings (what --resume reads)",
+    RunFiles.metrics: "the trainer's metrics, one line per logged step",
+    RunFiles.curve: "return, success and format rates per step, held-out success before and after",
+    RunFiles.episodes: "saved training and held-out episodes, token by token (agentr1 view reads them)",
+    RunFiles.eval_before: "the held-out evaluation before RL",
+    RunFiles.eval_after: "the held-out evaluation after RL",
 }
 
 
@@ -141,7 +142,7 @@ def _held_out(result: dict[str, Any] | None, episodes: int) -> str:
 
 def eval_command(run_dir: Path, env_id: str, model: str, episodes: int, seed: int) -> str:
     """The ``agentr1 eval`` command that reproduces a run's held-out figure (it reads the run's settings)."""
-    parts = ["agentr1", "eval", env_id, "--model", model, "--adapter", str(run_dir / "adapter")]
+    parts = ["agentr1", "eval", env_id, "--model", model, "--adapter", str(run_dir / RunFiles.adapter)]
     parts += ["--episodes", str(episodes), "--seed", str(seed)]
     return shlex.join(parts)
 
@@ -196,7 +197,7 @@ agentr1 train --resume {shlex.quote(str(run_dir))} --set max_steps={steps * 2}  
 ```python
 from agentr1_trl.models import load_policy
 
-policy, tokenizer, value_head = load_policy({model!r}, {str(run_dir / "adapter")!r})  # value_head: PPO's, else None
+policy, tokenizer, value_head = load_policy({model!r}, {str(run_dir / RunFiles.adapter)!r})  # value_head: PPO's, else None
 ```
 """
 

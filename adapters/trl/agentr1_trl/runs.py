@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agentr1_gym.episodes import RunFiles
 from agentr1_gym.errors import ConfigError
 
 __all__ = [
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 #: the settings of a run, written at its start, read by ``--resume``
-RUN_FILE = "run_config.json"
+RUN_FILE = RunFiles.config
 #: the record's format tag (records from before it existed have none and are read the same way)
 RUN_FORMAT = "agentr1-train/1"
 #: what defines a run, and why it cannot change when the run resumes

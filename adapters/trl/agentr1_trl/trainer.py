@@ -52,7 +52,8 @@ ENV_METRICS = ("success", "score", "format_ok", "em", "f1", "pass", "correct")
 class TrainingEnvs:
     """``agentr1_gym.make(env_id, **env_kwargs)`` on the env's training part: an env with a fixed task list (a
     benchmark, a ``register_task`` dataset, the shop's goals) trains on its train split, as ``agentr1 train`` does,
-    unless ``env_kwargs`` chose a split; procedural envs and mixtures are made as given. The first env made decides
+    unless ``env_kwargs`` chose a split (or the list is too short to hold tasks out: a warning says so); procedural
+    envs and mixtures are made as given. The first env made decides
     (``ToolEnv.kwargs_for_split``); ``kwargs`` then holds what every env is made with."""
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any]) -> None:
@@ -67,9 +68,14 @@ class TrainingEnvs:
                 split(self.kwargs, "train") if callable(split) and "envs" not in self.kwargs else self.kwargs
             )
             if train != self.kwargs:
-                env.close()
-                self.kwargs = train
-                env = agentr1_gym.make(self.env_id, **train)
+                try:
+                    split_env = agentr1_gym.make(self.env_id, **train)
+                    split_env.unwrapped.num_tasks  # noqa: B018  (a split is checked when its tasks are counted)
+                except ConfigError as exc:  # too few tasks to hold any out: train on them all, and say so
+                    logger.warning("training on every task of %s: %s", self.env_id, exc)
+                else:
+                    env.close()
+                    self.kwargs, env = train, split_env
         return env
 
 
