@@ -109,6 +109,8 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         # the learning tables' layout (benchmarks/report.py renders "tasks" the way it renders learning.json)
         "tasks": {"bfcl": learning} if learning else {},
     }
+    if args.note:
+        result["note"] = args.note
     emit(result, args.json)
     return result
 
@@ -119,6 +121,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2", help="eval: the model (agentr1 eval --model)")
     parser.add_argument("--eval", default=None, help="report: the eval's JSON")
     parser.add_argument("--workdir", default="runs/learning_bfcl", help="report: learning.py's work dir")
+    parser.add_argument("--note", default=None, help="report: what a person should know beside the numbers")
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()

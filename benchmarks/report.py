@@ -629,20 +629,24 @@ def headline_rows() -> list[list[str]]:
         data = _load("bfcl")
         t = data.get("tasks", {}).get("bfcl")
         per = data.get("per_category")
-        if t and per:
-            start = t["start"]
-            runs = ", ".join(f"{name.upper()} {run['after']['success']:.3f} ({run['train']['steps']} steps)"
-                             for name, run in t["runs"].items())  # fmt: skip
-            prompted = ", ".join(f"{c} {e['model']['success']:.3f}" for c, e in per["categories"].items())
-            minutes = max((r["settings"]["minutes"] for r in t["runs"].values()), default=0)
+        if per:
             small = [r[2] / 100 for r in data["leaderboard"]["rows"] if r[1] <= 1]
+            prompted = ", ".join(f"{c} {e['model']['success']:.3f}" for c, e in per["categories"].items())
+            n = {e["model"]["episodes"] for e in per["categories"].values()}
+            text = (
+                f"prompted {per['model']} per category: {prompted} (the leaderboard's models of 1B or fewer: "
+                f"overall {min(small):.4f}-{max(small):.4f})"
+            )
+            if t:
+                sft = t["start"]["after_sft"]
+                text += f"; base after an oracle warm start: {sft['success']:.3f} (format-valid {sft['format_ok']:.3f})"
+                text += "".join(
+                    f", {name.upper()} {run['after']['success']:.3f} ({run['train']['steps']} steps)"
+                    for name, run in t["runs"].items()
+                )
             rows.append([
-                "[BFCL multi-turn, scored by its own rules](docs/results/bfcl.md)",
-                f"prompted {per['model']}: {prompted} (the leaderboard's models of 1B or fewer: overall "
-                f"{min(small):.4f}-{max(small):.4f}); base "
-                f"category's test tasks: {start['plain']['success']:.3f} prompted, "
-                f"{start['after_sft']['success']:.3f} after the warm start, {runs}",
-                f"{len(t['runs'])} runs, {minutes:.0f} min of training each, SmolLM2-135M + LoRA",
+                "[BFCL multi-turn, scored by its own rules](docs/results/bfcl.md)", text,
+                f"{'/'.join(map(str, sorted(n)))} held-out tasks per category, greedy, SmolLM2-135M",
             ])  # fmt: skip
     worlds = _load("worlds")
     for task, t in worlds["tasks"].items():

@@ -4,10 +4,13 @@
   :mod:`agentr1_gym.rollout`, re-exported here), on a generation backend (:mod:`.generation`; one factory,
   :mod:`.generation.factory`, decides HF or vLLM);
 * trainers, siblings over shared pieces (:mod:`.trainer`; TRL internals only in :mod:`.trl_trainer`):
-  :class:`AgentGRPOTrainer` / :class:`AgentGRPOConfig` (GRPO, RLOO, REINFORCE++; :mod:`.grpo`) and
-  :class:`AgentPPOTrainer` / :class:`AgentPPOConfig` (value head, GAE; :mod:`.ppo`), with the pure tensor
+  :class:`AgentGRPOTrainer` / :class:`AgentGRPOConfig` (GRPO, RLOO, REINFORCE++, and per turn GiGPO and per-turn
+  RLOO; :mod:`.grpo`) and :class:`AgentPPOTrainer` / :class:`AgentPPOConfig` (value head, GAE over tokens or
+  StepPO's over turns; :mod:`.ppo`), each estimator declared once in :mod:`.estimators`, with the pure tensor
   functions of :mod:`.advantages` and :mod:`.losses`; LoRA through peft, the KL reference is the base model with
   the adapter disabled;
+* your own agent, trained through an OpenAI-compatible endpoint that records each call (:mod:`.agent_proxy`,
+  :mod:`.agent_loop`);
 * bridges for TRL's stock ``GRPOTrainer`` (:mod:`.stock_trl`), the default policy (:mod:`.models`), the warm
   start (:mod:`.sft`), model evaluation (:mod:`.model_eval`), the training pipeline (:mod:`.pipeline`) and the
   ``agentr1 train`` command (:mod:`.cli`).
