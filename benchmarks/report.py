@@ -448,7 +448,9 @@ def _bfcl(data: dict[str, Any]) -> str:
             f"Multi-turn accuracy per category on each category's {'/'.join(map(str, sorted(n)))} held-out tasks "
             "(`split=test`), greedy, with 95% Wilson intervals:\n\n" + _table(["policy", *cats], rows)
         )
-    rows = [[r[0], r[1], *(f"{x / 100:.4f}" for x in r[3:]), f"{r[2] / 100:.4f}"] for r in board["rows"]]
+    rows = [
+        [r[0], f"{r[1]:g}", *(f"{x / 100:.4f}" for x in r[3:]), f"{r[2] / 100:.4f}"] for r in board["rows"]
+    ]
     parts.append(
         f"The leaderboard's models of 3B parameters or fewer (all 200 tasks per category; source: {board['source']}):"
         "\n\n" + _table(["model", "parameters (B)", *cats, "overall"], rows)

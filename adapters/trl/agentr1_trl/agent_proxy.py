@@ -379,7 +379,8 @@ class AgentProxy:
         max_context_tokens: a prompt at or over this many tokens is refused (400, ``context_length_exceeded``)
             and its episode marked over budget; a completion never runs past it.
         vocab_size: the policy's vocabulary (every generated id is checked below it).
-        batch_wait_s, max_batch: how long the scheduler waits for more calls to batch, and at most how many.
+        batch_wait_s: how long the scheduler waits for more calls to batch into one ``generate``.
+        max_batch: at most how many calls one ``generate`` takes.
 
     Use: ``with AgentProxy(...) as proxy: proxy.open_episode(eid); base_url = proxy.base_url(eid); ...;
     calls = proxy.close_episode(eid)``.
