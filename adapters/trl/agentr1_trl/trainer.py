@@ -52,9 +52,10 @@ ENV_METRICS = ("success", "score", "format_ok", "em", "f1", "pass", "correct")
 class TrainingEnvs:
     """``agentr1_gym.make(env_id, **env_kwargs)`` on the env's training part: an env with a fixed task list (a
     benchmark, a ``register_task`` dataset, the shop's goals) trains on its train split, as ``agentr1 train`` does,
-    unless ``env_kwargs`` chose a split (or the list is too short to hold tasks out: a warning says so); procedural
-    envs and mixtures are made as given. The first env made decides
-    (``ToolEnv.kwargs_for_split``); ``kwargs`` then holds what every env is made with."""
+    unless ``env_kwargs`` chose a split (or the list is too short to hold tasks out: a warning says so); a mixture
+    moves each component to its training part; procedural envs are made as given. The first env made decides, by
+    the env's own ``kwargs_for_split`` as the CLI's pipeline does; ``kwargs`` then holds what every env is made
+    with."""
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any]) -> None:
         self.env_id, self.kwargs, self._decided = env_id, dict(env_kwargs), False
@@ -63,10 +64,8 @@ class TrainingEnvs:
         env = agentr1_gym.make(self.env_id, **self.kwargs)
         if not self._decided:
             self._decided = True
-            split = getattr(env.unwrapped, "kwargs_for_split", None)
-            train = (
-                split(self.kwargs, "train") if callable(split) and "envs" not in self.kwargs else self.kwargs
-            )
+            split = getattr(env.unwrapped, "kwargs_for_split", None)  # what agentr1 train's pipeline calls
+            train = split(self.kwargs, "train") if callable(split) else self.kwargs
             if train != self.kwargs:
                 try:
                     split_env = agentr1_gym.make(self.env_id, **train)
