@@ -20,6 +20,8 @@ train split, evaluate on the dev split: disjoint questions). Every run starts fr
    held-out seeds, same checkpoint. Per-step wall time is split into generation, env, scoring and update (the
    trainer's own ``time/*`` metrics). Rollouts and evaluations run on vLLM (``--backend``), the update without
    gradient checkpointing and with each shared prompt run once (the CLI's settings).
+   ``train ALGO --no-eval`` saves the adapter only; ``evaluate ALGO`` evaluates it later, on this machine or
+   another (``--device cuda``: the warm start, updates and HF generation on a GPU; result files record the device).
 3. ``report``: merges the JSON files, writes ``--json`` (keeping the ``commands`` and ``note`` an earlier file
    at that path recorded) and the reward curves (``--plot``).
 
@@ -201,10 +203,20 @@ def _policy(args: argparse.Namespace) -> tuple[Any, Any]:
         from agentr1_trl.testing import tiny_model, tiny_tokenizer
 
         tok = tiny_tokenizer()
-        return tiny_model(tok, hidden_size=32), tok
+        return tiny_model(tok, hidden_size=32).to(args.device), tok
     from agentr1_trl.models import load_default_policy
 
-    return load_default_policy()
+    model, tok = load_default_policy()
+    return model.to(args.device), tok
+
+
+def device_name(args: argparse.Namespace) -> str:
+    """What ran the model: the GPU's name, or "cpu" (result files made on different hardware differ in speed)."""
+    if args.device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name()
+    return "cpu"
 
 
 def episode_tokens(args: argparse.Namespace) -> int:
@@ -212,12 +224,22 @@ def episode_tokens(args: argparse.Namespace) -> int:
     return TASKS.get(args.task, {}).get("max_episode_tokens", 2048)
 
 
-def _evaluate(args: argparse.Namespace, model: Any, tok: Any, **kw: Any) -> dict[str, Any]:
+def _evaluate(
+    args: argparse.Namespace, model: Any, tok: Any, label: str | None = None, **kw: Any
+) -> dict[str, Any]:
+    """Evaluate on the held-out tasks; with ``--save-episodes`` and a ``label``, the episodes go to
+    ``WORKDIR/TASK/LABEL.episodes.jsonl`` (``agentr1 view`` reads them)."""
     from agentr1_trl.model_eval import evaluate_model
 
     env_id, _, eval_kwargs = task_spec(args)
     t = time.perf_counter()
     kw.setdefault("episodes", args.eval_episodes)
+    if args.save_episodes and label:
+        path = _dir(args) / f"{label}.episodes.jsonl"
+        path.unlink(missing_ok=True)
+        kw.setdefault("save_episodes", str(path))
+    if kw.get("generator") is None and args.eval_batch:
+        kw.setdefault("batch_size", args.eval_batch)
     kw.setdefault("max_episode_tokens", episode_tokens(args))
     if TASKS.get(args.task, {}).get("whole_list"):  # every held-out task once (seeds would draw with repeats)
         env = gym.make(env_id, **eval_kwargs)
@@ -324,9 +346,12 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         "task": args.task,
         "env": env_id,
         "settings": _settings(args),
+        "device": device_name(args),
         "pool_generation_s": pool_seconds,
         "plain": plain
-        or _evaluate(args, model, tok, episodes=args.plain_episodes, generator=_synced(engine, model)),
+        or _evaluate(
+            args, model, tok, "plain", episodes=args.plain_episodes, generator=_synced(engine, model)
+        ),
     }
     t = time.perf_counter()
     out["sft"] = {
@@ -346,7 +371,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         ),
         "seconds": round(time.perf_counter() - t, 1),
     }
-    out["after_sft"] = _evaluate(args, model, tok, generator=_synced(engine, model))
+    out["after_sft"] = _evaluate(args, model, tok, "after_sft", generator=_synced(engine, model))
     model.save_pretrained(_dir(args) / "sft")
     (_dir(args) / "start.json").write_text(json.dumps(out, indent=2))
     return out
@@ -390,7 +415,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         env_kwargs=train_kwargs,
         max_new_tokens_per_turn=args.max_new_tokens,
         max_episode_tokens=episode_tokens(args),
-        use_cpu=True,
+        use_cpu=args.device == "cpu",
         bf16=args.bf16,
         seed=args.seed,
         temperature=args.temperature,
@@ -445,7 +470,13 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         return sum(h.get(key, 0.0) for h in logs) / steps
 
     env_s = _Timed.spent["env"] / steps
-    out: dict[str, Any] = {"algo": algo, "task": args.task, "env": env_id, "settings": _settings(args)}
+    out: dict[str, Any] = {
+        "algo": algo,
+        "task": args.task,
+        "env": env_id,
+        "settings": _settings(args),
+        "device": device_name(args),
+    }
     out["train"] = {
         "steps": trainer.state.global_step,
         "episodes": trainer.state.global_step * args.generations * args.groups,
@@ -480,7 +511,13 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     policy = trainer.accelerator.unwrap_model(trainer.model)
     policy.eval()
     engine = trainer.rollout_generator() if generator is None else None  # the run's vLLM engine, synced
-    out["after"] = _evaluate(args, policy, tok, generator=engine)
+    if (
+        args.no_eval
+    ):  # `learning.py evaluate ALGO` evaluates the saved adapter later (e.g. on another machine)
+        trainer.close_generation()
+        (_dir(args) / f"{name}.json").write_text(json.dumps(out, indent=2))
+        return out
+    out["after"] = _evaluate(args, policy, tok, name, generator=engine)
     if algo == "grpo-agent":  # the same held-out seeds, played by the agent through the endpoint
         from agentr1_trl.agent_loop import AgentTasks, evaluate_agent
 
@@ -506,6 +543,25 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
             value_head=trainer.value_head,
         )
     (_dir(args) / f"{name}.json").write_text(json.dumps(out, indent=2))
+    return out
+
+
+def evaluate_saved(algo: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Evaluate the adapter a ``train --no-eval`` run saved and add the figures to its ``ALGO.json`` as ``after``
+    (the run's training may have been on another machine: ``after_device`` says what evaluated it)."""
+    name = run_name(algo, args.seed)
+    path = _dir(args) / f"{name}.json"
+    if not path.exists():
+        raise SystemExit(f"{path} does not exist: run `learning.py train {algo} --no-eval` first")
+    out = json.loads(path.read_text())
+    base, tok = _policy(args)
+    from peft import PeftModel  # after the model: peft first pulls a vision module in some installs
+
+    policy = PeftModel.from_pretrained(base, str(_dir(args) / name))
+    policy.eval()
+    out["after"] = _evaluate(args, policy, tok, name, generator=_synced(_engine(args, policy, tok), policy))
+    out["after_device"] = device_name(args)
+    path.write_text(json.dumps(out, indent=2))
     return out
 
 
@@ -674,8 +730,10 @@ def plot(result: dict, path: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("cmd", nargs="?", default="all", choices=["all", "prepare", "train", "report"])
-    parser.add_argument("algo", nargs="?", default=None, choices=ALGOS, help="for `train`")
+    parser.add_argument(
+        "cmd", nargs="?", default="all", choices=["all", "prepare", "train", "evaluate", "report"]
+    )
+    parser.add_argument("algo", nargs="?", default=None, choices=ALGOS, help="for `train` and `evaluate`")
     parser.add_argument("--smoke", action="store_true", help="tiny random model, tiny budgets")
     parser.add_argument("--task", default="synthetic", choices=sorted(TASKS))
     parser.add_argument(
@@ -754,6 +812,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-turns", type=int, default=0, help="worlds: turn limit (0: the task's default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="where the model runs: warm start, update and HF generation (the result files record it)",
+    )
+    parser.add_argument(
+        "--eval-batch", type=int, default=0, help="episodes per HF generate batch in evaluations (0: 16)"
+    )
+    parser.add_argument(
+        "--save-episodes",
+        action="store_true",
+        help="save every evaluation's episodes to WORKDIR/TASK/LABEL.episodes.jsonl (for `agentr1 view`)",
+    )
+    parser.add_argument(
+        "--no-eval",
+        action="store_true",
+        help="train: save the adapter, leave the evaluation to `evaluate ALGO`",
+    )
     parser.add_argument("--workdir", default="runs/learning")
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--json", default=None)
@@ -791,6 +868,10 @@ def main() -> None:
         if args.algo is None:
             parser.error(f"train needs an algorithm: one of {', '.join(ALGOS)}")
         train(args.algo, args)
+    elif args.cmd == "evaluate":
+        if args.algo is None:
+            parser.error(f"evaluate needs an algorithm: one of {', '.join(ALGOS)}")
+        evaluate_saved(args.algo, args)
     elif args.cmd == "report":
         report(args)
     else:

@@ -146,3 +146,24 @@ def test_gpu_step_counts_model_flops():
     assert shared["tokens"] == 2 + 3 and shared["scored"] == 2 and shared["real_tokens"] == 7
     full = gs.micro_batch_work(inputs, shared=False, ppo=False)
     assert full["tokens"] == 7 and full["scored"] == 4 and full["pairs"] == (3**2 + 4**2) / 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_learning_benchmark_trains_here_and_evaluates_later(tmp_path):
+    """`train --no-eval` saves the adapter and a result without `after`; `evaluate` adds it from the adapter (the
+    split that lets a run train on one machine and be evaluated on another), with the episodes saved for the
+    viewer."""
+    pytest.importorskip("trl")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
+    common = ["--smoke", "--backend", "hf", "--workdir", str(tmp_path), "--save-episodes"]
+    for cmd in (["prepare"], ["train", "grpo", "--no-eval"], ["evaluate", "grpo", "--eval-batch", "2"]):
+        subprocess.run([sys.executable, str(script), *cmd, *common], check=True, capture_output=True, timeout=300)
+        if cmd[0] == "train":
+            assert "after" not in json.loads((tmp_path / "synthetic" / "grpo.json").read_text())
+    run = json.loads((tmp_path / "synthetic" / "grpo.json").read_text())
+    assert run["device"] == run["after_device"] == "cpu" and run["after"]["episodes"] == 4
+    assert run["train"]["steps"] >= 1
+    saved = (tmp_path / "synthetic" / "grpo.episodes.jsonl").read_text().splitlines()
+    assert len(saved) == 4 and all(json.loads(line)["source"] == "eval" for line in saved)
+    assert (tmp_path / "synthetic" / "after_sft.episodes.jsonl").exists()

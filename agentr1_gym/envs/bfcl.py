@@ -272,6 +272,19 @@ def _public_state(instance: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(instance).items() if not k.startswith("_")}
 
 
+def _canonical(value: Any) -> Any:
+    """``value`` with every dict key a type-tagged string and every set sorted, so that ``json.dumps(...,
+    sort_keys=True)`` is total and the same state gives the same text in any env. BFCL's worlds mix key types in
+    one dict (TradingBot's ``orders``: int order ids beside str keys), which sorting alone cannot order."""
+    if isinstance(value, dict):
+        return {f"{type(k).__name__}:{k}": _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(json.dumps(_canonical(v), sort_keys=True, default=str) for v in value)
+    return value
+
+
 def _same_state(model: dict[str, Any], truth: dict[str, Any]) -> bool:
     """BFCL's state check: every public attribute of every ground-truth instance equals the model's."""
     for name, gt in truth.items():
@@ -477,7 +490,7 @@ class BFCLMultiTurnEnv(ToolEnv):
         }
 
     def state_key(self) -> str:
-        state = {name: _public_state(inst) for name, inst in self.model.items()}
+        state = {name: _canonical(_public_state(inst)) for name, inst in self.model.items()}
         blob = json.dumps([self.user_turn, state], sort_keys=True, default=str)
         return hashlib.sha1(blob.encode()).hexdigest()
 
