@@ -158,7 +158,9 @@ def test_learning_benchmark_trains_here_and_evaluates_later(tmp_path):
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
     common = ["--smoke", "--backend", "hf", "--workdir", str(tmp_path), "--save-episodes"]
     for cmd in (["prepare"], ["train", "grpo", "--no-eval"], ["evaluate", "grpo", "--eval-batch", "2"]):
-        subprocess.run([sys.executable, str(script), *cmd, *common], check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [sys.executable, str(script), *cmd, *common], check=True, capture_output=True, timeout=300
+        )
         if cmd[0] == "train":
             assert "after" not in json.loads((tmp_path / "synthetic" / "grpo.json").read_text())
     run = json.loads((tmp_path / "synthetic" / "grpo.json").read_text())
