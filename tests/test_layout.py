@@ -50,14 +50,15 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.value_head": 20,  # the PPO critic's head: PPO trains it, value-guided decoding reads it
     "agentr1_trl.generation": 21,
     "agentr1_trl.advantages": 22,
-    "agentr1_trl.turns": 23,
+    "agentr1_trl.turn_rows": 23,
     "agentr1_trl.forward": 22,
     "agentr1_trl.checkpoints": 22,
     "agentr1_trl.runs": 22,
     "agentr1_trl.run_outputs": 23,  # what a run prints and writes for a person (card, closing lines, clock)
     "agentr1_trl.losses": 23,
     "agentr1_trl.signals": 23,
-    "agentr1_trl.credit": 23,
+    "agentr1_trl.credit": 24,  # deprecated alias of agentr1_trl.signals (one release)
+    "agentr1_trl.turns": 24,  # deprecated alias of agentr1_trl.turn_rows (one release)
     "agentr1_trl.episodes": 23,
     "agentr1_trl.models": 23,
     "agentr1_trl.sft": 24,
@@ -68,7 +69,8 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.config": 24,
     "agentr1_trl.trl_trainer": 25,
     "agentr1_trl.stock_trl": 25,
-    "agentr1_trl.trainer": 26,
+    "agentr1_trl.agent_trainer": 26,
+    "agentr1_trl.trainer": 27,  # deprecated alias of agentr1_trl.agent_trainer (one release)
     "agentr1_trl.grpo": 27,
     "agentr1_trl.ppo": 27,
     "agentr1_trl.agent_loop": 28,  # a user's own agent loop through the endpoint, trained with GRPO

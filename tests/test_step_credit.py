@@ -23,7 +23,7 @@ from agentr1_trl.advantages import (
     step_returns,
     turn_rloo_advantages,
 )
-from agentr1_trl.credit import turn_rewards, turn_starts, turn_state_keys
+from agentr1_trl.signals import turn_rewards, turn_starts, turn_state_keys
 
 import agentr1_gym
 from agentr1_gym.errors import ConfigError

@@ -19,7 +19,7 @@ from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
 from agentr1_trl.testing import THINK_DROPPING_TEMPLATE as THINK_DROPPING
 from agentr1_trl.testing import record_rollouts, tiny_model, tiny_tokenizer, trainer_settings
-from agentr1_trl.turns import expand_turn_rows, turn_spans
+from agentr1_trl.turn_rows import expand_turn_rows, turn_spans
 from peft import LoraConfig
 
 import agentr1_gym  # noqa: F401

@@ -3,7 +3,7 @@
 * rollouts: token-exact multi-turn episodes over ``AgentR1/*`` envs with action masks (the core's token layer,
   :mod:`agentr1_gym.rollout`, re-exported here), on a generation backend (:mod:`.generation`; one factory,
   :mod:`.generation.factory`, decides HF or vLLM);
-* trainers, siblings over shared pieces (:mod:`.trainer`; TRL internals only in :mod:`.trl_trainer`):
+* trainers, siblings over shared pieces (:mod:`.agent_trainer`; TRL internals only in :mod:`.trl_trainer`):
   :class:`AgentGRPOTrainer` / :class:`AgentGRPOConfig` (GRPO, RLOO, REINFORCE++, and per turn GiGPO and per-turn
   RLOO; :mod:`.grpo`) and :class:`AgentPPOTrainer` / :class:`AgentPPOConfig` (value head, GAE over tokens or
   StepPO's over turns; :mod:`.ppo`), each estimator declared once in :mod:`.estimators`, with the pure tensor

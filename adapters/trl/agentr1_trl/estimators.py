@@ -26,8 +26,7 @@ from agentr1_trl.advantages import (
     step_advantages_to_tokens,
     turn_rloo_advantages,
 )
-from agentr1_trl.credit import turn_rewards, turn_state_keys
-from agentr1_trl.signals import token_reward_matrix
+from agentr1_trl.signals import token_reward_matrix, turn_rewards, turn_state_keys
 
 __all__ = ["ESTIMATORS", "Estimator", "ScoreInputs", "credit_choice", "estimator", "names"]
 

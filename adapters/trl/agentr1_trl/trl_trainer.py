@@ -8,7 +8,7 @@ behind :class:`TRLAgentTrainer`:
   prompt* (:func:`seed_prompt`), and each episode's :class:`~agentr1_gym.rollout.Trajectory` travels back as an
   extra rollout field, which TRL merges into the batch's rows; nothing is staged on the trainer between calls.
 * An episode whose chat template is not prefix-stable becomes one row per turn after its advantages are
-  computed (:mod:`agentr1_trl.turns`), with the old and reference log-probs recomputed in each turn's context.
+  computed (:mod:`agentr1_trl.turn_rows`), with the old and reference log-probs recomputed in each turn's context.
 * The action mask has one name, ``action_mask``, everywhere in this package; it becomes TRL's ``env_mask`` on the
   way in and TRL's ``tool_mask`` is renamed back on the way out, here and nowhere else.
 * TRL's private methods overridden here: ``_generate_and_score_completions`` (then :meth:`score_batch`, the
@@ -40,7 +40,7 @@ from agentr1_trl.checkpoints import mark_complete, resolve_resume
 from agentr1_trl.config import CPU_UPDATE_TOKENS
 from agentr1_trl.forward import completion_logps, select_rows, update_passes
 from agentr1_trl.signals import advantage_mask, env_return
-from agentr1_trl.turns import CONTEXT_DEPENDENT, expand_turn_rows
+from agentr1_trl.turn_rows import CONTEXT_DEPENDENT, expand_turn_rows
 
 __all__ = [
     "TRL_TESTED",
@@ -447,7 +447,7 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
 
     def _per_turn_rows(self, batch: dict[str, Any], trajectories: list[Trajectory]) -> dict[str, Any]:
         """Episodes whose chat template is not prefix-stable train as one row per turn (see
-        :mod:`agentr1_trl.turns`); the old policy's and the reference's log-probs are recomputed for those rows in
+        :mod:`agentr1_trl.turn_rows`); the old policy's and the reference's log-probs are recomputed for those rows in
         their own contexts, as TRL computed them for the others."""
         tok = self.processing_class
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id

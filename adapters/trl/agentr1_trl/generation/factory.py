@@ -1,6 +1,6 @@
 """One place that decides how a policy generates: Hugging Face ``generate`` or a vLLM engine, colocated (in this
 process, on the policy's base directory) or against ``vllm serve`` servers. Training
-(:meth:`~agentr1_trl.trainer.AgentTrainerMixin.rollout_generator`), evaluation (``agentr1 eval --model``,
+(:meth:`~agentr1_trl.agent_trainer.AgentTrainerMixin.rollout_generator`), evaluation (``agentr1 eval --model``,
 :func:`~agentr1_trl.model_eval.policy_generator`) and the benchmarks all build their backend with
 :func:`make_generator` from a :class:`GenerationSettings`."""
 

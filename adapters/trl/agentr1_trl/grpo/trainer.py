@@ -15,17 +15,17 @@ from typing import Any
 import torch
 
 from agentr1_gym.rollout import Trajectory
+from agentr1_trl.agent_trainer import AgentTrainer
 from agentr1_trl.estimators import ScoreInputs, estimator
 from agentr1_trl.grpo.config import AgentGRPOConfig
 from agentr1_trl.losses import aggregate
 from agentr1_trl.signals import advantage_mask
-from agentr1_trl.trainer import AgentTrainer
 
 __all__ = ["AgentGRPOTrainer"]
 
 
 class AgentGRPOTrainer(AgentTrainer):
-    """GRPO on an ``AgentR1/*`` env; arguments as :class:`~agentr1_trl.trainer.AgentTrainer`, with an
+    """GRPO on an ``AgentR1/*`` env; arguments as :class:`~agentr1_trl.agent_trainer.AgentTrainer`, with an
     :class:`AgentGRPOConfig`."""
 
     _tag_names = ["trl", "grpo", "agentr1"]  # noqa: RUF012  (TRL declares it this way)

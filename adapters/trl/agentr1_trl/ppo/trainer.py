@@ -32,21 +32,20 @@ from agentr1_trl.advantages import (
     step_advantages_to_tokens,
     step_gae_advantages,
 )
-from agentr1_trl.credit import turn_rewards, turn_starts
+from agentr1_trl.agent_trainer import AgentTrainer
 from agentr1_trl.estimators import estimator
 from agentr1_trl.forward import projected_logps
 from agentr1_trl.losses import aggregate, clipped_value_loss
 from agentr1_trl.ppo.config import AgentPPOConfig
-from agentr1_trl.signals import advantage_mask, token_reward_matrix
-from agentr1_trl.trainer import AgentTrainer
-from agentr1_trl.turns import turn_spans
+from agentr1_trl.signals import advantage_mask, token_reward_matrix, turn_rewards, turn_starts
+from agentr1_trl.turn_rows import turn_spans
 from agentr1_trl.value_head import VALUE_HEAD_FILE, new_value_head, state_values
 
 __all__ = ["VALUE_HEAD_FILE", "AgentPPOTrainer"]
 
 
 class AgentPPOTrainer(AgentTrainer):
-    """PPO on an ``AgentR1/*`` env; arguments as :class:`~agentr1_trl.trainer.AgentTrainer`, with an
+    """PPO on an ``AgentR1/*`` env; arguments as :class:`~agentr1_trl.agent_trainer.AgentTrainer`, with an
     :class:`AgentPPOConfig`."""
 
     _tag_names = ["trl", "ppo", "agentr1"]  # noqa: RUF012  (TRL declares it this way)
@@ -169,7 +168,7 @@ class AgentPPOTrainer(AgentTrainer):
     @torch.no_grad()
     def _turn_values(self, values: torch.Tensor, trajectories: list[Trajectory]) -> torch.Tensor:
         """Values of a non-prefix-stable episode's action timeline, each turn's computed in its own context (the
-        rows it trains as, see :mod:`agentr1_trl.turns`), so that GAE bootstraps across turns exactly."""
+        rows it trains as, see :mod:`agentr1_trl.turn_rows`), so that GAE bootstraps across turns exactly."""
         values = values.clone()
         where, seqs, gens = [], [], []
         for i, traj in enumerate(trajectories):

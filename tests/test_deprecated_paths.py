@@ -1,0 +1,31 @@
+"""Renamed modules keep their old import paths for one release, with a DeprecationWarning that names the new one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("trl")
+
+RENAMED = [
+    ("agentr1_trl.credit", "agentr1_trl.signals", ["turn_rewards", "turn_starts", "turn_state_keys"]),
+    ("agentr1_trl.turns", "agentr1_trl.turn_rows", ["expand_turn_rows", "turn_spans", "CONTEXT_DEPENDENT"]),
+    ("agentr1_trl.trainer", "agentr1_trl.agent_trainer", ["AgentTrainer", "TrainingEnvs"]),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "names"), RENAMED)
+def test_an_old_path_warns_and_gives_the_same_objects(old, new, names):
+    code = (
+        "import warnings, importlib\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    old = importlib.import_module({old!r})\n"
+        f"new = importlib.import_module({new!r})\n"
+        "hits = [str(w.message) for w in seen if issubclass(w.category, DeprecationWarning)]\n"
+        f"assert any({old!r} in m and {new!r} in m for m in hits), hits\n"
+        f"assert all(getattr(old, n) is getattr(new, n) for n in {names!r})\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=300)
