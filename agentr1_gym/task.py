@@ -35,6 +35,7 @@ that name, and ``score`` is their weighted mean. An episode succeeds when ``scor
 from __future__ import annotations
 
 import contextlib
+import difflib
 import inspect
 import json
 import math
@@ -45,13 +46,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentr1_gym.env import ToolEnv
+from pydantic import ValidationError
+
+from agentr1_gym.env import EnvSettings, ToolEnv
 from agentr1_gym.errors import ConfigError, NoOracleError
 from agentr1_gym.matching import answer_match
+from agentr1_gym.rewards import GENERIC_PROCESS_KEYS, OUTCOME_KEYS, ProcessReward, RewardConfig
 from agentr1_gym.tools.base import Tool, ToolResult
 from agentr1_gym.tools.function import FunctionTool, _to_result, _tool_class, from_function, public_methods
 
 __all__ = [
+    "PROCESS_PARAMETERS",
     "REWARD_PARAMETERS",
     "RewardFunctionError",
     "TaskCodeError",
@@ -64,6 +69,8 @@ __all__ = [
 
 #: the parameter names a reward function may take
 REWARD_PARAMETERS = ("answer", "task", "world", "messages")
+#: the parameter names a process-reward function may take (one successful tool call, and where it happened)
+PROCESS_PARAMETERS = ("tool", "arguments", "result", "task", "world", "calls")
 #: metric names the env sets itself (a reward component cannot take them)
 _RESERVED = ("score", "success", "format_ok", "turns")
 #: world methods that are not tools
@@ -195,30 +202,8 @@ def _reward_fn(name: str, fn: Any, weight: Any, has_world: bool) -> RewardFn:
         raise ConfigError(f"reward {name!r}: its weight must be a positive number, got {weight!r}")
     if name in _RESERVED:
         raise ConfigError(f"reward {name!r}: that metric name is the env's own; name the component otherwise")
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        raise ConfigError(f"reward {name!r}: cannot read the function's signature") from None
-    params: list[str] = []
-    takes_all = False
-    for p in sig.parameters.values():
-        if p.kind is p.VAR_KEYWORD:
-            takes_all = True
-        elif p.kind is p.VAR_POSITIONAL:
-            continue
-        elif p.name in REWARD_PARAMETERS:
-            if p.kind is p.POSITIONAL_ONLY:
-                raise ConfigError(
-                    f"reward {name!r}: parameter {p.name!r} is positional-only; rewards are called by keyword"
-                )
-            params.append(p.name)
-        elif p.default is p.empty:
-            raise ConfigError(
-                f"reward function {name!r} takes parameter {p.name!r}; reward functions take any of "
-                f"{', '.join(REWARD_PARAMETERS)} (by name)"
-            )
-    if takes_all:
-        params = list(REWARD_PARAMETERS)
+    params = list(_params("reward function", name, fn, REWARD_PARAMETERS))
+    takes_all = len(params) == len(REWARD_PARAMETERS)
     if "world" in params and not has_world and not takes_all:
         raise ConfigError(f"reward {name!r} takes 'world', but the task has no world= class")
     return RewardFn(name, fn, float(weight), tuple(params))
@@ -263,6 +248,142 @@ def _rewards(reward: Any, answer_field: str | None, has_world: bool) -> tuple[Re
     return tuple(items)
 
 
+@dataclass(frozen=True)
+class ProcessRewardFn:
+    """A task's own process reward: ``fn`` returns the units one successful tool call earned (a number >= 0 or a
+    bool), paid ``weight`` each, at most ``cap`` units per episode (the env enforces the cap, so repeating a
+    rewarded call earns nothing once it is reached)."""
+
+    name: str
+    fn: Callable[..., Any]
+    weight: float
+    cap: float
+    params: tuple[str, ...]  # the PROCESS_PARAMETERS it takes
+
+    def __call__(self, values: dict[str, Any], task_id: str) -> float:
+        try:
+            out = self.fn(**{p: values[p] for p in self.params})
+        except Exception as exc:
+            raise RewardFunctionError(
+                f"process reward {self.name!r} raised {type(exc).__name__}: {exc} (task {task_id!r}, call "
+                f"{values['tool']}({str(values['arguments'])[:60]})); process rewards must take any call"
+            ) from exc
+        if isinstance(out, numbers.Real):  # bools, ints, numpy scalars
+            out = float(out)
+        if not isinstance(out, float) or not math.isfinite(out) or out < 0:
+            raise RewardFunctionError(
+                f"process reward {self.name!r} returned {out!r} for task {task_id!r}; a process reward returns "
+                "the units a call earned: a number >= 0 or a bool (its weight sets the reward per unit)"
+            )
+        return out
+
+
+def _params(kind: str, name: str, fn: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """The parameters of ``fn`` among ``allowed`` (all of them for ``**kwargs``), or a ConfigError."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{kind} {name!r}: cannot read the function's signature") from None
+    params: list[str] = []
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            return allowed
+        if p.kind is p.VAR_POSITIONAL:
+            continue
+        if p.name in allowed:
+            if p.kind is p.POSITIONAL_ONLY:
+                raise ConfigError(
+                    f"{kind} {name!r}: parameter {p.name!r} is positional-only; it is called by keyword"
+                )
+            params.append(p.name)
+        elif p.default is p.empty:
+            raise ConfigError(
+                f"{kind} {name!r} takes parameter {p.name!r}; it may take any of {', '.join(allowed)} (by name)"
+            )
+    return tuple(params)
+
+
+def _process_rewards(given: Any, has_world: bool) -> tuple[ProcessRewardFn, ...]:
+    if given is None:
+        return ()
+    if not isinstance(given, Mapping):
+        raise ConfigError(
+            "process_rewards=: a dict {'name': fn}, {'name': (fn, weight)} or {'name': (fn, weight, cap)}, got "
+            f"{type(given).__name__}"
+        )
+    out = []
+    for name, value in given.items():
+        name = str(name)
+        parts = value if isinstance(value, tuple) else (value,)
+        if not 1 <= len(parts) <= 3:
+            raise ConfigError(
+                f"process reward {name!r}: fn, (fn, weight) or (fn, weight, cap), got {len(parts)} items"
+            )
+        fn, weight, cap = {1: (*parts, 0.1, 1.0), 2: (*parts, 1.0), 3: parts}[len(parts)]
+        if not callable(fn):
+            raise ConfigError(f"process reward {name!r}: expected a function, got {type(fn).__name__}")
+        for label, number in (("weight", weight), ("cap", cap)):
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+                raise ConfigError(f"process reward {name!r}: its {label} must be a number, got {number!r}")
+        if cap <= 0:
+            raise ConfigError(
+                f"process reward {name!r}: its cap (units per episode) must be > 0, got {cap!r}"
+            )
+        if name in (
+            *_RESERVED,
+            *GENERIC_PROCESS_KEYS,
+            *OUTCOME_KEYS,
+            *RewardConfig.model_fields,
+        ) or name.endswith("_reward"):
+            raise ConfigError(
+                f"process reward {name!r}: that name is the env's own or a RewardConfig field; name it otherwise"
+            )
+        params = _params("process reward", name, fn, PROCESS_PARAMETERS)
+        if "world" in params and not has_world and len(params) < len(PROCESS_PARAMETERS):
+            raise ConfigError(f"process reward {name!r} takes 'world', but the task has no world= class")
+        out.append(ProcessRewardFn(name, fn, float(weight), float(cap), params))
+    return tuple(out)
+
+
+def _task_settings(given: Any, max_turns: int, process: tuple[ProcessRewardFn, ...]) -> dict[str, Any]:
+    """``settings=``: the task's default env settings, named as ``gym.make`` takes them, checked now."""
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"settings=: a dict of gym.make settings, got {type(given).__name__}")
+    given = dict(given)
+    if "max_turns" in given:
+        raise ConfigError("settings={'max_turns': ...}: pass max_turns= to the task itself")
+    try:
+        checked = EnvSettings(**{**given, "max_turns": max_turns})
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        where = ".".join(str(x) for x in err["loc"])
+        pool = (
+            list(RewardConfig.model_fields)
+            if err["loc"][:1] == ("reward",)
+            else list(EnvSettings.model_fields)
+        )
+        close = difflib.get_close_matches(str(err["loc"][-1]), pool, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close and err["type"] == "extra_forbidden" else ""
+        raise ConfigError(f"settings: bad env setting {where}: {err['msg']}{hint}") from None
+    declared = [f.name for f in process]
+    for name in checked.reward.process:
+        if name not in declared:
+            close = difflib.get_close_matches(name, declared, n=1)
+            # a typo'd generic field ("tool_sucess_reward") reads as a process reward's weight
+            field_ = difflib.get_close_matches(f"{name}_reward", list(RewardConfig.model_fields), n=1)
+            hint = (
+                f" (did you mean {close[0]!r}?)" if close
+                else f" (did you mean the RewardConfig field {field_[0]!r}?)" if field_
+                else ""
+            )  # fmt: skip
+            raise ConfigError(
+                f"settings: the task has no process reward {name!r}{hint}; its process rewards: {declared or 'none'}"
+            )
+    return given
+
+
 def _golds(value: Any) -> list[Any]:
     if value is None:
         return []
@@ -289,6 +410,10 @@ class TaskSpec:
     world_tools: tuple[type[FunctionTool], ...] = field(default=())
     #: the row field holding the user's later messages (None: the user speaks once)
     user_turns: str | None = None
+    #: the task's own process rewards, paid per successful call and capped per episode
+    process_rewards: tuple[ProcessRewardFn, ...] = field(default=())
+    #: the task's default env settings, named as gym.make takes them (gym.make's own override them)
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     def make(self, **settings: Any) -> TaskEnv:
         """A :class:`TaskEnv` of this task (unregistered; :func:`register_task` gives it an id)."""
@@ -310,6 +435,8 @@ def make_task(
     final_answer: bool | None = None,
     description: str = "",
     user_turns: str | None = None,
+    process_rewards: Mapping[str, Any] | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> TaskSpec:
     """Validate a task made of parts (see the module docstring); every mistake is a one-line
     :class:`ConfigError` naming the field.
@@ -334,6 +461,16 @@ def make_task(
             strings). A turn without a tool call is then the agent's reply; the next message follows it as a user
             turn, and the episode ends after the reply to the last one (reward functions get that reply as
             ``answer`` and the whole chat as ``messages``).
+        process_rewards: the task's own per-step rewards, ``{"name": fn}``, ``{"name": (fn, weight)}`` or
+            ``{"name": (fn, weight, cap)}``: after each *successful* tool call, ``fn`` returns the units the call
+            earned (a number >= 0 or a bool), taking by name any of ``tool`` (its name), ``arguments``, ``result``
+            (the tool's text), ``task``, ``world`` and ``calls`` (the episode's calls so far, this one last). Each
+            unit pays ``weight`` (default 0.1), at most ``cap`` units per episode (default 1): repeating a rewarded
+            call earns nothing once the cap is reached. Reported in ``info["reward_components"][name]``; a run
+            reweights it with ``gym.make(id, reward={"process": {name: w}})`` like any env's process reward.
+        settings: the task's default env settings, with the names ``gym.make`` takes (``{"reward":
+            {"tool_success_reward": 0.05}, "max_calls_per_turn": 2}``); checked now, with a "did you mean" for a
+            typo. ``gym.make``'s own settings override them (a ``reward`` dict field by field).
     """
     rows = tuple(load_rows(dataset))
     seen: set[str] = set()
@@ -415,6 +552,11 @@ def make_task(
                 "(pass answer_field= or reward=)"
             )
     rewards = _rewards(reward, answer_field, world is not None)
+    process = _process_rewards(process_rewards, world is not None)
+    clash = sorted({p.name for p in process} & {r.name for r in rewards})
+    if clash:
+        raise ConfigError(f"process reward {clash[0]!r} has the name of a reward function; name it otherwise")
+    defaults = _task_settings(settings, max_turns, process)
     if oracle is not None and not callable(oracle):
         raise ConfigError(f"oracle=: a function oracle(env) -> str, got {type(oracle).__name__}")
     return TaskSpec(
@@ -432,6 +574,8 @@ def make_task(
         description=description,
         world_tools=tuple(world_tools),
         user_turns=user_turns,
+        process_rewards=process,
+        settings=defaults,
     )
 
 
@@ -448,6 +592,7 @@ def register_task(
     if spec is None:
         if dataset is None:
             raise ConfigError("register_task needs a dataset (or spec=)")
+        _check_parts(parts)
         spec = make_task(dataset, **parts)
     elif dataset is not None or parts:
         raise ConfigError("register_task: pass either spec= or make_task's arguments, not both")
@@ -469,6 +614,22 @@ def register_task(
     if env_id not in registry:
         register(id=env_id, entry_point=entry, kwargs={"task": env_id})
     return spec
+
+
+def _check_parts(parts: Mapping[str, Any]) -> None:
+    """A one-line ConfigError for an argument make_task does not take, saying where such a setting goes."""
+    known = [p for p in inspect.signature(make_task).parameters if p != "dataset"]
+    for name in parts:
+        if name in known:
+            continue
+        if name in RewardConfig.model_fields or name.endswith("_reward"):
+            where = f"settings={{'reward': {{{name!r}: ...}}}} (a RewardConfig field)"
+        elif name in EnvSettings.model_fields:
+            where = f"settings={{{name!r}: ...}} (an env setting)"
+        else:
+            close = difflib.get_close_matches(name, known, n=1)
+            where = f"{close[0]}=" if close else f"one of {', '.join(known)}"
+        raise ConfigError(f"register_task got an unknown argument {name!r}; did you mean {where}?")
 
 
 class _WorldCall:
@@ -510,6 +671,16 @@ class TaskEnv(ToolEnv):
         self._said: list[str] = []
         tools = [*spec.tools, *(cls(_WorldCall(self, cls.name)) for cls in spec.world_tools)]
         settings.setdefault("max_turns", spec.max_turns)
+        for key, value in spec.settings.items():  # the task's defaults; gym.make's own settings win
+            given = settings.get("reward") if key == "reward" else None
+            if isinstance(given, Mapping) and isinstance(value, Mapping):
+                settings["reward"] = {**value, **given}
+            else:
+                settings.setdefault(key, value)
+        self.process_rewards = tuple(  # type: ignore[misc]
+            ProcessReward(f.name, f.weight, f"the task's process reward {f.name!r}")
+            for f in spec.process_rewards
+        )
         super().__init__(tools, **settings)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -559,6 +730,24 @@ class TaskEnv(ToolEnv):
     def next_user_message(self) -> str | None:
         """The row's next later message (``user_turns=``), or None after the last."""
         return self._said.pop(0) if self._said else None
+
+    def process_reward_units(self, call: Any, result: ToolResult) -> dict[str, float]:
+        """The task's own process rewards (``process_rewards=``) for one successful call."""
+        if not self.task_spec.process_rewards:
+            return {}
+        values = {
+            "tool": call.name,
+            "arguments": dict(call.arguments),
+            "result": result.content if isinstance(result.content, str) else str(result.content),
+            "task": self.task,
+            "world": self.world,
+            "calls": [(c.name, dict(c.arguments)) for c in self.executed_calls],
+        }
+        earned = {f.name: f(values, self.task_id()) for f in self.task_spec.process_rewards}
+        return {name: units for name, units in earned.items() if units}
+
+    def process_reward_caps(self) -> dict[str, float]:
+        return {f.name: f.cap for f in self.task_spec.process_rewards}
 
     def on_reset(self) -> None:
         field_ = self.task_spec.user_turns

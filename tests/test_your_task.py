@@ -9,6 +9,7 @@ import json
 import math
 import pickle
 import random
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -419,6 +420,99 @@ def test_weighted_reward_components_are_reported():
     half.reset(options={"task_index": 0})
     m = half.step(half.answer_text("3 "))[4]["metrics"]
     assert m["score"] in (0.5, 1.0) and m["success"] == 1.0
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: first
+        b: second
+    """
+    return a + b
+
+
+def _used_the_tasks_numbers(arguments: dict, task: dict) -> bool:
+    return (arguments.get("a"), arguments.get("b")) == (task["a"], task["b"])
+
+
+def test_a_task_declares_its_reward_settings_and_its_own_process_rewards():
+    """`settings=` takes gym.make's names (gym.make's own win, a reward dict field by field); `process_rewards=`
+    pays a function's units per successful call, capped per episode, reweighted like any env's process reward."""
+    register_task(
+        "Tests/AddPaid-v0", ROWS, prompt="Use the tool. {question}", tools=[add],
+        settings={"reward": {"tool_success_reward": 0.05, "tool_success_cap": 1}},
+        process_rewards={"right_numbers": (_used_the_tasks_numbers, 0.2)},
+    )  # fmt: skip
+    env = gym.make("Tests/AddPaid-v0")
+    check_env(env.unwrapped, skip_render_check=True)
+    env.reset(options={"task_index": 1})
+    u = env.unwrapped
+    assert u.reward_config.tool_success_reward == 0.05
+    assert u.max_episode_reward() == pytest.approx(1.0 + 0.1 + 0.05 + 0.2)  # answer, format, the two process
+    rewards, parts = [], []
+    for action in (
+        u.call_text("add", a=1, b=2),  # a call with other numbers: tool success only
+        u.call_text("add", a=3, b=4),  # the task's numbers: paid once
+        u.call_text("add", a=3, b=4),  # again: the cap is reached, nothing more (a policy cannot farm it)
+        u.call_text("add", a="x", b=4),  # a failed call earns nothing
+        u.answer_text("7"),
+    ):
+        _, reward, _, _, info = env.step(action)
+        rewards.append(reward)
+        parts.append({k: v for k, v in info["reward_components"].items() if v and k != "invalid_call"})
+    assert parts[:3] == [{"tool_success": 0.05}, {"right_numbers": 0.2}, {}]
+    assert sum(rewards) <= u.max_episode_reward() + 1e-9 and info["metrics"]["success"] == 1.0
+    # gym.make's settings override the task's, field by field; the process reward reweights by its name
+    other = gym.make("Tests/AddPaid-v0", reward={"answer_weight": 2.0, "process": {"right_numbers": 0.5}})
+    assert other.unwrapped.reward_config.tool_success_reward == 0.05
+    assert other.unwrapped.reward_config.answer_weight == 2.0
+    other.reset(options={"task_index": 1})
+    paid = other.step(other.unwrapped.call_text("add", a=3, b=4))[4]["reward_components"]["right_numbers"]
+    assert paid == 0.5
+    clone = pickle.loads(pickle.dumps(env.unwrapped))
+    clone.reset(options={"task_index": 0})
+    assert clone.step(clone.call_text("add", a=1, b=2))[4]["reward_components"]["right_numbers"] == 0.2
+
+
+def test_reward_settings_in_the_wrong_place_get_one_line_errors_that_say_where_they_go():
+    parts = {"prompt": "{question}", "tools": [add]}
+    cases = [
+        (
+            {"tool_success_reward": 0.05},
+            "settings={'reward': {'tool_success_reward'",
+        ),  # was a plain TypeError
+        ({"max_calls_per_turn": 2}, "settings={'max_calls_per_turn'"),
+        ({"promt": "{question}"}, "did you mean prompt="),
+        ({"settings": {"reward": {"tool_sucess_reward": 0.1}}}, "RewardConfig field 'tool_success_reward'"),
+        ({"settings": {"max_turn": 3}}, "did you mean 'max_turns'"),
+        ({"settings": {"max_turns": 3}}, "pass max_turns= to the task"),
+        (
+            {
+                "settings": {"reward": {"process": {"right_number": 1}}},
+                "process_rewards": {"right_numbers": _used_the_tasks_numbers},
+            },
+            "did you mean 'right_numbers'",
+        ),
+        ({"process_rewards": {"x": lambda foo: 1}}, "takes parameter 'foo'"),
+        ({"process_rewards": {"x": (_used_the_tasks_numbers, 0.1, 0)}}, "cap"),
+        ({"process_rewards": {"tool_success": _used_the_tasks_numbers}}, "name it otherwise"),
+        ({"process_rewards": [_used_the_tasks_numbers]}, "a dict"),
+    ]
+    for extra, message in cases:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            register_task("Tests/AddBad-v0", ROWS, **{**parts, **extra})
+
+
+def test_a_process_reward_that_misbehaves_raises_a_typed_error():
+    for fn, message in (
+        (lambda arguments: 1 / 0, "raised ZeroDivisionError"),
+        (lambda: -1.0, "returned -1.0"),
+    ):
+        env = make_task(ROWS, prompt="{question}", tools=[add], process_rewards={"p": fn}).make()
+        env.reset(options={"task_index": 0})
+        with pytest.raises(RewardFunctionError, match=message):
+            env.step(env.call_text("add", a=1, b=2))
 
 
 def test_bad_task_parts_raise_at_construction_naming_the_field(tmp_path):
