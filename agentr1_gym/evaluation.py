@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+import numbers
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -28,6 +29,7 @@ __all__ = [
     "print_result",
     "random_policy",
     "success",
+    "summarize",
     "task_list",
 ]
 
@@ -97,6 +99,18 @@ POLICIES: dict[str, Policy] = {
 }
 
 
+def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Per-episode metric rows -> the mean of each numeric key over the episodes that report it (a mixture's
+    per-env keys, ``"<name>/success"``, are means over that env's episodes), plus ``pass@1`` where code envs report
+    ``pass`` (one sample per task). The one summary every evaluator returns: :func:`evaluate`,
+    ``agentr1_trl.model_eval.evaluate_model`` and the pipeline's held-out evaluations."""
+    keys = sorted({k for r in rows for k, v in r.items() if isinstance(v, numbers.Real)})
+    out = {k: float(np.mean([float(r[k]) for r in rows if isinstance(r.get(k), numbers.Real)])) for k in keys}
+    if "pass" in out:
+        out["pass@1"] = out["pass"]
+    return out
+
+
 def evaluate(
     env: gym.Env | str,
     policy: Policy | str = "oracle",
@@ -136,7 +150,7 @@ def evaluate(
     from tqdm.auto import tqdm
 
     returns: list[float] = []
-    metrics: dict[str, list[float]] = {}
+    rows: list[dict[str, Any]] = []
     env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
     for i in tqdm(range(episodes), desc="eval", disable=not progress, unit="ep"):
         options = {"task_index": indices[i]} if indices is not None else None
@@ -173,12 +187,7 @@ def evaluate(
                     answer=info["answer"] if isinstance(info.get("answer"), str) else None,
                 )],
             )  # fmt: skip
-        m = dict(info.get("metrics", {}))
-        for key, value in m.items():
-            metrics.setdefault(key, []).append(float(value))
-    summary: dict[str, Any] = {"episodes": episodes, "return": float(np.mean(returns))}
-    summary.update({k: float(np.mean(v)) for k, v in sorted(metrics.items())})
-    if "pass" in metrics:  # code envs: one sample per task, so the pass rate is pass@1
-        summary["pass@1"] = summary["pass"]
+        rows.append({**info.get("metrics", {}), "return": total})
+    summary: dict[str, Any] = {"episodes": episodes, **summarize(rows)}
     summary["returns"] = returns
     return summary

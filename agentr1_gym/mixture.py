@@ -28,7 +28,7 @@ import numpy as np
 from agentr1_gym.env import EnvSettings, ToolEnv
 from agentr1_gym.errors import ConfigError
 
-__all__ = ["DEFAULT_ENVS", "MixtureEnv", "parse_mix"]
+__all__ = ["DEFAULT_ENVS", "MixtureEnv", "mixture_components", "parse_mix", "short_name"]
 
 #: the mixture ``gym.make("AgentR1/Mixture-v0")`` builds without ``envs=``: two math envs with a calculator
 DEFAULT_ENVS = ("AgentR1/RG-ChainSum-v0", "AgentR1/Calculator-v0")
@@ -51,9 +51,25 @@ def parse_mix(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def _short(env_id: str) -> str:
+def short_name(env_id: str) -> str:
+    """A component's default name: the id without namespace, module or version (``AgentR1/Calculator-v0`` ->
+    ``Calculator``)."""
     name = env_id.split(":")[-1].split("/")[-1]
     return name.rsplit("-v", 1)[0] if name.rsplit("-v", 1)[-1].isdigit() else name
+
+
+def mixture_components(env_kwargs: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """A mixture's keyword arguments (``envs=[...]`` and shared settings) as ``(name, env id, kwargs)`` per
+    component, each with the kwargs the mixture builds it with (the shared settings, its own on top); ``[]`` for
+    the kwargs of any other env. What evaluates a mixture per component (the pipeline, the benchmarks) reads."""
+    if "envs" not in env_kwargs:
+        return []
+    shared = {k: v for k, v in env_kwargs.items() if k != "envs"}
+    entries = (e if isinstance(e, dict) else {"id": e} for e in env_kwargs["envs"] or DEFAULT_ENVS)
+    return [
+        (str(e.get("name") or short_name(e["id"])), e["id"], {**shared, **(e.get("kwargs") or {})})
+        for e in entries
+    ]
 
 
 class MixtureEnv(ToolEnv):
@@ -110,7 +126,7 @@ class MixtureEnv(ToolEnv):
                     f"envs[{i}] ({entry['id']}): 'kwargs' must be a dict of keyword arguments, got {kwargs!r:.80}"
                 )
             kwargs = dict(kwargs)
-            name = str(entry.get("name") or _short(entry["id"]))
+            name = str(entry.get("name") or short_name(entry["id"]))
             if entry["id"].split(":")[-1] == "AgentR1/Mixture-v0":
                 raise ConfigError(f"envs[{i}]: a mixture cannot contain a mixture")
             env = make(entry["id"], **{**given, **kwargs}).unwrapped

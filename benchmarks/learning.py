@@ -231,6 +231,9 @@ def _evaluate(
     ``WORKDIR/TASK/LABEL.episodes.jsonl`` (``agentr1 view`` reads them)."""
     from agentr1_trl.model_eval import evaluate_model
 
+    from agentr1_gym.evaluation import summarize
+    from agentr1_gym.mixture import mixture_components
+
     env_id, _, eval_kwargs = task_spec(args)
     t = time.perf_counter()
     kw.setdefault("episodes", args.eval_episodes)
@@ -248,26 +251,22 @@ def _evaluate(
         env.close()
     if kw.get("generator") is not None:
         kw.setdefault("batch_size", 64)
-    if (
-        "envs" in eval_kwargs
-    ):  # a mixture: each env on its own, on the seeds its single-env run is evaluated on
-        shared = {k: v for k, v in eval_kwargs.items() if k != "envs"}
-        per_env = {}
-        for component in eval_kwargs["envs"]:
-            per_env[component["id"]] = evaluate_model(
-                component["id"],
+    components = mixture_components(eval_kwargs)
+    if components:  # a mixture: each env on its own, on the seeds its single-env run is evaluated on
+        per_env = {
+            env_id: evaluate_model(
+                env_id,
                 model,
                 tok,
-                env_kwargs={**shared, **component.get("kwargs", {})},
+                env_kwargs=env_kw,
                 seed=args.eval_seed,
                 max_new_tokens=args.max_new_tokens,
                 progress=args.progress,
                 **kw,
             )
-        out = {
-            key: float(sum(r[key] for r in per_env.values()) / len(per_env))
-            for key in ("success", "format_ok", "return")
+            for _, env_id, env_kw in components
         }
+        out = summarize([{k: r[k] for k in ("success", "format_ok", "return")} for r in per_env.values()])
         out.update(
             episodes=kw["episodes"] * len(per_env), per_env=per_env, seconds=round(time.perf_counter() - t, 1)
         )

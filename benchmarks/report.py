@@ -456,8 +456,38 @@ def _bfcl(data: dict[str, Any]) -> str:
         "\n\n" + _table(["model", "parameters (B)", *cats, "overall"], rows)
     )
     if data.get("tasks"):
-        parts.append("## Learning on the base category\n\n" + _learning(data))
+        parts.append("## Learning on the base category\n\n" + _bfcl_learning(data["tasks"]["bfcl"]))
     return "\n\n".join(parts)
+
+
+def _bfcl_learning(t: dict[str, Any]) -> str:
+    """The learning rows with BFCL's accuracy and the checker's per-user-turn pass rate (the signal below a whole
+    task), and where each row was trained and evaluated."""
+    start = t.get("start", {})
+    where = start.get("device", "cpu")
+    rows = []
+
+    def row(name: str, r: dict[str, Any], steps: Any = "", trained: str = "", evaluated: str = "") -> None:
+        rows.append([name, r.get("success"), _interval(r), r.get("turns_passed"), r.get("format_ok"),
+                     r.get("turns"), r.get("episodes"), steps, trained, evaluated])  # fmt: skip
+
+    if start.get("plain"):
+        row("prompted", start["plain"], evaluated=where)
+    if start.get("after_sft"):
+        sft = start.get("sft", {})
+        row(f"warm start ({sft.get('episodes')} transcripts x {sft.get('epochs')} epochs)", start["after_sft"],
+            trained=where, evaluated=where)  # fmt: skip
+    for algo, run in t.get("runs", {}).items():
+        train = run.get("train") or {}
+        minutes = f", {train['wall_s'] / 60:.0f} min" if train.get("wall_s") else ""
+        row(algo, run.get("after") or {}, f"{train.get('steps', '')}{minutes}", run.get("device", "cpu"),
+            run.get("after_device", run.get("device", "cpu")))  # fmt: skip
+    header = ["policy", "success", "95% interval", "user turns passed", "format-valid", "turns", "tasks",
+              "RL steps", "trained on", "evaluated on"]  # fmt: skip
+    return (
+        "The 40 held-out tasks of the base category, each once, greedy. *User turns passed* is the share of checked "
+        "user turns BFCL's checker passes (a task succeeds when all of them do).\n\n" + _table(header, rows)
+    )
 
 
 HIGHLIGHTS = {

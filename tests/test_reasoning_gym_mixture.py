@@ -8,7 +8,8 @@ import pytest
 
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
-from agentr1_gym.evaluation import evaluate
+from agentr1_gym.evaluation import evaluate, summarize
+from agentr1_gym.mixture import mixture_components, short_name
 
 pytest.importorskip("reasoning_gym")
 
@@ -83,6 +84,33 @@ def test_metrics_are_tagged_per_env_and_evaluation_reports_each():
     assert summary["success"] == 1.0
     assert summary["RG-ChainSum/success"] == 1.0 and summary["calc/success"] == 1.0
     assert summary["calc/turns"] > summary["RG-ChainSum/turns"]  # means over each env's own episodes
+
+
+def test_mixture_components_are_what_the_mixture_builds_and_summaries_share_one_vocabulary():
+    """The public helper that evaluates a mixture per component gives each component the kwargs the mixture built
+    it with; `summarize` is the one summary of per-episode rows (means over the episodes reporting a key)."""
+    kwargs = {"envs": [{"id": "AgentR1/RG-ChainSum-v0", "kwargs": {"max_turns": 3}}, "AgentR1/Calculator-v0"],
+              "max_turns": 8}  # fmt: skip
+    parts = mixture_components(kwargs)
+    assert parts == [
+        ("RG-ChainSum", "AgentR1/RG-ChainSum-v0", {"max_turns": 3}),
+        ("Calculator", "AgentR1/Calculator-v0", {"max_turns": 8}),
+    ]
+    env = gym.make("AgentR1/Mixture-v0", **kwargs).unwrapped
+    assert [c.max_turns for c in env.components] == [kw["max_turns"] for _, _, kw in parts]
+    assert [e["name"] for e in env.entries] == [name for name, _, _ in parts]
+    assert mixture_components({"max_turns": 3}) == [] and short_name("mod:Org/My-Task-v12") == "My-Task"
+    rows = [
+        {"success": 1.0, "a/success": 1.0, "return": 2, "env": "a"},
+        {"success": 0.0, "b/success": 0.0, "return": 0},
+    ]
+    assert summarize(rows) == {
+        "success": 0.5,
+        "a/success": 1.0,
+        "b/success": 0.0,
+        "return": 1.0,
+    }
+    assert summarize([{"pass": 1.0}, {"pass": 0.0}])["pass@1"] == 0.5
 
 
 def test_mixture_settings_apply_to_every_component_and_own_kwargs_win():

@@ -216,7 +216,7 @@ def test_evaluate_model_on_listed_tasks_keeps_rows(baseline):
     """``task_indices`` plays exactly those tasks of a fixed list, each once; ``keep_rows`` returns each episode's
     metrics (the Table 3 benchmark's confidence intervals need them)."""
     from agentr1_trl.generation import ScriptedGenerator
-    from agentr1_trl.model_eval import evaluate_model
+    from agentr1_trl.model_eval import EvalSettings, evaluate_model
     from agentr1_trl.testing import tiny_tokenizer
 
     tok = tiny_tokenizer()
@@ -230,6 +230,15 @@ def test_evaluate_model_on_listed_tasks_keeps_rows(baseline):
     assert out["episodes"] == 3 and len(out["rows"]) == 3
     assert [r["em"] for r in out["rows"]] == [1.0, 0.0, 1.0]
     assert out["em"] == pytest.approx(2 / 3)
+    # the same evaluation from a settings object, a keyword overriding one of its fields
+    settings = EvalSettings(env_kwargs={"split": "dev"}, baseline=baseline, task_indices=[4, 7, 4], keep_rows=True,
+                            progress=False, max_new_tokens=64, episodes=99)  # fmt: skip
+    again = evaluate_model(
+        "AgentR1/HotpotQA-v0", None, tok, settings, generator=answer_task_4, task_indices=[7]
+    )
+    assert again["episodes"] == 1 and again["em"] == 0.0
+    with pytest.raises(agentr1_gym.ConfigError, match=r"unknown setting\(s\) \['max_new_token'\]"):
+        evaluate_model("AgentR1/HotpotQA-v0", None, tok, generator=answer_task_4, max_new_token=64)
 
 
 def test_naive_rag_scores_an_untagged_reply_as_the_answer():

@@ -16,61 +16,89 @@ Reports the means of success (EM = 1), EM, F1, format validity, return and turns
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.evaluation import summarize
 from agentr1_gym.rollout import collect_rollouts, render_chat
 from agentr1_trl.generation import HFGenerator, SamplingConfig
 from agentr1_trl.generation.factory import GenerationSettings, make_generator, policy_vocab_size
 from agentr1_trl.models import load_policy
 
-__all__ = ["NAIVE_RAG_INSTRUCTION", "evaluate_model", "run_eval"]
+__all__ = ["NAIVE_RAG_INSTRUCTION", "EvalSettings", "evaluate_model", "run_eval"]
 
 NAIVE_RAG_INSTRUCTION = "Using the search results above, give the final answer inside <answer>...</answer>."
 
 
-def _summary(rows: list[dict[str, float]]) -> dict[str, float]:
-    keys = sorted({k for r in rows for k in r})
-    # every episode has the env's metrics; a mixture's per-env metrics ("<name>/success") are means over that env's
-    return {k: float(np.mean([r[k] for r in rows if k in r])) for k in keys}
+@dataclass(frozen=True)
+class EvalSettings:
+    """How :func:`evaluate_model` evaluates (each field is also one of its keywords, which override the object's).
+
+    ``episodes`` seeds ``seed``, ``seed + 1``, ... (or exactly the tasks ``task_indices`` of a fixed task list,
+    each once: reset option ``task_index``; ``episodes`` is then their number, e.g. ``range(n_dev)`` for a whole
+    dev set), ``batch_size`` at a time; ``baseline`` ``tool`` or ``naive-rag``; ``temperature=0`` is greedy;
+    ``value_guided=N`` keeps the best of N samples per turn by the value head; ``keep_rows``: also return each
+    episode's metrics under ``rows`` (for confidence intervals); ``save_episodes``: append each episode (its tokens,
+    action mask and sampler log-probs, turn by turn) to this JSONL file as ``agentr1 view`` reads it, with
+    ``save_source`` and ``save_step``."""
+
+    episodes: int = 100
+    seed: int = 0
+    batch_size: int = 16
+    baseline: str = "tool"
+    env_kwargs: dict[str, Any] | None = None
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    value_guided: int = 0
+    progress: bool = True
+    max_episode_tokens: int = 4096
+    task_indices: Any = None
+    keep_rows: bool = False
+    save_episodes: str | None = None
+    save_source: str = "eval"
+    save_step: int | None = None
 
 
 def evaluate_model(
     env_id: str,
     model: Any,
     tokenizer: Any,
+    settings: EvalSettings | None = None,
     *,
-    episodes: int = 100,
-    seed: int = 0,
-    batch_size: int = 16,
-    baseline: str = "tool",
-    env_kwargs: dict[str, Any] | None = None,
-    max_new_tokens: int = 128,
-    temperature: float = 0.0,
-    value_guided: int = 0,
-    value_head: Any = None,
-    progress: bool = True,
     generator: Any = None,
-    max_episode_tokens: int = 4096,
-    task_indices: Any = None,
-    keep_rows: bool = False,
-    save_episodes: str | None = None,
-    save_source: str = "eval",
-    save_step: int | None = None,
+    value_head: Any = None,
+    **overrides: Any,
 ) -> dict[str, Any]:
-    """Evaluate a model policy on ``episodes`` seeds (``seed``, ``seed + 1``, ...). ``temperature=0`` is greedy.
-    ``generator``: the backend that samples from ``model`` (default Hugging Face ``generate`` on it; a vLLM
-    engine synced to the model's weights works the same). ``task_indices``: evaluate exactly these tasks of a
-    fixed task list, each once (reset option ``task_index``; ``episodes`` is then their number), e.g.
-    ``range(n_dev)`` for a whole dev set. ``keep_rows``: also return each episode's metrics under ``rows``
-    (for confidence intervals). ``save_episodes``: append each episode (its tokens, action mask and sampler
-    log-probs, turn by turn) to this JSONL file as ``agentr1 view`` reads it, with ``save_source`` and
-    ``save_step``."""
+    """Evaluate a model policy on an env, as ``settings`` (an :class:`EvalSettings`) and the keyword
+    ``overrides`` of its fields say; the summary is :func:`agentr1_gym.evaluation.summarize`'s. ``generator``: the
+    backend that samples from ``model`` (default Hugging Face ``generate`` on it; a vLLM engine synced to the
+    model's weights works the same); ``value_head``: a PPO adapter's, for ``value_guided``."""
+    unknown = sorted(set(overrides) - set(EvalSettings.__dataclass_fields__))
+    if unknown:
+        raise ConfigError(
+            f"evaluate_model got unknown setting(s) {unknown}; its settings: {list(EvalSettings.__dataclass_fields__)}"
+        )
+    s = dataclasses.replace(settings or EvalSettings(), **overrides)
+    episodes, seed, batch_size, baseline, env_kwargs = (
+        s.episodes,
+        s.seed,
+        s.batch_size,
+        s.baseline,
+        s.env_kwargs,
+    )
+    max_new_tokens, temperature, value_guided, progress = (
+        s.max_new_tokens,
+        s.temperature,
+        s.value_guided,
+        s.progress,
+    )
+    max_episode_tokens, task_indices, keep_rows = s.max_episode_tokens, s.task_indices, s.keep_rows
+    save_episodes, save_source, save_step = s.save_episodes, s.save_source, s.save_step
     if baseline not in ("tool", "naive-rag"):
         raise ConfigError(f"baseline must be 'tool' or 'naive-rag', got {baseline!r}")
     if value_guided and value_head is None:
@@ -138,7 +166,7 @@ def evaluate_model(
         "baseline": baseline,
         "value_guided": value_guided,
         "episodes": episodes,
-        **_summary(rows),
+        **summarize(rows),
     }
     if keep_rows:
         out["rows"] = rows

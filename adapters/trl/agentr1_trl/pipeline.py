@@ -145,35 +145,28 @@ def held_out_eval(
     (default: the training env's), which for envs with a fixed task list select its held-out part."""
     if episodes <= 0:
         return None
-    from agentr1_trl.model_eval import evaluate_model
+    from agentr1_trl.model_eval import EvalSettings, evaluate_model
 
     kwargs = config.env_kwargs if env_kwargs is None else env_kwargs
-    runs = [("", config.env_id, kwargs)]
-    if "envs" in kwargs:  # a mixture: each env on its own held-out seeds, reported apart
-        from agentr1_gym.mixture import _short
+    from agentr1_gym.mixture import mixture_components
 
-        shared = {k: v for k, v in kwargs.items() if k != "envs"}
-        runs = [
-            (e.get("name") or _short(e["id"]), e["id"], {**shared, **(e.get("kwargs") or {})})
-            for e in (x if isinstance(x, dict) else {"id": x} for x in kwargs["envs"])
-        ]
+    # a mixture: each env on its own held-out seeds, reported apart
+    runs = mixture_components(kwargs) or [("", config.env_id, kwargs)]
     was_training = model.training
     model.eval()
     results = {}
+    settings = EvalSettings(
+        episodes=episodes,
+        seed=EVAL_SEED,
+        max_new_tokens=config.max_new_tokens_per_turn,
+        max_episode_tokens=config.max_episode_tokens,
+        save_episodes=save_episodes,
+        save_step=step,
+    )
     for name, env_id, env_kw in runs:
+        source = f"held-out {label}{' on ' + name if name else ''}"
         result = evaluate_model(
-            env_id,
-            model,
-            tokenizer,
-            episodes=episodes,
-            seed=EVAL_SEED,
-            env_kwargs=env_kw,
-            max_new_tokens=config.max_new_tokens_per_turn,
-            generator=generator,
-            max_episode_tokens=config.max_episode_tokens,
-            save_episodes=save_episodes,
-            save_source=f"held-out {label}{' on ' + name if name else ''}",
-            save_step=step,
+            env_id, model, tokenizer, settings, env_kwargs=env_kw, save_source=source, generator=generator
         )
         results[name] = result
         print(
@@ -186,8 +179,10 @@ def held_out_eval(
         model.train()
     if len(runs) == 1:
         return results[""]
-    keys = ("success", "score", "format_ok", "return", "turns")
-    mean = {k: float(sum(r.get(k, 0.0) for r in results.values()) / len(results)) for k in keys}
+    from agentr1_gym.evaluation import summarize
+
+    keys = ("success", "score", "format_ok", "return", "turns")  # the mean over the envs, each counted once
+    mean = summarize([{k: r.get(k, 0.0) for k in keys} for r in results.values()])
     return {**mean, "episodes": episodes * len(results), "per_env": results}
 
 
