@@ -53,7 +53,7 @@ from agentr1_gym.errors import ConfigError, NoOracleError
 from agentr1_gym.matching import answer_match
 from agentr1_gym.rewards import GENERIC_PROCESS_KEYS, OUTCOME_KEYS, ProcessReward, RewardConfig
 from agentr1_gym.tools.base import Tool, ToolResult
-from agentr1_gym.tools.function import FunctionTool, _to_result, _tool_class, from_function, public_methods
+from agentr1_gym.tools.function import FunctionTool, from_function, public_methods, to_result, tool_class
 
 __all__ = [
     "PROCESS_PARAMETERS",
@@ -533,7 +533,7 @@ def make_task(
                 raise ConfigError(
                     f"world {world.__name__}.{name}: world methods are called synchronously; use def"
                 )
-            world_tools.append(_tool_class(method, None, None, skip_first=True))
+            world_tools.append(tool_class(method, None, None, skip_first=True))
         if not world_tools and not built:
             raise ConfigError(
                 f"world {world.__name__} has no public methods to act with (and no tools= given)"
@@ -640,7 +640,7 @@ class _WorldCall:
 
     def __call__(self, **kwargs: Any) -> ToolResult:
         world = self.env.world
-        out = _to_result(getattr(world, self.name)(**kwargs))
+        out = to_result(getattr(world, self.name)(**kwargs))
         if getattr(world, "done", False) and not out.terminal:
             out = ToolResult(out.content, out.success, out.metadata, terminal=True)
         return out

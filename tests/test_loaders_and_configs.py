@@ -11,7 +11,7 @@ import pytest
 
 import agentr1_gym
 from agentr1_gym import ToolResult, register_task, tool
-from agentr1_gym.data.shop import load_webshop
+from agentr1_gym.data.webshop import load_webshop
 from agentr1_gym.errors import ConfigError, DataError, ToolContractError
 from agentr1_gym.task import TaskCodeError, load_rows
 

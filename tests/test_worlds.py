@@ -10,7 +10,7 @@ import gymnasium as gym
 import pytest
 
 import agentr1_gym
-from agentr1_gym.data.shop import Product, ShopGoal, generate_catalog, generate_goals, load_webshop
+from agentr1_gym.data.webshop import Product, ShopGoal, generate_catalog, generate_goals, load_webshop
 from agentr1_gym.envs.webshop import BUY, NEXT, token_set_ratio, webshop_reward
 from agentr1_gym.errors import ConfigError, DataError
 from agentr1_gym.evaluation import evaluate

@@ -1,7 +1,8 @@
 """Task models and loaders: multi-hop QA (:mod:`.qa`), HumanEval (:mod:`.humaneval`), retrieval corpora
 (:mod:`.corpus`), the bundled samples (:mod:`.bundled`) and the record reader they share (:mod:`.records`); the
-worlds' own data, imported by their envs only: the shop's catalog and goals (:mod:`.shop`) and the text games'
-generated game files (:mod:`.textgames`)."""
+worlds' own data, imported by their envs only and named after them: the shop's catalog and goals
+(:mod:`.webshop`; :mod:`.shop` is its deprecated old name) and the text games' generated game files
+(:mod:`.textgames`)."""
 
 from agentr1_gym.data.bundled import BUNDLED, bundled_corpus, bundled_path, bundled_tasks
 from agentr1_gym.data.corpus import Corpus, Passage

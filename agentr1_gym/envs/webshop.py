@@ -20,7 +20,7 @@ appearing in the title, bullet points or description. The type factor compares t
 category path and type words with the goal's (WebShop parses type words with spaCy; here they are the catalog's
 product-type nouns, or a title's content words for WebShop's own files).
 
-The catalog is procedural by default (:func:`~agentr1_gym.data.shop.generate_catalog`: 2,000 products over 31
+The catalog is procedural by default (:func:`~agentr1_gym.data.webshop.generate_catalog`: 2,000 products over 31
 types), searched with the embedded BM25; ``data_path=`` reads WebShop's own product and instruction files. Goals
 are split into ``train`` and ``test`` (the first ``num_test`` goals, as WebShop holds out its first 500).
 """
@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentr1_gym.cache import shared
-from agentr1_gym.data.shop import (
+from agentr1_gym.data.webshop import (
     KNOCKOFF_SHARE,
     Product,
     ShopGoal,
@@ -326,7 +326,7 @@ class WebShopEnv(ToolEnv):
         catalog_seed: the procedural catalog and its goals.
         num_test: how many goals are held out.
         knockoff_share: the share of the procedural catalog's products another seller lists again, overpriced or
-            with one value per option (:func:`~agentr1_gym.data.shop.generate_catalog`; 0: the catalog before
+            with one value per option (:func:`~agentr1_gym.data.webshop.generate_catalog`; 0: the catalog before
             0.4, in which buying the first hit with the instruction's options met about half the goals).
         data_path: a directory with WebShop's own ``items_shuffle*.json`` and ``items_ins_v2*.json`` (and
             ``items_human_ins.json`` with ``human_goals=True``) instead of the procedural catalog.

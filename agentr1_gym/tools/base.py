@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["Tool", "ToolResult", "describe_validation_error"]
+__all__ = ["Tool", "ToolResult", "clean_schema", "describe_validation_error"]
 
 
 @dataclass
@@ -30,16 +30,16 @@ class ToolResult:
     terminal: bool = False
 
 
-def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """Pydantic JSON schema -> compact OpenAI ``parameters`` (no titles)."""
     out: dict[str, Any] = {}
     for key, value in schema.items():
         if key == "title":
             continue
         if key == "properties":
-            value = {name: _clean_schema(prop) for name, prop in value.items()}
+            value = {name: clean_schema(prop) for name, prop in value.items()}
         elif isinstance(value, dict):
-            value = _clean_schema(value)
+            value = clean_schema(value)
         out[key] = value
     return out
 
@@ -67,7 +67,7 @@ class Tool(ABC):
         """The same schema, computed once per tool class and shared: read it, never modify it."""
         cached = type(self).__dict__.get("_schema_cache")
         if cached is None:
-            params = _clean_schema(self.Args.model_json_schema())
+            params = clean_schema(self.Args.model_json_schema())
             params.setdefault("properties", {})
             cached = {
                 "type": "function",

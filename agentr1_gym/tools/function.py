@@ -45,7 +45,16 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from agentr1_gym.errors import ConfigError, ToolInfrastructureError
 from agentr1_gym.tools.base import Tool, ToolResult
 
-__all__ = ["FunctionTool", "call_with_deadline", "run_coroutine", "tool", "tools_from_object"]
+__all__ = [
+    "FunctionTool",
+    "background_loop",
+    "call_with_deadline",
+    "run_coroutine",
+    "to_result",
+    "tool",
+    "tool_class",
+    "tools_from_object",
+]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 
@@ -59,7 +68,7 @@ _LOOP_LOCK = threading.Lock()
 _PROBE_S = 1.0
 
 
-def _loop(name: str = "tools") -> asyncio.AbstractEventLoop:
+def background_loop(name: str = "tools") -> asyncio.AbstractEventLoop:
     """The process's background loop ``name`` (``"tools"`` for async tools, ``"mcp"`` for MCP sessions)."""
     with _LOOP_LOCK:
         loop = _LOOPS.get(name)
@@ -90,7 +99,7 @@ def run_coroutine(
     """Run a coroutine on the background loop ``loop`` and wait for it (``TimeoutError`` after ``timeout_s``;
     the coroutine is cancelled then, and a loop it left blocked is replaced). Works whether or not the caller
     is itself inside an event loop."""
-    target = _loop(loop)
+    target = background_loop(loop)
     future = asyncio.run_coroutine_threadsafe(coro, target)
     try:
         return future.result(timeout_s)
@@ -178,7 +187,9 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
 
 
 # ---- the tool ------------------------------------------------------------------------------------------------
-def _to_result(value: Any) -> ToolResult:
+def to_result(value: Any) -> ToolResult:
+    """What a tool function returned, as a :class:`ToolResult`: a ToolResult as it is, a string as its text,
+    ``None`` as "(no output)", anything else as JSON (or its ``str`` when it is not JSON-able)."""
     if isinstance(value, ToolResult):
         return value
     if value is None:
@@ -249,19 +260,22 @@ class FunctionTool(Tool):
                 success=False,
                 metadata={"exception": type(exc).__name__},
             )
-        return _to_result(value)
+        return to_result(value)
 
 
 _CLASSES: dict[tuple[Any, ...], type[FunctionTool]] = {}
 
 
 def _rebuild(origin: tuple[Any, ...], fn: Callable[..., Any], timeout_s: float | None) -> FunctionTool:
-    return _tool_class(*origin)(fn, timeout_s)
+    return tool_class(*origin)(fn, timeout_s)
 
 
-def _tool_class(
+def tool_class(
     fn: Callable[..., Any], name: str | None, description: str | None, skip_first: bool = False
 ) -> type[FunctionTool]:
+    """The :class:`FunctionTool` class of ``fn`` (its schema from the type hints and docstring; cached per
+    function). ``skip_first``: ``fn`` is an unbound method whose first parameter is the object (a world's
+    methods)."""
     key = (fn, name, description, skip_first)
     try:
         cached = _CLASSES.get(key)
@@ -363,8 +377,8 @@ def from_function(
     if isinstance(fn, FunctionTool):
         return fn
     if inspect.ismethod(fn):  # a bound method: one class per function, and the copy of an env rebinds it
-        return _tool_class(fn.__func__, name, description, skip_first=True)(fn, timeout_s)
-    return _tool_class(fn, name, description)(fn, timeout_s)
+        return tool_class(fn.__func__, name, description, skip_first=True)(fn, timeout_s)
+    return tool_class(fn, name, description)(fn, timeout_s)
 
 
 def tool(
@@ -385,7 +399,7 @@ def tools_from_object(obj: Any, *, exclude: tuple[str, ...] = ()) -> list[Functi
     """One tool per public method of ``obj`` (TRL's ``environment_factory`` convention): the methods of its class
     not starting with ``_``, in definition order, bound to ``obj``."""
     return [
-        _tool_class(getattr(type(obj), n), None, None, skip_first=True)(getattr(obj, n))
+        tool_class(getattr(type(obj), n), None, None, skip_first=True)(getattr(obj, n))
         for n in public_methods(type(obj), exclude)
     ]
 

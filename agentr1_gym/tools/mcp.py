@@ -44,8 +44,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agentr1_gym.errors import ConfigError, MissingDependencyError, ToolInfrastructureError
 from agentr1_gym.text import MAX_JSON_DEPTH, clean_json
-from agentr1_gym.tools.base import Tool, ToolResult, _clean_schema
-from agentr1_gym.tools.function import _loop, run_coroutine
+from agentr1_gym.tools.base import Tool, ToolResult, clean_schema
+from agentr1_gym.tools.function import background_loop, run_coroutine
 
 __all__ = ["MCPConnection", "MCPSchemaError", "MCPTool", "mcp_tools"]
 
@@ -232,7 +232,7 @@ class MCPConnection:
                 ready.set()
 
         self._failure = None
-        self._loop = _loop(_LOOP)
+        self._loop = background_loop(_LOOP)
         self._task = asyncio.run_coroutine_threadsafe(session(), self._loop)
         if not ready.wait(self.connect_timeout_s):
             self._task.cancel()
@@ -504,7 +504,7 @@ class MCPTool(Tool):
         )
 
     def schema_view(self) -> dict[str, Any]:
-        params = _clean_schema(self.input_schema)
+        params = clean_schema(self.input_schema)
         params.setdefault("properties", {})
         return {
             "type": "function",
