@@ -28,6 +28,7 @@ __all__ = [
     "OUTCOME_KEYS",
     "SUB_EM_EXTRA_WORDS",
     "UNEARNED_REWARD_BOUND",
+    "NeededValues",
     "ProcessReward",
     "RewardConfig",
     "exact_match",
@@ -145,6 +146,30 @@ class ProcessReward:
     name: str
     weight: float
     description: str
+
+
+class NeededValues:
+    """The "pay each needed value once" process reward: the values a task's solution computes (the calculator
+    envs' intermediate results). A successful call whose result is one of them earns one unit, once per value, so
+    the cap is the number of values and recomputing a value earns nothing. ``name`` is the component's."""
+
+    def __init__(self, values: Iterable[Any] = (), name: str = "progress") -> None:
+        self.name = name
+        self.remaining = set(values)
+        self.cap = float(len(self.remaining))
+
+    def __contains__(self, value: Any) -> bool:
+        return value in self.remaining
+
+    def pay(self, value: Any) -> dict[str, float]:
+        """The units a call that produced ``value`` earns (``None``: a call with no value)."""
+        if value is not None and value in self.remaining:
+            self.remaining.discard(value)
+            return {self.name: 1.0}
+        return {}
+
+    def caps(self) -> dict[str, float]:
+        return {self.name: self.cap}
 
 
 class RewardConfig(BaseModel):

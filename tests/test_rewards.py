@@ -94,3 +94,13 @@ def test_reward_config_outcome_and_agent_r1_preset():
     # the shorthand and the explicit form are the same config; process_scale turns shaping off
     assert RewardConfig(retrieval_reward=0.3) == RewardConfig(process={"retrieval": 0.3})
     assert r1.process_scale == 0.0
+
+
+def test_needed_values_pay_each_value_once_up_to_their_count():
+    """The calculator envs' "pay each needed intermediate result once" reward, in one place."""
+    from agentr1_gym.rewards import NeededValues
+
+    progress = NeededValues([3, 7, 7])
+    assert progress.caps() == {"progress": 2.0} and 3 in progress
+    assert [progress.pay(v) for v in (3, 3, None, 5, 7)] == [{"progress": 1.0}, {}, {}, {}, {"progress": 1.0}]
+    assert 3 not in progress and progress.caps() == {"progress": 2.0}  # the cap stays the episode's

@@ -22,7 +22,7 @@ from agentr1_gym.env import ToolEnv
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.formats import ToolCall
 from agentr1_gym.matching import parse_number, parse_numbers
-from agentr1_gym.rewards import ProcessReward
+from agentr1_gym.rewards import NeededValues, ProcessReward
 from agentr1_gym.tools.base import ToolResult
 from agentr1_gym.tools.calculator import CalculatorTool, evaluate, format_number
 
@@ -186,7 +186,7 @@ class CalculatorEnv(ToolEnv):
             )
         self.kinds = kinds
         super().__init__([CalculatorTool()], **settings)
-        self._needed: set[Fraction] = set()
+        self._progress = NeededValues()
 
     def generate_task(self, rng: np.random.Generator, options: dict[str, Any]) -> MathTask:
         kind = options.get("kind") or self.kinds[int(rng.integers(len(self.kinds)))]
@@ -200,7 +200,7 @@ class CalculatorEnv(ToolEnv):
         )
 
     def on_reset(self) -> None:
-        self._needed = {evaluate(s) for s in self.task.steps}
+        self._progress = NeededValues(evaluate(s) for s in self.task.steps)
 
     def task_prompt(self, task: MathTask) -> str:
         return (
@@ -215,14 +215,10 @@ class CalculatorEnv(ToolEnv):
         return (format_number(task.answer).split(" ")[0],)
 
     def process_reward_units(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
-        value = result.metadata.get("value")
-        if value is not None and value in self._needed:
-            self._needed.discard(value)
-            return {"progress": 1.0}
-        return {}
+        return self._progress.pay(result.metadata.get("value"))
 
     def process_reward_caps(self) -> dict[str, float]:
-        return {"progress": float(len({evaluate(s) for s in self.task.steps}))}
+        return self._progress.caps()
 
     def oracle_action(self) -> str:
         """Evaluate the first solution step whose value the episode has not computed yet with the calculator;
@@ -230,6 +226,6 @@ class CalculatorEnv(ToolEnv):
         step the player computed is not suggested again."""
         self._require_task("oracle_action()")
         for step in self.task.steps:
-            if evaluate(step) in self._needed:
+            if evaluate(step) in self._progress:
                 return self.call_text("calculator", expression=step)
         return self.answer_text(self.task_answers(self.task)[0])

@@ -24,7 +24,7 @@ import numpy as np
 from agentr1_gym.env import ToolEnv
 from agentr1_gym.errors import ConfigError, MissingDependencyError
 from agentr1_gym.formats import ToolCall
-from agentr1_gym.rewards import ProcessReward
+from agentr1_gym.rewards import NeededValues, ProcessReward
 from agentr1_gym.tools.base import ToolResult
 
 __all__ = ["CURATED", "RGTask", "ReasoningGymEnv"]
@@ -217,8 +217,7 @@ class ReasoningGymEnv(ToolEnv):
 
     def on_reset(self) -> None:
         self._scorer = self._dataset(self.task["seed"])
-        self._needed = self._step_values()
-        self._step_count = len(self._needed)  # the episode's progress cap (the set shrinks as steps are paid)
+        self._progress = NeededValues(self._step_values())
 
     def _step_values(self) -> set[Any]:
         if self.tool != "calculator":
@@ -234,14 +233,10 @@ class ReasoningGymEnv(ToolEnv):
         return values
 
     def process_reward_units(self, call: ToolCall, result: ToolResult) -> dict[str, float]:
-        value = result.metadata.get("value")
-        if value is not None and value in self._needed:
-            self._needed.discard(value)
-            return {"progress": 1.0}
-        return {}
+        return self._progress.pay(result.metadata.get("value"))
 
     def process_reward_caps(self) -> dict[str, float]:
-        return {"progress": float(self._step_count)}
+        return self._progress.caps()
 
     def task_prompt(self, task: RGTask) -> str:
         how = {
