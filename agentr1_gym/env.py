@@ -308,6 +308,8 @@ class ToolEnv(gym.Env[str, str], ABC):
     answer_metrics: ClassVar[tuple[str, ...]] = ("score",)
     #: the metric that decides ``metrics["success"]`` (an episode succeeds when it is >= 1)
     success_metric: ClassVar[str] = "score"
+    #: the env's episode length when ``max_turns`` is not given (``gym.make(id, max_turns=...)`` overrides it)
+    default_max_turns: ClassVar[int] = 6
     #: reset options besides ``task_index``
     reset_options: ClassVar[tuple[str, ...]] = ()
     #: whether ``<answer>`` ends an episode (answer-shaped tasks); world-shaped envs whose world decides when the
@@ -356,6 +358,7 @@ class ToolEnv(gym.Env[str, str], ABC):
             cls.__init__ = _check_kwargs(cls, cls._original_init)  # type: ignore[method-assign]
 
     def __init__(self, tools: Sequence[Tool], /, **settings: Any) -> None:
+        settings.setdefault("max_turns", self.default_max_turns)
         try:
             config = EnvSettings(**settings)
         except ValidationError as exc:

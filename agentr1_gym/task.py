@@ -670,7 +670,7 @@ class TaskEnv(ToolEnv):
         self.user_turns = spec.user_turns is not None  # type: ignore[misc]
         self._said: list[str] = []
         tools = [*spec.tools, *(cls(_WorldCall(self, cls.name)) for cls in spec.world_tools)]
-        settings.setdefault("max_turns", spec.max_turns)
+        self.default_max_turns = spec.max_turns  # type: ignore[misc]
         for key, value in spec.settings.items():  # the task's defaults; gym.make's own settings win
             given = settings.get("reward") if key == "reward" else None
             if isinstance(given, Mapping) and isinstance(value, Mapping):

@@ -315,6 +315,8 @@ class BFCLMultiTurnEnv(ToolEnv):
             ``max_calls_per_turn`` to 8).
     """
 
+    default_max_turns = 60  # assistant turns over the whole conversation
+
     process_rewards: ClassVar[tuple[ProcessReward, ...]] = (
         ProcessReward(
             "bfcl_turn",
@@ -341,7 +343,6 @@ class BFCLMultiTurnEnv(ToolEnv):
         self.category = category
         self.split = split
         self.tasks = load_tasks(category)
-        settings.setdefault("max_turns", 60)
         settings.setdefault("max_calls_per_turn", 8)
         settings.setdefault("task_split", split)
         settings.setdefault("test_fraction", 0.2)

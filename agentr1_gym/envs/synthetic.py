@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from agentr1_gym.data import Corpus, Passage, QATask
-from agentr1_gym.env import EnvSettings
 from agentr1_gym.envs.qa import QAEnvBase
 from agentr1_gym.errors import ConfigError
 
@@ -170,7 +169,7 @@ class SyntheticMultihopEnv(QAEnvBase):
             )
         if entities_per_type < 4:
             raise ConfigError(f"entities_per_type must be >= 4, got {entities_per_type}")
-        max_turns = settings.get("max_turns", EnvSettings.model_fields["max_turns"].default)
+        max_turns = settings.get("max_turns", self.default_max_turns)
         if isinstance(max_turns, int) and max_turns < max_hops + 1:
             raise ConfigError(
                 f"max_turns={max_turns} cannot fit {max_hops} searches and an answer; "

@@ -335,6 +335,8 @@ class TextGameEnv(ToolEnv):
     the maximum), ``lost``.
     """
 
+    default_max_turns = 20  # moves and looks
+
     process_rewards = (
         ProcessReward(
             "points", 0.2, "the game's score gains, as a share of its maximum score (each point once)"
@@ -372,7 +374,6 @@ class TextGameEnv(ToolEnv):
             self.levels = levels
         self.split = split
         self.game = TextGame(show_admissible, inventory=settings.get("context") == "state")
-        settings.setdefault("max_turns", 20)
         super().__init__([ActTool(self.game)], **settings)
         self._intro = ""
 

@@ -337,6 +337,8 @@ class WebShopEnv(ToolEnv):
     ``r_att``, ``r_option``, ``r_price``, ``bought``.
     """
 
+    default_max_turns = 15  # WebShop's budget
+
     process_rewards = (
         ProcessReward("purchase", 0.2, "WebShop's reward of the purchase, on the step that buys"),
     )
@@ -377,7 +379,6 @@ class WebShopEnv(ToolEnv):
         self.split = split
         corpus = shared("shop-corpus", source, lambda: catalog_corpus(products, source))
         self.world = ShopWorld(products, shared_bm25(corpus))
-        settings.setdefault("max_turns", 15)
         super().__init__([ShopSearchTool(self.world), ClickTool(self.world)], **settings)
 
     def split_kwargs(self, split: str) -> dict[str, Any]:
