@@ -379,6 +379,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
 def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     """One RL run from the shared warm-started adapter; saves ``WORKDIR/TASK/ALGO.json`` and the adapter."""
     from agentr1_trl.generation import HFGenerator
+    from agentr1_trl.presets import build_config  # the settings' checks every run passes (agentr1 train too)
     from peft import PeftModel
     from transformers import TrainerCallback
 
@@ -434,10 +435,13 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     if algo.startswith("ppo"):
         from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
 
-        config = AgentPPOConfig(
-            **common,
-            critic_warmup_steps=args.critic_warmup,
-            gae_level=ARM_ESTIMATORS.get(algo, "token"),
+        config = build_config(
+            AgentPPOConfig,
+            {
+                **common,
+                "critic_warmup_steps": args.critic_warmup,
+                "gae_level": ARM_ESTIMATORS.get(algo, "token"),
+            },
         )
         trainer: Any = AgentPPOTrainer(model, config, tok, **kwargs)
     else:
@@ -451,12 +455,16 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
 
             kwargs.pop("env_factory")
             trainer = AgentGRPOLoopTrainer(
-                model, AgentGRPOConfig(**common, advantage_estimator=estimator), tok, agent=play_env_task,
+                model, build_config(AgentGRPOConfig, {**common, "advantage_estimator": estimator}), tok,
+                agent=play_env_task,
                 tasks=AgentTasks(env_id=env_id, env_kwargs=train_kwargs), **kwargs,
             )  # fmt: skip
         else:
             trainer = AgentGRPOTrainer(
-                model, AgentGRPOConfig(**common, advantage_estimator=estimator), tok, **kwargs
+                model,
+                build_config(AgentGRPOConfig, {**common, "advantage_estimator": estimator}),
+                tok,
+                **kwargs,
             )
     t = time.perf_counter()
     trainer.train()

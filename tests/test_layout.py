@@ -54,6 +54,7 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.forward": 22,
     "agentr1_trl.checkpoints": 22,
     "agentr1_trl.runs": 22,
+    "agentr1_trl.presets": 22,  # a new run's defaults (the main job) and the settings' checks, without TRL
     "agentr1_trl.run_outputs": 23,  # what a run prints and writes for a person (card, closing lines, clock)
     "agentr1_trl.losses": 23,
     "agentr1_trl.signals": 23,

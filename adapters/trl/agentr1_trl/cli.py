@@ -18,40 +18,13 @@ from typing import Any
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.generation.factory import BACKENDS
 from agentr1_trl.pipeline import EVAL_EPISODES, EVAL_SEED, RunPlan, run_training
+from agentr1_trl.presets import MAIN_JOB, MAIN_JOB_ENV
 from agentr1_trl.runs import RUN_FILE, merge_resume_overrides, read_run_file
 
-__all__ = ["DEFAULTS", "add_engine_flags", "add_eval_flags", "cmd_train", "positive_seconds", "register"]
+#: the trainer config's defaults of a new run (the main job's; :data:`agentr1_trl.presets.MAIN_JOB`)
+DEFAULTS: dict[str, Any] = dict(MAIN_JOB.trainer)
 
-DEFAULTS: dict[str, Any] = {
-    # two task seeds x four episodes per optimizer step, through the update four at a time: two passes of four
-    # give the same update as one of eight (the dapo loss divides by the whole batch's action tokens) with half
-    # its activations (the main job's peak memory: benchmarks/results/main_job.json)
-    "per_device_train_batch_size": 4,
-    "gradient_accumulation_steps": 2,
-    "num_generations": 4,
-    # without gradient checkpointing the forward pass runs each group's shared prompt once (share_prompt_prefix;
-    # benchmarks/results/update_step.json); a 135M model's activations fit without it
-    "gradient_checkpointing": False,
-    # chosen on validation seeds (300000+, benchmarks/learning.py --eval-seed), never on the held-out ones
-    # (benchmarks/results/lr_selection.json)
-    "learning_rate": 5e-4,
-    "lr_scheduler_type": "constant",
-    "beta": 0.0,
-    # off: at a fixed wall-clock budget, plain GRPO learned more than with regenerated flat groups
-    # (benchmarks/results/learning_fast.json); --set dynamic_sampling=true turns it on
-    "dynamic_sampling": False,
-    "max_new_tokens_per_turn": 48,
-    "max_episode_tokens": 1536,
-    "logging_steps": 1,
-    # a checkpoint after every step, the last two kept: a killed run loses at most the step in progress
-    "save_strategy": "steps",
-    "save_steps": 1,
-    "save_total_limit": 2,
-    "report_to": "none",
-    # at 1.0 the warm-started 135M model breaks the tool-call format in most sampled turns
-    # (benchmarks/results/learning.json)
-    "temperature": 0.7,
-}
+__all__ = ["DEFAULTS", "add_engine_flags", "add_eval_flags", "cmd_train", "positive_seconds", "register"]
 
 
 def _value(text: str) -> Any:
@@ -80,14 +53,9 @@ def _load_yaml(path: str) -> dict[str, Any]:
     return loaded
 
 
-#: the main job's env settings (1-hop questions, 3 turns); other envs start from their own defaults
-MAIN_JOB_ENV = "AgentR1/SyntheticMultihop-v0"
-MAIN_JOB_ENV_KWARGS: dict[str, Any] = {"max_hops": 1, "max_turns": 3}
-
-
 def _env_kwargs(text: str | None, env_id: str) -> dict[str, Any]:
     if text is None:
-        return dict(MAIN_JOB_ENV_KWARGS) if env_id == MAIN_JOB_ENV else {}
+        return MAIN_JOB.env_kwargs_for(env_id)
     try:
         value = json.loads(text)
     except ValueError as exc:
@@ -97,17 +65,6 @@ def _env_kwargs(text: str | None, env_id: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"--env-kwargs must be a JSON object, got {type(value).__name__}")
     return value
-
-
-#: the flags' defaults for a new run (argparse leaves them None, so that a given flag can be told apart)
-FLAG_DEFAULTS: dict[str, Any] = {
-    "algo": "grpo",
-    "model": "smollm2",
-    "lora_r": 16,
-    "warm_start": 32,
-    "max_steps": 30,
-    "env_id": MAIN_JOB_ENV,
-}
 
 
 def _given_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -201,15 +158,15 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, l
     overrides = _overrides(args)
     resume = overrides.pop("resume_from_checkpoint", None)
     if args.resume is None:
-        _apply_credit(args, overrides, overrides.get("algo", FLAG_DEFAULTS["algo"]))
-        settings = {**DEFAULTS, **FLAG_DEFAULTS, **overrides}
+        _apply_credit(args, overrides, overrides.get("algo", MAIN_JOB.run["algo"]))
+        settings = {**MAIN_JOB.settings(), **overrides}
         settings.setdefault("env_kwargs", _env_kwargs(None, settings["env_id"]))
         if getattr(args, "context", None) is not None:
             settings["env_kwargs"] = {**settings["env_kwargs"], "context": _context(args.context)}
         settings.setdefault("output_dir", f"runs/agentr1-{settings['algo']}")
         return settings, resume, None, []
     if args.resume is True:
-        run_dir = Path(args.output_dir or f"runs/agentr1-{args.algo or FLAG_DEFAULTS['algo']}")
+        run_dir = Path(args.output_dir or f"runs/agentr1-{args.algo or MAIN_JOB.run['algo']}")
     else:
         run_dir = Path(args.resume)
         if not run_dir.exists():

@@ -12,7 +12,18 @@ from trl import GRPOConfig
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.hardware import update_precision
 
-__all__ = ["CPU_UPDATE_TOKENS", "AgentTrainerConfig"]
+__all__ = [
+    "CPU_UPDATE_TOKENS",
+    "MAIN_JOB",
+    "MAIN_JOB_ENV",
+    "AgentTrainerConfig",
+    "RunPreset",
+    "build_config",
+    "check_field_types",
+]
+
+# the run's defaults and the settings' checks live in a module without TRL (the CLI starts without importing it)
+from agentr1_trl.presets import MAIN_JOB, MAIN_JOB_ENV, RunPreset, build_config, check_field_types
 
 #: ``max_update_tokens`` on a CPU by default: a pass of the shop's whole-chat micro-batch (2 episodes, one shared
 #: prompt) and of the main job's fit in one; step rows are cut (benchmarks/results/context_update.json)

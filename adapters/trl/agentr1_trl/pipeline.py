@@ -20,6 +20,7 @@ from typing import Any
 
 from agentr1_gym.episodes import EPISODES_FILE, RunFiles
 from agentr1_gym.errors import ConfigError, NoOracleError
+from agentr1_trl.presets import build_config, check_field_types
 from agentr1_trl.run_outputs import (
     OUTPUTS,
     closing_lines,
@@ -184,56 +185,6 @@ def held_out_eval(
     keys = ("success", "score", "format_ok", "return", "turns")  # the mean over the envs, each counted once
     mean = summarize([{k: r.get(k, 0.0) for k in keys} for r in results.values()])
     return {**mean, "episodes": episodes * len(results), "per_env": results}
-
-
-def check_field_types(config_cls: Any, settings: dict[str, Any]) -> None:
-    """Refuse unknown fields (with a hint) and values of the wrong type before any model is loaded: a dataclass
-    config would take ``learning_rate="abc"`` and fail deep inside the optimizer."""
-    import dataclasses
-    import difflib
-    import types
-    import typing
-
-    fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    hints = typing.get_type_hints(config_cls)
-    for key, value in settings.items():
-        if key not in fields:
-            close = difflib.get_close_matches(key, list(fields), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"unknown config field {key!r}{hint}")
-        hint_type = hints.get(key)
-        args = typing.get_args(hint_type)
-        allowed = (
-            set(args) if typing.get_origin(hint_type) in (typing.Union, types.UnionType) else {hint_type}
-        )
-        if value is None and type(None) in allowed:
-            continue
-        scalar = {t for t in allowed if t in (int, float, bool, str)}
-        if not scalar or len(scalar) < len(allowed - {type(None)}):
-            continue  # lists, dicts, enums, literals: left to the config's own checks
-        ok = (
-            (bool in scalar and isinstance(value, bool))
-            or (int in scalar and isinstance(value, int) and not isinstance(value, bool))
-            or (float in scalar and isinstance(value, (int, float)) and not isinstance(value, bool))
-            or (str in scalar and isinstance(value, str))
-        )
-        if not ok:
-            names = " or ".join(sorted(t.__name__ for t in scalar))
-            raise ConfigError(f"config field {key}={value!r}: expected {names}")
-
-
-def build_config(config_cls: Any, settings: dict[str, Any]) -> Any:
-    """The trainer config from CLI/YAML settings, with every problem as one ConfigError."""
-    check_field_types(config_cls, settings)
-    max_steps = settings.get("max_steps")
-    if not isinstance(max_steps, int) or max_steps < 1:
-        raise ConfigError(
-            f"max_steps must be a whole number >= 1 (got {max_steps!r}); the env stream is endless"
-        )
-    try:
-        return config_cls(**settings)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"bad config: {str(exc).strip().splitlines()[0]}") from None
 
 
 def _moving_average(values: Sequence[float], window: int) -> list[float]:
