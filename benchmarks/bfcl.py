@@ -96,7 +96,9 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
     start = Path(args.workdir) / "bfcl" / "start.json"
     if start.exists():
         learning = {"start": json.loads(start.read_text()), "runs": {}}
-        for path in sorted((Path(args.workdir) / "bfcl").glob("*.json")):
+        order = {"grpo": 0, "grpo-gigpo": 1}  # GRPO, then GiGPO, then any other run by name
+        runs = (p for p in (Path(args.workdir) / "bfcl").glob("*.json") if p.stem != "start")
+        for path in sorted(runs, key=lambda p: (order.get(p.stem, 2), p.stem)):
             if path.stem != "start":
                 learning["runs"][path.stem] = json.loads(path.read_text())
     per_category = json.loads(Path(args.eval).read_text()) if args.eval else None

@@ -427,6 +427,11 @@ def _gpu_step(data: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def _turns_passed(r: dict[str, Any]) -> str:
+    """BFCL's per-user-turn pass rate of an evaluation, as a parenthesis (empty where it was not recorded)."""
+    return f" (user turns passed {r['turns_passed']:.3f})" if "turns_passed" in r else ""
+
+
 def _bfcl(data: dict[str, Any]) -> str:
     """Per category: the oracle, the prompted model (BFCL's accuracy, with its interval) and the leaderboard's small
     models; then the learning table."""
@@ -480,7 +485,8 @@ def _bfcl_learning(t: dict[str, Any]) -> str:
     for algo, run in t.get("runs", {}).items():
         train = run.get("train") or {}
         minutes = f", {train['wall_s'] / 60:.0f} min" if train.get("wall_s") else ""
-        row(algo, run.get("after") or {}, f"{train.get('steps', '')}{minutes}", run.get("device", "cpu"),
+        name = {"grpo": "GRPO", "grpo-gigpo": "GiGPO"}.get(algo, algo)
+        row(name, run.get("after") or {}, f"{train.get('steps', '')}{minutes}", run.get("device", "cpu"),
             run.get("after_device", run.get("device", "cpu")))  # fmt: skip
     header = ["policy", "success", "95% interval", "user turns passed", "format-valid", "turns", "tasks",
               "RL steps", "trained on", "evaluated on"]  # fmt: skip
@@ -671,10 +677,13 @@ def headline_rows() -> list[list[str]]:
             )
             if t:
                 sft = t["start"]["after_sft"]
-                text += f"; base after an oracle warm start: {sft['success']:.3f} (format-valid {sft['format_ok']:.3f})"
+                label = {"grpo": "GRPO", "grpo-gigpo": "GiGPO"}
+                text += f"; base after an oracle warm start: {sft['success']:.3f}{_turns_passed(sft)}"
                 text += "".join(
-                    f", {name.upper()} {run['after']['success']:.3f} ({run['train']['steps']} steps)"
+                    f", then {label.get(name, name)} {run['after']['success']:.3f}{_turns_passed(run['after'])} "
+                    f"({run['train']['steps']} steps, {run['train']['wall_s'] / 60:.0f} min)"
                     for name, run in t["runs"].items()
+                    if run.get("after")
                 )
             rows.append([
                 "[BFCL multi-turn, scored by its own rules](docs/results/bfcl.md)", text,
