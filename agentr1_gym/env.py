@@ -33,7 +33,13 @@ from agentr1_gym.errors import (
     ToolContractError,
 )
 from agentr1_gym.formats import ParsedAction, ToolCall, ToolCallFormat, get_format, strip_thinking
-from agentr1_gym.rewards import GENERIC_PROCESS_KEYS, OUTCOME_KEYS, ProcessReward, RewardConfig
+from agentr1_gym.rewards import (
+    GENERIC_PROCESS_KEYS,
+    OUTCOME_KEYS,
+    ProcessReward,
+    RewardConfig,
+    unknown_process_reward_hint,
+)
 from agentr1_gym.spaces import FreeText
 from agentr1_gym.text import MAX_JSON_DEPTH, clean_json, clean_text
 from agentr1_gym.tools.base import Tool, ToolResult, describe_validation_error
@@ -418,14 +424,7 @@ class ToolEnv(gym.Env[str, str], ABC):
         declared = [c.name for c in self.process_rewards]
         for name in reward.process:
             if name not in declared:
-                close = difflib.get_close_matches(name, declared, n=1)
-                # a typo'd generic field ("tool_sucess_reward") reads as a process reward's weight
-                field_ = difflib.get_close_matches(f"{name}_reward", list(RewardConfig.model_fields), n=1)
-                hint = (
-                    f" (did you mean {close[0]!r}?)" if close
-                    else f" (did you mean the RewardConfig field {field_[0]!r}?)" if field_
-                    else ""
-                )  # fmt: skip
+                hint = unknown_process_reward_hint(name, declared)
                 raise ConfigError(
                     f"{type(self).__name__} has no process reward {name!r}{hint}; its process rewards: "
                     f"{declared or 'none'} (generic ones are RewardConfig fields)"

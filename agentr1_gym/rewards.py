@@ -12,11 +12,12 @@ the outcome) are defined here; each env declares its own process components (:cl
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import string
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "normalize_answer",
     "qa_metrics",
     "sub_exact_match",
+    "unknown_process_reward_hint",
 ]
 
 _PUNCT = str.maketrans("", "", string.punctuation)
@@ -284,3 +286,14 @@ class RewardConfig(BaseModel):
             "format": self.format_weight if paid else 0.0,
             "offset": self.outcome_offset,
         }
+
+
+def unknown_process_reward_hint(name: str, declared: Sequence[str]) -> str:
+    """The "did you mean" for a process reward ``name`` that is not among ``declared``: the closest declared one,
+    else the RewardConfig field it may be a typo of (``tool_sucess_reward=`` reads as the weight of a process
+    reward ``tool_sucess``), else nothing."""
+    close = difflib.get_close_matches(name, list(declared), n=1)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    field_ = difflib.get_close_matches(f"{name}_reward", list(RewardConfig.model_fields), n=1)
+    return f" (did you mean the RewardConfig field {field_[0]!r}?)" if field_ else ""

@@ -51,7 +51,13 @@ from pydantic import ValidationError
 from agentr1_gym.env import EnvSettings, ToolEnv
 from agentr1_gym.errors import ConfigError, NoOracleError
 from agentr1_gym.matching import answer_match
-from agentr1_gym.rewards import GENERIC_PROCESS_KEYS, OUTCOME_KEYS, ProcessReward, RewardConfig
+from agentr1_gym.rewards import (
+    GENERIC_PROCESS_KEYS,
+    OUTCOME_KEYS,
+    ProcessReward,
+    RewardConfig,
+    unknown_process_reward_hint,
+)
 from agentr1_gym.tools.base import Tool, ToolResult
 from agentr1_gym.tools.function import FunctionTool, from_function, public_methods, to_result, tool_class
 
@@ -370,14 +376,7 @@ def _task_settings(given: Any, max_turns: int, process: tuple[ProcessRewardFn, .
     declared = [f.name for f in process]
     for name in checked.reward.process:
         if name not in declared:
-            close = difflib.get_close_matches(name, declared, n=1)
-            # a typo'd generic field ("tool_sucess_reward") reads as a process reward's weight
-            field_ = difflib.get_close_matches(f"{name}_reward", list(RewardConfig.model_fields), n=1)
-            hint = (
-                f" (did you mean {close[0]!r}?)" if close
-                else f" (did you mean the RewardConfig field {field_[0]!r}?)" if field_
-                else ""
-            )  # fmt: skip
+            hint = unknown_process_reward_hint(name, declared)
             raise ConfigError(
                 f"settings: the task has no process reward {name!r}{hint}; its process rewards: {declared or 'none'}"
             )

@@ -19,14 +19,15 @@ RENAMED = [
 def test_an_old_path_warns_and_gives_the_same_objects(old, new, names):
     if old.startswith("agentr1_trl"):
         pytest.importorskip("trl")
-    code = (
-        "import warnings, importlib\n"
+    code = (  # the warning names both paths and points at the importing line
+        "import importlib, sys, warnings\n"
         "with warnings.catch_warnings(record=True) as seen:\n"
         "    warnings.simplefilter('always')\n"
-        f"    old = importlib.import_module({old!r})\n"
-        f"new = importlib.import_module({new!r})\n"
-        "hits = [str(w.message) for w in seen if issubclass(w.category, DeprecationWarning)]\n"
-        f"assert any({old!r} in m and {new!r} in m for m in hits), hits\n"
+        f"    import {old}\n"
+        f"old, new = sys.modules[{old!r}], importlib.import_module({new!r})\n"
+        "hits = [w for w in seen if issubclass(w.category, DeprecationWarning) and ' is renamed ' in str(w.message)]\n"
+        f"assert any({old!r} in str(w.message) and {new!r} in str(w.message) for w in hits), hits\n"
+        "assert [(w.filename, w.lineno) for w in hits] == [('<string>', 4)], hits\n"
         f"assert all(getattr(old, n) is getattr(new, n) for n in {names!r})\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=300)

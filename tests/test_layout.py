@@ -22,6 +22,7 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.errors": 0,
     "agentr1_gym.spaces": 0,
     "agentr1_gym.cache": 0,
+    "agentr1_gym.deprecated": 0,  # old import paths of renamed modules, as aliases that warn (stdlib only)
     "agentr1_gym.text": 0,  # untrusted text made safe (lone surrogates, deep nesting)
     "agentr1_gym.rewards": 1,
     "agentr1_gym.matching": 1,
