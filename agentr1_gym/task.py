@@ -676,10 +676,11 @@ class TaskEnv(ToolEnv):
                 settings["reward"] = {**value, **given}
             else:
                 settings.setdefault(key, value)
-        self.process_rewards = tuple(  # type: ignore[misc]
+        own = (
             ProcessReward(f.name, f.weight, f"the task's process reward {f.name!r}")
             for f in spec.process_rewards
         )
+        self.process_rewards = (*type(self).process_rewards, *own)  # type: ignore[misc]  # a subclass's, the task's
         super().__init__(tools, **settings)
 
     def __getstate__(self) -> dict[str, Any]:
