@@ -27,7 +27,7 @@ oracle warm start (every train task's transcript, 3 epochs, bf16 autocast), then
 each from that warm start, side by side on one core each, all evaluated on the 40 test tasks, greedy, each once,
 with 95% Wilson intervals; 16 turns and 224 new tokens per turn (the longest oracle turn is 223). The warm start and
 the evaluations ran on a GPU (HF generate; the result files record the device of each), the RL on the CPU: one
-evaluation of a policy that calls until the turn limit takes 28 minutes on 2 cores and 2.3 minutes on an H200. BFCL
+evaluation of a policy that calls until the turn limit takes 28 minutes on 2 cores and 2.3-4.1 minutes on an H200. BFCL
 is an evaluation set: a model trained on its train part is not a leaderboard entry.
 """
 
@@ -99,8 +99,7 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         order = {"grpo": 0, "grpo-gigpo": 1}  # GRPO, then GiGPO, then any other run by name
         runs = (p for p in (Path(args.workdir) / "bfcl").glob("*.json") if p.stem != "start")
         for path in sorted(runs, key=lambda p: (order.get(p.stem, 2), p.stem)):
-            if path.stem != "start":
-                learning["runs"][path.stem] = json.loads(path.read_text())
+            learning["runs"][path.stem] = json.loads(path.read_text())
     per_category = json.loads(Path(args.eval).read_text()) if args.eval else None
     if per_category:
         for entry in per_category["categories"].values():

@@ -427,6 +427,10 @@ def _gpu_step(data: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+#: how BFCL's learning runs are named in its tables and README row
+BFCL_ARMS = {"grpo": "GRPO", "grpo-gigpo": "GiGPO"}
+
+
 def _turns_passed(r: dict[str, Any]) -> str:
     """BFCL's per-user-turn pass rate of an evaluation, as a parenthesis (empty where it was not recorded)."""
     return f" (user turns passed {r['turns_passed']:.3f})" if "turns_passed" in r else ""
@@ -485,7 +489,7 @@ def _bfcl_learning(t: dict[str, Any]) -> str:
     for algo, run in t.get("runs", {}).items():
         train = run.get("train") or {}
         minutes = f", {train['wall_s'] / 60:.0f} min" if train.get("wall_s") else ""
-        name = {"grpo": "GRPO", "grpo-gigpo": "GiGPO"}.get(algo, algo)
+        name = BFCL_ARMS.get(algo, algo)
         row(name, run.get("after") or {}, f"{train.get('steps', '')}{minutes}", run.get("device", "cpu"),
             run.get("after_device", run.get("device", "cpu")))  # fmt: skip
     header = ["policy", "success", "95% interval", "user turns passed", "format-valid", "turns", "tasks",
@@ -677,10 +681,9 @@ def headline_rows() -> list[list[str]]:
             )
             if t:
                 sft = t["start"]["after_sft"]
-                label = {"grpo": "GRPO", "grpo-gigpo": "GiGPO"}
                 text += f"; base after an oracle warm start: {sft['success']:.3f}{_turns_passed(sft)}"
                 text += "".join(
-                    f", then {label.get(name, name)} {run['after']['success']:.3f}{_turns_passed(run['after'])} "
+                    f", then {BFCL_ARMS.get(name, name)} {run['after']['success']:.3f}{_turns_passed(run['after'])} "
                     f"({run['train']['steps']} steps, {run['train']['wall_s'] / 60:.0f} min)"
                     for name, run in t["runs"].items()
                     if run.get("after")
