@@ -52,7 +52,7 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.generation": 21,
     "agentr1_trl.advantages": 22,
     "agentr1_trl.turn_rows": 23,
-    "agentr1_trl.forward": 22,
+    "agentr1_trl.forward": 20,  # the one log-prob forward (shared prompts once); the value head reads its states
     "agentr1_trl.checkpoints": 22,
     "agentr1_trl.runs": 22,
     "agentr1_trl.presets": 22,  # a new run's defaults (the main job) and the settings' checks, without TRL

@@ -12,7 +12,13 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch
 from agentr1_trl import ScriptedGenerator
-from agentr1_trl.forward import MIN_SHARED_PREFIX, common_prefix, completion_logps, prompt_groups
+from agentr1_trl.forward import (
+    MIN_SHARED_PREFIX,
+    common_prefix,
+    completion_logps,
+    prompt_groups,
+    share_plan,
+)
 from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
 from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
 from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer
@@ -120,10 +126,8 @@ def test_shared_prompt_forward_equals_the_full_forward(tmp_path, algo, rows):
     mask = cm.bool()
     if rows == "steps":
         assert len(prompt_groups(pid, pm)[0]) == len(pid)  # no prompt repeats: only the prefix is shared
-    with (
-        torch.no_grad()
-    ):  # the cached path applies (else the comparison below would compare the full forward)
-        assert completion_logps(model, pid, pm, cid, cm) is not None
+    # the cached path applies (else the comparison below would compare the full forward with itself)
+    assert share_plan(pid, pm) == ("prompts" if rows == "groups" else "prefix")
 
     def run(shared):
         trainer.args.share_prompt_prefix = shared
@@ -157,8 +161,8 @@ def test_shared_prompt_forward_equals_the_full_forward(tmp_path, algo, rows):
 
 def test_not_used_with_gradient_checkpointing_or_when_no_prompt_repeats(tmp_path):
     trainer = _trainer(AgentGRPOTrainer, AgentGRPOConfig, tmp_path)
-    pid, pm, cid, cm = _batch(trainer.processing_class)
-    assert completion_logps(trainer.model, pid[:2], pm[:2], cid[:2], cm[:2]) is None  # two distinct prompts
+    pid, pm, _, _ = _batch(trainer.processing_class)
+    assert share_plan(pid[:2], pm[:2]) == "full"  # two distinct prompts, no long common prefix
     trainer.model.gradient_checkpointing_enable()
     assert not trainer.shares_prompts(trainer.model)
 
@@ -306,3 +310,49 @@ def test_the_update_budget_defaults_to_cpus_only(tmp_path):
     assert trainer.update_token_budget() == 0
     with pytest.raises(ConfigError, match="max_update_tokens"):
         AgentGRPOConfig(output_dir=str(tmp_path), max_update_tokens=-1, use_cpu=True)
+
+
+def test_every_log_prob_reader_goes_through_the_one_forward_and_agrees_with_trl(tmp_path):
+    """The loss's log-probs without prompt sharing (before: TRL's own ``_get_per_token_logps_and_entropies``), the
+    shared forward, the viewer's per-token statistics and the value head's states all read
+    :func:`~agentr1_trl.forward.completion_states`, and agree with TRL's log-probs and the model's full logits."""
+    from agentr1_trl.episodes import token_stats
+    from agentr1_trl.forward import completion_states, sequence_states
+    from agentr1_trl.value_head import state_values
+
+    trainer = _trainer(AgentGRPOTrainer, AgentGRPOConfig, tmp_path)
+    model = trainer.model.eval()
+    pid, pm, cid, cm = _batch(trainer.processing_class)
+    ids, attn, n = torch.cat([pid, cid], 1), torch.cat([pm, cm], 1), cid.size(1)
+    mask = cm.bool()
+    with torch.no_grad():
+        trl_logps = trainer._get_per_token_logps_and_entropies(model, ids, attn, n)[0]
+        trainer.args.share_prompt_prefix = False
+        full = trainer.token_logps(model, ids, attn, n)
+        trainer.args.share_prompt_prefix = True
+        shared = trainer.token_logps(model, ids, attn, n)
+        assert torch.allclose(full[mask], trl_logps[mask], atol=1e-5)
+        assert torch.allclose(shared[mask], trl_logps[mask], atol=1e-5)
+        assert bool((full[~mask] == 0).all())
+        # the viewer's statistics: one unpadded episode, against log_softmax of the model's own logits
+        row = 3
+        prompt = pid[row][pm[row].bool()].tolist()
+        completion = cid[row][cm[row].bool()].tolist()
+        logps, entropy = token_stats(model, prompt, completion, temperature=trainer.temperature)
+        logits = model(input_ids=torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
+        expected = torch.log_softmax(logits.float() / trainer.temperature, -1)
+        assert torch.allclose(torch.tensor(logps), expected.gather(1, torch.tensor(completion)[:, None])[:, 0],
+                              atol=1e-5)  # fmt: skip
+        assert torch.allclose(torch.tensor(entropy), -(expected.exp() * expected).sum(-1), atol=1e-4)
+        # the states before each completion token, shared or not, and the value head's last state
+        states = completion_states(model, pid, pm, cid, cm)
+        plain = completion_states(model, pid, pm, cid, cm, share_prompts=False)
+        assert torch.allclose(states[mask], plain[mask], atol=1e-5)
+        head = torch.nn.Linear(states.size(-1), 1)
+        seqs = [prompt + completion, prompt]
+        values = state_values(model, head, trainer.processing_class, seqs)
+        alone = [head(sequence_states(model, torch.tensor([s]), torch.ones(1, len(s), dtype=torch.long))[0, -1])
+                 for s in seqs]  # fmt: skip
+        assert torch.allclose(values, torch.cat(alone), atol=1e-5)
+    with pytest.raises(ValueError, match="at least one prompt token"):
+        completion_logps(model, pid[:, :0], pm[:, :0], cid, cm)

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from agentr1_gym.rollout import Trajectory
+from agentr1_trl.forward import completion_states
 
 __all__ = ["advantage_rows", "token_stats", "trajectory_records"]
 
@@ -29,14 +30,13 @@ def token_stats(
     pass over the episode. Only the positions in ``mask`` (default: all) go through the vocabulary projection,
     ``chunk`` at a time (the full logits of a long episode are never built); the others are None."""
     device = next(model.parameters()).device
-    ids = torch.tensor([list(prompt_ids) + list(completion_ids)], device=device)
-    out = model(
-        input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1, output_hidden_states=True
-    )
-    start = len(prompt_ids) - 1
-    # the final-norm state before each completion token
-    states = out.hidden_states[-1][0, start : ids.size(1) - 1]
-    targets = ids[0, len(prompt_ids) :]
+    prompt = torch.tensor([list(prompt_ids)], device=device)
+    completion = torch.tensor([list(completion_ids)], device=device)
+    # the final-norm state before each completion token (the package's one forward, see agentr1_trl.forward)
+    states = completion_states(
+        model, prompt, torch.ones_like(prompt), completion, torch.ones_like(completion), share_prompts=False
+    )[0]
+    targets = completion[0]
     where = (
         torch.ones(len(completion_ids), dtype=torch.bool) if mask is None else torch.tensor(list(mask)) > 0
     )

@@ -13,7 +13,12 @@ context, then its completion) on top, with position ids that continue the prefix
 positions it would see alone (tested against the full forward).
 
 Either way it needs the KV cache in training, so it is used only without gradient checkpointing and in one
-process (DDP wants one forward per backward); elsewhere the full forward runs.
+process (DDP wants one forward per backward); elsewhere (``share_prompts=False``, or no prompt worth sharing) the
+full forward runs. All three are one function, :func:`completion_logps`: every log-prob the package computes goes
+through it (the GRPO and PPO losses, the old policy's and the reference's log-probs of per-turn rows, PPO's values,
+the viewer's per-token statistics through :func:`completion_states`), and the model's output projection runs only
+where a log-prob is needed (:func:`projected_logps`). :func:`sequence_states` is the full forward itself (the
+value head's estimates read it).
 
 A micro-batch is a number of *episodes*; with step rows each of them is as many rows as it has turns, so one
 forward pass over a micro-batch would hold every step of every episode in it. :func:`update_passes` cuts a
@@ -34,11 +39,14 @@ __all__ = [
     "MIN_SHARED_PREFIX",
     "common_prefix",
     "completion_logps",
+    "completion_states",
     "pass_tokens",
     "projected_logps",
     "prompt_groups",
     "row_lengths",
     "select_rows",
+    "sequence_states",
+    "share_plan",
     "update_passes",
 ]
 
@@ -113,6 +121,56 @@ def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[
     return first.scatter_reduce(0, inverse, rows, reduce="amin"), inverse  # the first row of each prompt
 
 
+def share_plan(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> str:
+    """How :func:`completion_states` would run these rows' prompts: ``"prompts"`` (some prompt repeats: each
+    distinct one runs once), ``"prefix"`` (all differ, but they share a beginning of at least
+    :data:`MIN_SHARED_PREFIX` tokens, which runs once) or ``"full"`` (every row on its own)."""
+    rows = prompt_ids.size(0)
+    if rows > 1 and prompt_groups(prompt_ids, prompt_mask)[0].numel() < rows:
+        return "prompts"
+    if rows > 1 and common_prefix(prompt_ids, prompt_mask) >= MIN_SHARED_PREFIX:
+        return "prefix"
+    return "full"
+
+
+def sequence_states(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The model's last (final-norm) hidden state at every position of each row, ``(rows, width, hidden)``: the
+    plain forward pass, without the vocabulary projection (``logits_to_keep=1``), so no ``(rows, width,
+    vocabulary)`` logits are built."""
+    out = model(
+        input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1
+    )
+    return out.hidden_states[-1]
+
+
+def completion_states(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    share_prompts: bool = True,
+) -> torch.Tensor:
+    """The (final-norm) hidden state before each completion token, ``(rows, completion width, hidden)``: the
+    state the next-token distribution of that token is read from, and the state a value head scores. With
+    ``share_prompts`` (and a :func:`share_plan` other than ``"full"``) shared prompts or a shared prefix run once;
+    otherwise one full forward pass (the same states, tested)."""
+    if prompt_ids.size(1) == 0:
+        raise ValueError("completion_states needs at least one prompt token before the completion")
+    plan = share_plan(prompt_ids, prompt_mask) if share_prompts else "full"
+    if plan == "prompts":
+        return _shared_prompt_states(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    if plan == "prefix":
+        return _shared_prefix_states(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    states = sequence_states(
+        model,
+        torch.cat([prompt_ids, completion_ids], dim=1),
+        torch.cat([prompt_mask, completion_mask], dim=1),
+    )
+    return states[:, prompt_ids.size(1) - 1 : -1]
+
+
 def completion_logps(
     model: Any,
     prompt_ids: torch.Tensor,
@@ -124,28 +182,38 @@ def completion_logps(
     hidden: bool = False,
     needed: torch.Tensor | None = None,
     chunk: int = 256,
-) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """Log-probs (at ``temperature``) of the completion tokens, each distinct prompt run once; with ``hidden``
-    also the last hidden state before each completion token (what a value head reads).
+    share_prompts: bool = True,
+    head: Any | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (at ``temperature``) of the completion tokens, ``(rows, completion width)`` float32; with
+    ``hidden`` also the state before each completion token (what a value head reads), else None. The forward pass
+    is :func:`completion_states` (``share_prompts``: each shared prompt or prefix once).
 
     Only the tokens in ``needed`` (default: ``completion_mask``; the loss passes its action mask) go through the
-    vocabulary projection, ``chunk`` positions at a time; log-probs elsewhere are 0. The full ``(rows, width,
-    vocabulary)`` logits are never built: on a CPU, allocating and normalising them costs as much as the
-    transformer itself. Returns None when no prompt is shared (every row's prompt is distinct): the caller's full
-    forward costs the same then."""
+    vocabulary projection ``head`` (default: the model's output embeddings; pass the unwrapped model's under DDP),
+    ``chunk`` positions at a time; log-probs elsewhere are 0. The full ``(rows, width, vocabulary)`` logits are
+    never built: on a CPU, allocating and normalising them costs as much as the transformer itself."""
+    states = completion_states(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prompts=share_prompts
+    )
+    where = (completion_mask if needed is None else needed).bool()
+    logps = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)
+    if bool(where.any()):
+        projection = model.get_output_embeddings() if head is None else head
+        picked = projected_logps(states[where], projection, completion_ids[where], temperature, chunk)
+        logps = logps.masked_scatter(where, picked)
+    return logps, (states if hidden else None)
+
+
+def _shared_prompt_states(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+) -> torch.Tensor:
+    """Each distinct prompt once (with the KV cache), every row's completion on top of its prompt's cache."""
     first, inverse = prompt_groups(prompt_ids, prompt_mask)
-    if first.numel() == prompt_ids.size(0):
-        return _prefix_completion_logps(
-            model,
-            prompt_ids,
-            prompt_mask,
-            completion_ids,
-            completion_mask,
-            temperature,
-            hidden,
-            needed,
-            chunk,
-        )
     out = model(
         input_ids=prompt_ids[first],
         attention_mask=prompt_mask[first],
@@ -164,29 +232,7 @@ def completion_logps(
         output_hidden_states=True,
     )
     # the (final-norm) state before each completion token: the prompt's last one, then the completion's own
-    states = torch.cat([out.hidden_states[-1][:, -1:][inverse], rest.hidden_states[-1][:, :-1]], dim=1)
-    return _scored(model, states, completion_ids, completion_mask, temperature, hidden, needed, chunk)
-
-
-def _scored(
-    model: Any,
-    states: torch.Tensor,
-    completion_ids: torch.Tensor,
-    completion_mask: torch.Tensor,
-    temperature: float,
-    hidden: bool,
-    needed: torch.Tensor | None,
-    chunk: int,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs of the ``needed`` completion tokens from the states before them (0 elsewhere)."""
-    where = (completion_mask if needed is None else needed).bool()
-    logps = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)
-    if bool(where.any()):
-        picked = projected_logps(
-            states[where], model.get_output_embeddings(), completion_ids[where], temperature, chunk
-        )
-        logps = logps.masked_scatter(where, picked)
-    return logps, (states if hidden else None)
+    return torch.cat([out.hidden_states[-1][:, -1:][inverse], rest.hidden_states[-1][:, :-1]], dim=1)
 
 
 def common_prefix(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> int:
@@ -204,24 +250,17 @@ def common_prefix(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> int:
     return min(same, shortest - 1)
 
 
-def _prefix_completion_logps(
+def _shared_prefix_states(
     model: Any,
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
     completion_ids: torch.Tensor,
     completion_mask: torch.Tensor,
-    temperature: float,
-    hidden: bool,
-    needed: torch.Tensor | None,
-    chunk: int,
-) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+) -> torch.Tensor:
     """Rows with distinct prompts: the longest common prefix once, then each row's rest of the prompt (left-padded
-    after the prefix) and its completion on top, positioned as if the row had no padding. None when the common
-    prefix is shorter than :data:`MIN_SHARED_PREFIX` (or there is one row)."""
+    after the prefix) and its completion on top, positioned as if the row had no padding."""
     rows = prompt_ids.size(0)
-    shared = common_prefix(prompt_ids, prompt_mask) if rows > 1 else 0
-    if shared < MIN_SHARED_PREFIX:
-        return None
+    shared = common_prefix(prompt_ids, prompt_mask)
     device = prompt_ids.device
     lengths = prompt_mask.sum(1)
     starts = prompt_ids.size(1) - lengths
@@ -257,8 +296,7 @@ def _prefix_completion_logps(
         output_hidden_states=True,
     )  # fmt: skip
     # the state before each completion token: the last own-prompt token's, then the completion's own
-    states = rest.hidden_states[-1][:, width - 1 : width - 1 + completion_ids.size(1)]
-    return _scored(model, states, completion_ids, completion_mask, temperature, hidden, needed, chunk)
+    return rest.hidden_states[-1][:, width - 1 : width - 1 + completion_ids.size(1)]
 
 
 def row_lengths(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,8 +12,7 @@ behind :class:`TRLAgentTrainer`:
 * The action mask has one name, ``action_mask``, everywhere in this package; it becomes TRL's ``env_mask`` on the
   way in and TRL's ``tool_mask`` is renamed back on the way out, here and nowhere else.
 * TRL's private methods overridden here: ``_generate_and_score_completions`` (then :meth:`score_batch`, the
-  subclass's advantages), ``_compute_loss`` (then :meth:`loss`), ``_get_per_token_logps_and_entropies`` (wrapped by
-  :meth:`token_logps`), ``_metrics`` (wrapped by :meth:`log_metric`), ``Trainer._save`` /
+  subclass's advantages), ``_compute_loss`` (then :meth:`loss`), ``_metrics`` (wrapped by :meth:`log_metric`), ``Trainer._save`` /
   ``_load_from_checkpoint`` (then :meth:`save_extra` / :meth:`load_extra`) and ``Trainer._save_checkpoint``
   (durable checkpoints, :class:`DurableCheckpointsMixin`).
 """
@@ -283,13 +282,37 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         n: int,
         needed: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Log-probs (at the sampling temperature) of the last ``n`` tokens of each row (each shared prompt run
-        once where :meth:`shares_prompts` allows, see :mod:`agentr1_trl.forward`; then only the ``needed``
-        positions of the completion are scored, the others are 0)."""
-        shared = self.shared_prompt_forward(model, input_ids, attention_mask, n, needed=needed)
-        if shared is not None:
-            return shared[0]
-        return self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, n)[0]
+        """Log-probs (at the sampling temperature) of the last ``n`` tokens of each row: :meth:`forward_logps`
+        (only the ``needed`` positions of the completion are scored, the others are 0)."""
+        return self.forward_logps(model, input_ids, attention_mask, n, needed=needed)[0]
+
+    def forward_logps(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        n: int,
+        hidden: bool = False,
+        needed: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The package's one log-prob forward, :func:`~agentr1_trl.forward.completion_logps`, on a row batch whose
+        last ``n`` tokens are the completions, under the accelerator's autocast: each shared prompt run once where
+        :meth:`shares_prompts` allows, the full forward elsewhere. Returns the log-probs (0 where not ``needed``;
+        default: the completion's real tokens) and, with ``hidden``, the state before each completion token."""
+        head = self.accelerator.unwrap_model(model).get_output_embeddings()
+        with self.accelerator.autocast():
+            return completion_logps(
+                model,
+                input_ids[:, :-n],
+                attention_mask[:, :-n],
+                input_ids[:, -n:],
+                attention_mask[:, -n:],
+                temperature=self.temperature,
+                hidden=hidden,
+                needed=needed,
+                share_prompts=self.shares_prompts(model),
+                head=head,
+            )
 
     def shares_prompts(self, model: Any) -> bool:
         """Whether the forward pass may run each shared prompt once: ``share_prompt_prefix`` on (by default: on a
@@ -303,36 +326,6 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
             bool(setting)
             and not getattr(unwrapped, "is_gradient_checkpointing", False)
             and self.accelerator.num_processes == 1
-        )
-
-    def shared_prompt_forward(
-        self,
-        model: Any,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        n: int,
-        hidden: bool = False,
-        needed: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-        """:func:`~agentr1_trl.forward.completion_logps` on a row batch whose last ``n`` tokens are the
-        completions; None where it does not apply (the caller runs the full forward)."""
-        if not self.shares_prompts(model) or n >= input_ids.size(1):
-            return None
-        with self.accelerator.autocast():
-            return self._completion_logps(model, input_ids, attention_mask, n, hidden, needed)
-
-    def _completion_logps(
-        self, model: Any, input_ids: Any, attention_mask: Any, n: int, hidden: bool, needed: Any
-    ) -> Any:
-        return completion_logps(
-            model,
-            input_ids[:, :-n],
-            attention_mask[:, :-n],
-            input_ids[:, -n:],
-            attention_mask[:, -n:],
-            temperature=self.temperature,
-            hidden=hidden,
-            needed=needed,
         )
 
     def loss_denominators(

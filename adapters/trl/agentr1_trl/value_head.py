@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from agentr1_trl.forward import sequence_states
+
 __all__ = ["VALUE_HEAD_FILE", "load_value_head", "new_value_head", "state_values"]
 
 #: the value head's file in a PPO checkpoint or adapter directory
@@ -44,5 +46,5 @@ def state_values(
     device = head.weight.device
     ids = torch.tensor([[pad] * (width - len(s)) + list(s) for s in sequences], device=device)
     att = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], device=device)
-    out = model(input_ids=ids, attention_mask=att, output_hidden_states=True)
-    return head(out.hidden_states[-1][:, -1].to(head.weight.dtype)).squeeze(-1).float()
+    last = sequence_states(model, ids, att)[:, -1]  # no logits: only the last state is read
+    return head(last.to(head.weight.dtype)).squeeze(-1).float()

@@ -34,7 +34,6 @@ from agentr1_trl.advantages import (
 )
 from agentr1_trl.agent_trainer import AgentTrainer
 from agentr1_trl.estimators import estimator
-from agentr1_trl.forward import projected_logps
 from agentr1_trl.losses import aggregate, clipped_value_loss
 from agentr1_trl.ppo.config import AgentPPOConfig
 from agentr1_trl.signals import advantage_mask, token_reward_matrix, turn_rewards, turn_starts
@@ -74,30 +73,8 @@ class AgentPPOTrainer(AgentTrainer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs of the last ``n`` tokens (only where ``needed``, default the completion; 0 elsewhere) and the
         value of the state before each of them."""
-        shared = self.shared_prompt_forward(model, input_ids, attention_mask, n, hidden=True, needed=needed)
-        if shared is not None:
-            logps, states = shared
-            values = self.value_head(states.to(self.value_head.weight.dtype)).squeeze(-1).float()
-            return logps, values
-        with self.accelerator.autocast():
-            # no logits from the model: the (final-norm) states go through the vocabulary projection only where
-            # log-probs are needed, a chunk at a time (rows x completion x vocabulary float32 logits are 5.6 GiB
-            # for 8 rows of 1,150 completion tokens at Qwen2.5's 152k vocabulary: PPO ran out of memory there)
-            out = model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                output_hidden_states=True,
-                logits_to_keep=1,
-            )
-            hidden = out.hidden_states[-1][:, -n - 1 : -1]
-            targets = input_ids[:, -n:]
-            where = (attention_mask[:, -n:] if needed is None else needed).bool()
-            logps = torch.zeros(targets.shape, dtype=torch.float32, device=targets.device)
-            if bool(where.any()):
-                head = self.accelerator.unwrap_model(model).get_output_embeddings()
-                picked = projected_logps(hidden[where], head, targets[where], self.args.temperature)
-                logps = logps.masked_scatter(where, picked)
-        values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1).float()
+        logps, states = self.forward_logps(model, input_ids, attention_mask, n, hidden=True, needed=needed)
+        values = self.value_head(states.to(self.value_head.weight.dtype)).squeeze(-1).float()
         return logps, values
 
     @staticmethod
