@@ -118,3 +118,65 @@ def test_keyboard_interrupt_still_stops_the_run():
     env.reset(seed=0)
     with pytest.raises(KeyboardInterrupt):
         env.step(env.unwrapped.call_text("interrupted"))
+
+
+def test_a_tool_raising_timeout_error_itself_is_a_failed_call_naming_it():
+    """TimeoutError from the function (a socket's, say) with no deadline set names the exception; before, the
+    deadline's message formatted ``timeout_s=None`` and crashed the step."""
+
+    @tool
+    def times_out() -> str:
+        """Raises its own TimeoutError."""
+        raise TimeoutError("socket timed out")
+
+    result = times_out.execute(times_out.validate({}))
+    assert not result.success and result.content == "Error: TimeoutError: socket timed out"
+
+
+def test_errors_raise_lets_a_functions_exception_propagate_and_survives_pickling():
+    import copy
+
+    from agentr1_gym.errors import ConfigError
+
+    class World:
+        def move(self, to: str) -> str:
+            """Move somewhere.
+
+            Args:
+                to: where
+            """
+            return {"north": "moved"}[to]
+
+    world = World()
+    observing, raising = tool(world.move), tool(world.move, errors="raise")
+    assert observing.execute(observing.validate({"to": "up"})).content == "Error: KeyError: 'up'"
+    with pytest.raises(KeyError):
+        raising.execute(raising.validate({"to": "up"}))
+    copied = copy.deepcopy(raising)  # an env's copy rebuilds its tools (through the same reduce as pickling)
+    assert copied.errors == "raise" and copied.fn.__self__ is not world
+    with pytest.raises(ConfigError, match="errors='ignore'; use one of observe, raise"):
+        tool(world.move, errors="ignore")
+
+
+def test_annotated_constraints_reach_the_schema_and_the_validation():
+    from typing import Annotated
+
+    from pydantic import Field, ValidationError
+
+    @tool
+    def search(
+        query: Annotated[str, Field(min_length=1, max_length=5)], k: Annotated[int, Field(ge=1)] = 3
+    ) -> str:
+        """Search.
+
+        Args:
+            query: words
+        """
+        return query * k
+
+    props = search.schema()["function"]["parameters"]["properties"]
+    assert props["query"] == {"description": "words", "maxLength": 5, "minLength": 1, "type": "string"}
+    assert props["k"] == {"default": 3, "minimum": 1, "type": "integer"}
+    for bad in ({"query": ""}, {"query": "toolong"}, {"query": "a", "k": 0}):
+        with pytest.raises(ValidationError):
+            search.validate(bad)

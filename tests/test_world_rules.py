@@ -209,3 +209,27 @@ def test_tool_success_is_paid_up_to_its_cap_and_max_reward_agrees():
     ]
     assert paid == [0.05, 0.05, 0.05, 0.0, 0.0]
     assert env.max_episode_reward() == pytest.approx(cfg.max_outcome() + 0.15)
+
+
+def test_world_moves_are_function_tools_whose_bugs_raise():
+    """The shop's and the text games' moves are the worlds' own methods as ``@tool``s (schemas as before:
+    tests/test_worlds.py checks the prompts); a world answers every model input itself, so an exception inside it
+    is our bug and raises instead of becoming an observation the fuzz tests would not see."""
+    import pickle
+
+    from agentr1_gym.tools.function import FunctionTool
+
+    for env_id in ("AgentR1/WebShop-v0", "AgentR1/TextWorld-CoinCollector-v0"):
+        env = gym.make(env_id)
+        env.reset(seed=0)
+        tools = list(env.unwrapped.tools.values())
+        assert tools and all(isinstance(t, FunctionTool) and t.errors == "raise" for t in tools)
+        name = tools[0].name
+        world = tools[0].fn.__self__
+        again = pickle.loads(pickle.dumps(env.unwrapped))  # the tools keep their setting and follow the world
+        owner = getattr(again, "world", None) or again.game
+        assert all(t.errors == "raise" and t.fn.__self__ is owner for t in again.tools.values())
+        setattr(world, "render" if name == "search" else "_footer", lambda: 1 / 0)
+        arg = "query" if name == "search" else "command"
+        with pytest.raises(ZeroDivisionError):
+            env.step(env.unwrapped.call_text(name, **{arg: "look"}))

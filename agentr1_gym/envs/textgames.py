@@ -25,7 +25,7 @@ import unicodedata
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,7 +41,8 @@ from agentr1_gym.env import ToolEnv
 from agentr1_gym.errors import ConfigError, DataError
 from agentr1_gym.formats import ToolCall
 from agentr1_gym.rewards import ProcessReward
-from agentr1_gym.tools.base import Tool, ToolResult
+from agentr1_gym.tools.base import ToolResult
+from agentr1_gym.tools.function import tool
 
 __all__ = ["GameFile", "TextGame", "TextGameEnv"]
 
@@ -174,7 +175,12 @@ class TextGame:
     def done(self) -> bool:
         return bool(self.state is not None and (self.state.won or self.state.lost))
 
-    def act(self, command: str) -> ToolResult:
+    def act(self, command: Annotated[str, Field(min_length=1, max_length=200)]) -> ToolResult:
+        """Type a command into the game (e.g. 'look', 'go east', 'open door', 'take key').
+
+        Args:
+            command: A game command, e.g. 'go north' or 'take key'.
+        """
         if self.state is None:
             return ToolResult("No game is running.", success=False)
         if self.done:
@@ -287,29 +293,6 @@ def _alfworld_env(path: str, infos: Any) -> Any:
     return env
 
 
-class ActArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    command: str = Field(
-        ..., min_length=1, max_length=200, description="A game command, e.g. 'go north' or 'take key'."
-    )
-
-
-class ActTool(Tool):
-    """Types a command into the running game."""
-
-    name: ClassVar[str] = "act"
-    description: ClassVar[str] = (
-        "Type a command into the game (e.g. 'look', 'go east', 'open door', 'take key')."
-    )
-    Args = ActArgs
-
-    def __init__(self, game: TextGame) -> None:
-        self.game = game
-
-    def execute(self, args: BaseModel) -> ToolResult:
-        return self.game.act(args.command)  # type: ignore[attr-defined]
-
-
 GAME_PROMPT = (
     "You are playing a text adventure. Reach the goal by typing game commands with the act tool, one command "
     "per turn; the game answers each one. The game ends when you win or lose.\n\n{intro}"
@@ -374,7 +357,8 @@ class TextGameEnv(ToolEnv):
             self.levels = levels
         self.split = split
         self.game = TextGame(show_admissible, inventory=settings.get("context") == "state")
-        super().__init__([ActTool(self.game)], **settings)
+        # the game's one move as a tool; it answers every input itself, so an exception there is a bug: it raises
+        super().__init__([tool(self.game.act, errors="raise")], **settings)
         self._intro = ""
 
     def _pick(self, options: dict[str, Any]) -> Any:

@@ -31,9 +31,9 @@ import difflib
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from agentr1_gym.cache import shared
 from agentr1_gym.data.webshop import (
@@ -49,7 +49,8 @@ from agentr1_gym.env import ToolEnv
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.formats import ToolCall
 from agentr1_gym.rewards import ProcessReward
-from agentr1_gym.tools.base import Tool, ToolResult
+from agentr1_gym.tools.base import ToolResult
+from agentr1_gym.tools.function import tool
 from agentr1_gym.tools.search.bm25 import shared_bm25
 
 __all__ = ["ShopWorld", "WebShopEnv", "token_set_ratio", "webshop_reward"]
@@ -154,8 +155,13 @@ class ShopWorld:
         self.sub = ""
         self.bought: tuple[str, dict[str, str]] | None = None
 
-    # the agent's two actions ---------------------------------------------------------------------------------
-    def search(self, query: str) -> ToolResult:
+    # the agent's two actions (the env's tools: their docstrings are what the model reads) --------------------
+    def search(self, query: Annotated[str, Field(min_length=1, max_length=300)]) -> ToolResult:
+        """Search the shop (from the search page); returns the first page of results.
+
+        Args:
+            query: Words to search the shop for.
+        """
         if self.page == "done":
             return ToolResult("The purchase is done; nothing more can be searched.", success=False)
         if self.page != "search":
@@ -167,7 +173,12 @@ class ShopWorld:
         self.query, self.results, self.page_no, self.page = query, [p.id for p in hits], 1, "results"
         return ToolResult(self.render(), success=bool(hits))
 
-    def click(self, button: str) -> ToolResult:
+    def click(self, button: Annotated[str, Field(min_length=1, max_length=300)]) -> ToolResult:
+        """Click a button shown in [brackets] on the current page (a product id, an option, Next >, Buy Now, ...).
+
+        Args:
+            button: The text of a button shown in [brackets] on the page.
+        """
         target = button.strip().strip("[]").strip()
         options = self.clickables()
         match = next((b for b in options if b.lower() == target.lower()), None)
@@ -258,48 +269,6 @@ class ShopWorld:
         return (self.page, self.query, self.page_no, self.asin, tuple(sorted(self.chosen.items())), self.sub)
 
 
-class ShopSearchArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    query: str = Field(..., min_length=1, max_length=300, description="Words to search the shop for.")
-
-
-class ClickArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    button: str = Field(
-        ..., min_length=1, max_length=300, description="The text of a button shown in [brackets] on the page."
-    )
-
-
-class ShopSearchTool(Tool):
-    """Types a query into the shop's search box (only on the search page)."""
-
-    name: ClassVar[str] = "search"
-    description: ClassVar[str] = "Search the shop (from the search page); returns the first page of results."
-    Args = ShopSearchArgs
-
-    def __init__(self, world: ShopWorld) -> None:
-        self.world = world
-
-    def execute(self, args: BaseModel) -> ToolResult:
-        return self.world.search(args.query)  # type: ignore[attr-defined]
-
-
-class ClickTool(Tool):
-    """Clicks a button of the current page: a product, an option, a page link, Buy Now."""
-
-    name: ClassVar[str] = "click"
-    description: ClassVar[str] = (
-        "Click a button shown in [brackets] on the current page (a product id, an option, Next >, Buy Now, ...)."
-    )
-    Args = ClickArgs
-
-    def __init__(self, world: ShopWorld) -> None:
-        self.world = world
-
-    def execute(self, args: BaseModel) -> ToolResult:
-        return self.world.click(args.button)  # type: ignore[attr-defined]
-
-
 SHOP_PROMPT = (
     "You are shopping in a web shop. Find the product that matches the instruction below and buy it: search, "
     "open products, check their options and details, select the options the instruction asks for, then click "
@@ -379,7 +348,10 @@ class WebShopEnv(ToolEnv):
         self.split = split
         corpus = shared("shop-corpus", source, lambda: catalog_corpus(products, source))
         self.world = ShopWorld(products, shared_bm25(corpus))
-        super().__init__([ShopSearchTool(self.world), ClickTool(self.world)], **settings)
+        # the world's moves as tools; they answer every input themselves, so an exception there is a bug: it raises
+        super().__init__(
+            [tool(self.world.search, errors="raise"), tool(self.world.click, errors="raise")], **settings
+        )
 
     def split_kwargs(self, split: str) -> dict[str, Any]:
         """The shop's own split: the first ``num_test`` goals are held out."""

@@ -26,7 +26,12 @@ when late (Python cannot stop a thread: code that may loop forever belongs in th
 ``None`` as ``"(no output)"``, a :class:`ToolResult` as is (set ``terminal=True`` for a move that ends the world),
 anything else as JSON. A function that raises becomes a failed call whose observation names the exception, so the
 model can react; it earns no process reward. :class:`~agentr1_gym.errors.ToolInfrastructureError` (your backing
-service is down) propagates: that is never the model's fault.
+service is down) propagates: that is never the model's fault. ``errors="raise"`` lets every exception propagate:
+for functions that handle all model input themselves, where an exception is a bug to surface (the worlds' own
+moves, :mod:`agentr1_gym.envs.webshop` and :mod:`agentr1_gym.envs.textgames`).
+
+Constraints beyond the type go in ``Annotated``: ``query: Annotated[str, Field(min_length=1, max_length=300)]``
+puts ``minLength``/``maxLength`` in the schema, and a call outside them is an invalid call.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from agentr1_gym.errors import ConfigError, ToolInfrastructureError
 from agentr1_gym.tools.base import Tool, ToolResult
 
 __all__ = [
+    "ERRORS",
     "FunctionTool",
     "background_loop",
     "call_with_deadline",
@@ -57,6 +63,8 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+#: what a tool does when its function raises: ``observe`` (a failed call the model sees) or ``raise``
+ERRORS = ("observe", "raise")
 
 
 # ---- background event loops: one for async tools, one for MCP sessions --------------------------------------
@@ -213,9 +221,14 @@ class FunctionTool(Tool):
     #: what the class was built from: (function, name, description, skip_first); pickling rebuilds it
     origin: ClassVar[tuple[Any, ...]]
 
-    def __init__(self, fn: Callable[..., Any], timeout_s: float | None = None) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], timeout_s: float | None = None, errors: str = "observe"
+    ) -> None:
+        if errors not in ERRORS:
+            raise ConfigError(f"tool {self.name!r}: errors={errors!r}; use one of {', '.join(ERRORS)}")
         self.fn = fn
         self.timeout_s = timeout_s
+        self.errors = errors
 
     def __reduce__(self) -> str | tuple[Any, ...]:
         # a decorated module-level function: its name now holds this tool, so pickle it by reference
@@ -224,7 +237,7 @@ class FunctionTool(Tool):
         if module is not None and getattr(module, getattr(fn, "__qualname__", ""), None) is self:
             return fn.__qualname__
         # otherwise the class is made at run time: pickle what it was made from
-        return (_rebuild, (self.origin, self.fn, self.timeout_s))
+        return (_rebuild, (self.origin, self.fn, self.timeout_s, self.errors))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly (a decorated function stays callable)."""
@@ -241,33 +254,31 @@ class FunctionTool(Tool):
                 value = self.fn(**kwargs)
         except ToolInfrastructureError:
             raise
-        except SystemExit as exc:  # sys.exit() in a tool ends the call, never the training process
-            return ToolResult(
-                f"Error: the tool exited (SystemExit: {exc.code!r:.100}).",
-                success=False,
-                metadata={"exception": "SystemExit"},
-            )
-        except TimeoutError:
-            return ToolResult(
-                f"Error: {self.name} did not finish within {self.timeout_s:g} s.",
-                success=False,
-                metadata={"exception": "TimeoutError"},
-            )
-        except Exception as exc:  # the model's call made the function fail: tell it why
-            text = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ""
-            return ToolResult(
-                f"Error: {type(exc).__name__}" + (f": {text}" if text else ""),
-                success=False,
-                metadata={"exception": type(exc).__name__},
-            )
+        except (SystemExit, Exception) as exc:  # KeyboardInterrupt and the like always propagate
+            if self.errors == "raise":
+                raise
+            return self._failed(exc)
         return to_result(value)
+
+    def _failed(self, exc: BaseException) -> ToolResult:
+        """A call that raised, as the failed call the model sees: the function failed on the model's input."""
+        if isinstance(exc, SystemExit):  # sys.exit() in a tool ends the call, never the training process
+            text = f"Error: the tool exited (SystemExit: {exc.code!r:.100})."
+        elif isinstance(exc, TimeoutError) and self.timeout_s is not None:
+            text = f"Error: {self.name} did not finish within {self.timeout_s:g} s."
+        else:
+            detail = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ""
+            text = f"Error: {type(exc).__name__}" + (f": {detail}" if detail else "")
+        return ToolResult(text, success=False, metadata={"exception": type(exc).__name__})
 
 
 _CLASSES: dict[tuple[Any, ...], type[FunctionTool]] = {}
 
 
-def _rebuild(origin: tuple[Any, ...], fn: Callable[..., Any], timeout_s: float | None) -> FunctionTool:
-    return tool_class(*origin)(fn, timeout_s)
+def _rebuild(
+    origin: tuple[Any, ...], fn: Callable[..., Any], timeout_s: float | None, errors: str = "observe"
+) -> FunctionTool:
+    return tool_class(*origin)(fn, timeout_s, errors)
 
 
 def tool_class(
@@ -299,7 +310,7 @@ def _hints_from_callers(target: Any, tool_name: str, qual: str) -> dict[str, Any
         localns = {**frame.f_locals, **localns}
         frame = frame.f_back
     try:
-        return get_type_hints(target, localns=localns)
+        return get_type_hints(target, localns=localns, include_extras=True)
     except Exception as exc:
         raise ConfigError(f"tool {tool_name!r} ({qual}): cannot read its type hints: {exc}") from None
 
@@ -324,7 +335,7 @@ def _make_tool_class(
             f"tool {tool_name!r} ({qual}) needs a description: give it a docstring or description="
         )
     try:
-        hints = get_type_hints(target)
+        hints = get_type_hints(target, include_extras=True)  # Annotated constraints reach the schema
     except NameError:
         # string annotations naming something imported inside a function (``from __future__ import
         # annotations``): resolve them in the callers' scopes, as pydantic does for models
@@ -350,7 +361,9 @@ def _make_tool_class(
                 f"(e.g. {p.name}: str)"
             )
         default = ... if p.default is p.empty else p.default
-        fields[p.name] = (hints[p.name], Field(default, description=param_docs.get(p.name) or None))
+        doc = param_docs.get(p.name)
+        # a docstring's description only where there is one (an Annotated Field's own description stays)
+        fields[p.name] = (hints[p.name], Field(default, description=doc) if doc else Field(default))
     args = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)  # type: ignore[call-overload]
     return type(
         f"{tool_name}_tool",
@@ -372,13 +385,14 @@ def from_function(
     name: str | None = None,
     description: str | None = None,
     timeout_s: float | None = None,
+    errors: str = "observe",
 ) -> FunctionTool:
     """A :class:`Tool` that calls ``fn`` (see :mod:`agentr1_gym.tools.function`)."""
     if isinstance(fn, FunctionTool):
         return fn
     if inspect.ismethod(fn):  # a bound method: one class per function, and the copy of an env rebinds it
-        return tool_class(fn.__func__, name, description, skip_first=True)(fn, timeout_s)
-    return tool_class(fn, name, description)(fn, timeout_s)
+        return tool_class(fn.__func__, name, description, skip_first=True)(fn, timeout_s, errors)
+    return tool_class(fn, name, description)(fn, timeout_s, errors)
 
 
 def tool(
@@ -387,12 +401,17 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_s: float | None = None,
+    errors: str = "observe",
 ) -> Any:
-    """Decorator: ``@tool`` or ``@tool(name=..., description=..., timeout_s=...)`` turns a typed function into a
-    :class:`Tool` (still callable as the function)."""
+    """Decorator: ``@tool`` or ``@tool(name=..., description=..., timeout_s=..., errors=...)`` turns a typed
+    function into a :class:`Tool` (still callable as the function). ``errors``: ``"observe"`` (default) makes an
+    exception a failed call the model sees; ``"raise"`` lets it propagate (a function that handles all input
+    itself, where an exception is a bug)."""
     if fn is None:
-        return lambda f: from_function(f, name=name, description=description, timeout_s=timeout_s)
-    return from_function(fn, name=name, description=description, timeout_s=timeout_s)
+        return lambda f: from_function(
+            f, name=name, description=description, timeout_s=timeout_s, errors=errors
+        )
+    return from_function(fn, name=name, description=description, timeout_s=timeout_s, errors=errors)
 
 
 def tools_from_object(obj: Any, *, exclude: tuple[str, ...] = ()) -> list[FunctionTool]:
