@@ -401,7 +401,7 @@ class TaskSpec:
     answer_field: str | None
     id_field: str
     world: type | None
-    oracle: Callable[[ToolEnv], str] | None
+    oracle: Callable[[ToolEnv], str | list[Any]] | None
     success_threshold: float
     max_turns: int
     final_answer: bool
@@ -428,7 +428,7 @@ def make_task(
     world: type | None = None,
     answer_field: str | None = "answer",
     id_field: str = "id",
-    oracle: Callable[[ToolEnv], str] | None = None,
+    oracle: Callable[[ToolEnv], str | list[Any]] | None = None,
     success_threshold: float = 1.0,
     max_turns: int = 6,
     final_answer: bool | None = None,
@@ -450,8 +450,10 @@ def make_task(
         answer_field: the row field holding the gold answer(s) (``None``: no gold answers).
         id_field: the row field holding the task's id (else its index).
         oracle: ``oracle(env) -> str``, the next turn of a policy that knows the answer (for warm starts and
-            tests; build turns with ``env.call_text(tool, **args)`` / ``env.answer_text(text)``). Default for
-            answer tasks with gold answers: answer at once.
+            tests; build turns with ``env.call_text(tool, **args)`` / ``env.answer_text(text)``), or the whole
+            plan as a list, of which turn ``env.turn`` is played: each step a call ``(tool, {args})`` or the
+            answer text (``lambda env: [("sql", {"query": env.task["query"]}), env.task["answer"]]``). Default
+            for answer tasks with gold answers: answer at once.
         success_threshold: an episode succeeds when its ``score`` is at least this.
         max_turns: the default episode length (``gym.make(id, max_turns=...)`` overrides it).
         final_answer: whether ``<answer>`` ends the episode (default: True without a world, False with one).
@@ -557,7 +559,7 @@ def make_task(
         raise ConfigError(f"process reward {clash[0]!r} has the name of a reward function; name it otherwise")
     defaults = _task_settings(settings, max_turns, process)
     if oracle is not None and not callable(oracle):
-        raise ConfigError(f"oracle=: a function oracle(env) -> str, got {type(oracle).__name__}")
+        raise ConfigError(f"oracle=: a function oracle(env) -> str or a plan, got {type(oracle).__name__}")
     return TaskSpec(
         rows=rows,
         prompt=prompt,
@@ -832,12 +834,35 @@ class TaskEnv(ToolEnv):
             )
         return self.call_text(free[int(self.np_random.integers(len(free)))])
 
+    def _plan_step(self, plan: list[Any]) -> str:
+        """Turn ``self.turn`` of an oracle's plan: a call ``(tool, {args})`` (or ``(tool,)``) or the answer text."""
+        if self.turn >= len(plan):
+            raise ConfigError(f"the oracle's plan has {len(plan)} steps, and turn {self.turn} has none")
+        step = plan[self.turn]
+        if isinstance(step, str):
+            return self.answer_text(step)
+        if (
+            isinstance(step, tuple)
+            and len(step) in (1, 2)
+            and isinstance(step[0], str)
+            and (len(step) == 1 or isinstance(step[1], dict))
+        ):
+            return self.call_text(step[0], **(step[1] if len(step) == 2 else {}))
+        raise ConfigError(
+            f"step {self.turn} of the oracle's plan is {step!r:.80}: a step is a call (tool, {{args}}) or the "
+            "answer text"
+        )
+
     def oracle_action(self) -> str:
         self._require_task("oracle_action()")
         if self.task_spec.oracle is not None:
             turn = self.task_spec.oracle(self)
+            if isinstance(turn, list):  # the whole plan: play this turn's step
+                return self._plan_step(turn)
             if not isinstance(turn, str):
-                raise ConfigError(f"oracle returned {type(turn).__name__}, not the turn's text")
+                raise ConfigError(
+                    f"oracle returned {type(turn).__name__}: return the turn's text, or the plan as a list"
+                )
             return turn
         golds = self.gold_answers
         if self.final_answer and golds:

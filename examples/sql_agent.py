@@ -55,8 +55,7 @@ register_task(
      for i, (q, s) in enumerate(QUESTIONS)],
     prompt="Answer from the company database: {question}",
     tools=[sql],
-    oracle=lambda env: env.call_text("sql", query=env.task["query"]) if env.turn == 0
-    else env.answer_text(env.task["answer"]),
+    oracle=lambda env: [("sql", {"query": env.task["query"]}), env.task["answer"]],
     max_turns=3,
 )  # fmt: skip
 

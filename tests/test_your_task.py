@@ -745,3 +745,35 @@ def test_random_policy_on_a_world_plays_its_moves_not_answers():
     quiet.reset(seed=0)
     with pytest.raises(NoOracleError, match="admissible_actions"):
         quiet.random_action()
+
+
+def test_an_oracle_may_return_the_whole_plan():
+    """``oracle=lambda env: [(tool, {args}), ..., answer]``: turn ``env.turn`` is played; a bad step or a plan too
+    short is a one-line ConfigError."""
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up.
+
+        Args:
+            key: the key
+        """
+        return {"a": "1"}.get(key, "?")
+
+    rows = [{"key": "a", "answer": "1"}]
+    register_task("Tests/Plan-v0", rows, prompt="{key}?", tools=[lookup],
+                  oracle=lambda env: [("lookup", {"key": env.task["key"]}), env.task["answer"]])  # fmt: skip
+    env = gym.make("Tests/Plan-v0")
+    env.reset(options={"task_index": 0})
+    first = env.unwrapped.oracle_action()
+    assert first == env.unwrapped.call_text("lookup", key="a")
+    env.step(first)
+    assert env.unwrapped.oracle_action() == env.unwrapped.answer_text("1")
+    *_, info = env.step(env.unwrapped.oracle_action())
+    assert info["metrics"]["success"] == 1.0
+    for plan, message in (([("lookup", "a")], "a step is a call"), ([], "the oracle's plan has 0 steps")):
+        register_task("Tests/BadPlan-v0", rows, prompt="{key}?", tools=[lookup], oracle=lambda env, p=plan: p)
+        bad = gym.make("Tests/BadPlan-v0")
+        bad.reset(options={"task_index": 0})
+        with pytest.raises(ConfigError, match=message):
+            bad.unwrapped.oracle_action()
