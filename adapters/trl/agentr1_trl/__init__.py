@@ -7,8 +7,9 @@
   :class:`AgentGRPOTrainer` / :class:`AgentGRPOConfig` (GRPO, RLOO, REINFORCE++, and per turn GiGPO and per-turn
   RLOO; :mod:`.grpo`) and :class:`AgentPPOTrainer` / :class:`AgentPPOConfig` (value head, GAE over tokens or
   StepPO's over turns; :mod:`.ppo`), each estimator declared once in :mod:`.estimators`, with the pure tensor
-  functions of :mod:`.advantages` and :mod:`.losses`; LoRA through peft, the KL reference is the base model with
-  the adapter disabled;
+  functions of :mod:`.advantages` and :mod:`.losses` and one log-prob forward (:mod:`.forward`); LoRA through
+  peft, the KL reference is the base model with the adapter disabled (``examples/grpo_from_scratch.py`` is the
+  same GRPO update in one file of plain torch);
 * your own agent, trained through an OpenAI-compatible endpoint that records each call (:mod:`.agent_proxy`,
   :mod:`.agent_loop`);
 * bridges for TRL's stock ``GRPOTrainer`` (:mod:`.stock_trl`), the default policy (:mod:`.models`), the warm
