@@ -12,7 +12,7 @@ env in the right format, so on it most steps carry no signal; ``agentr1 train`` 
 transcripts first for that reason.
 
 This computes the same first update as ``AgentGRPOTrainer`` with its defaults (``loss_type="dapo"``,
-``beta=0``, one optimizer step per rollout batch); tests/test_grpo_from_scratch.py holds the two equal on a tiny
+``beta=0``, one optimizer step per rollout batch); tests/test_trl_trainer.py holds the two equal on a tiny
 model. What the trainer adds, and this file leaves out: the KL penalty, micro-batches and gradient accumulation,
 each shared prompt run once, the train/inference importance correction (a vLLM sampler's log-probs differ from
 the trainer's), per-turn rows for chat templates that rewrite earlier turns, checkpoints, resumption,
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 
 import agentr1_gym  # noqa: F401  (registers the AgentR1/* envs)
 from agentr1_gym.generation import SamplingConfig
@@ -78,24 +79,20 @@ def group_advantages(returns: torch.Tensor, group_size: int) -> torch.Tensor:
 def pad_batch(trajectories: list[Trajectory], pad_id: int) -> dict[str, torch.Tensor]:
     """One row per episode. ``action_mask`` marks the completion tokens the policy generated: the loss sees only
     those (a tool's answer is the world's doing, not the policy's)."""
-    rows = len(trajectories)
-    prompt_width = max(len(t.prompt_ids) for t in trajectories)
-    completion_width = max(len(t.completion_ids) for t in trajectories)
-    batch = {
-        "prompt_ids": torch.full((rows, prompt_width), pad_id),
-        "prompt_mask": torch.zeros((rows, prompt_width), dtype=torch.long),
-        "completion_ids": torch.full((rows, completion_width), pad_id),
-        "completion_mask": torch.zeros((rows, completion_width), dtype=torch.long),
-        "action_mask": torch.zeros((rows, completion_width), dtype=torch.long),
+
+    def pad(rows: list[list[int]], side: str, value: int = 0) -> torch.Tensor:
+        rows = [torch.tensor(r, dtype=torch.long) for r in rows]
+        return pad_sequence(rows, batch_first=True, padding_value=value, padding_side=side)
+
+    prompts = [t.prompt_ids for t in trajectories]
+    completions = [t.completion_ids for t in trajectories]
+    return {
+        "prompt_ids": pad(prompts, "left", pad_id),
+        "prompt_mask": pad([[1] * len(p) for p in prompts], "left"),
+        "completion_ids": pad(completions, "right", pad_id),
+        "completion_mask": pad([[1] * len(c) for c in completions], "right"),
+        "action_mask": pad([t.action_mask for t in trajectories], "right"),
     }
-    for r, t in enumerate(trajectories):
-        p, c = len(t.prompt_ids), len(t.completion_ids)
-        batch["prompt_ids"][r, prompt_width - p :] = torch.tensor(t.prompt_ids)
-        batch["prompt_mask"][r, prompt_width - p :] = 1
-        batch["completion_ids"][r, :c] = torch.tensor(t.completion_ids)
-        batch["completion_mask"][r, :c] = 1
-        batch["action_mask"][r, :c] = torch.tensor(t.action_mask)
-    return batch
 
 
 # ---- 4. the policy's log-probs of the completion tokens ---------------------------------------------------------

@@ -159,10 +159,11 @@ def completion_states(
     if prompt_ids.size(1) == 0:
         raise ValueError("completion_states needs at least one prompt token before the completion")
     plan = share_plan(prompt_ids, prompt_mask) if share_prompts else "full"
+    parts = (prompt_ids, prompt_mask, completion_ids, completion_mask)
     if plan == "prompts":
-        return _shared_prompt_states(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+        return _shared_prompt_states(model, parts)
     if plan == "prefix":
-        return _shared_prefix_states(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+        return _shared_prefix_states(model, parts)
     states = sequence_states(
         model,
         torch.cat([prompt_ids, completion_ids], dim=1),
@@ -205,14 +206,10 @@ def completion_logps(
     return logps, (states if hidden else None)
 
 
-def _shared_prompt_states(
-    model: Any,
-    prompt_ids: torch.Tensor,
-    prompt_mask: torch.Tensor,
-    completion_ids: torch.Tensor,
-    completion_mask: torch.Tensor,
-) -> torch.Tensor:
-    """Each distinct prompt once (with the KV cache), every row's completion on top of its prompt's cache."""
+def _shared_prompt_states(model: Any, parts: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Each distinct prompt once (with the KV cache), every row's completion on top of its prompt's cache.
+    ``parts``: ``(prompt_ids, prompt_mask, completion_ids, completion_mask)``."""
+    prompt_ids, prompt_mask, completion_ids, completion_mask = parts
     first, inverse = prompt_groups(prompt_ids, prompt_mask)
     out = model(
         input_ids=prompt_ids[first],
@@ -250,15 +247,10 @@ def common_prefix(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> int:
     return min(same, shortest - 1)
 
 
-def _shared_prefix_states(
-    model: Any,
-    prompt_ids: torch.Tensor,
-    prompt_mask: torch.Tensor,
-    completion_ids: torch.Tensor,
-    completion_mask: torch.Tensor,
-) -> torch.Tensor:
+def _shared_prefix_states(model: Any, parts: tuple[torch.Tensor, ...]) -> torch.Tensor:
     """Rows with distinct prompts: the longest common prefix once, then each row's rest of the prompt (left-padded
     after the prefix) and its completion on top, positioned as if the row had no padding."""
+    prompt_ids, prompt_mask, completion_ids, completion_mask = parts
     rows = prompt_ids.size(0)
     shared = common_prefix(prompt_ids, prompt_mask)
     device = prompt_ids.device
