@@ -36,6 +36,7 @@ PER_STEP = (
     "time/update_s",
     "generation/sync_s",
     "update/tokens",
+    "update/passes",
     "signal/outcome_varied_groups",
     "signal/outcome_share",
     "signal/skipped_rows",
@@ -150,6 +151,11 @@ def run_one(out: Path, extra: list[str]) -> dict[str, Any]:
         "steps": len(steps),
         "train_runtime_s": runtime,
         "per_step_mean": {k: mean(k) for k in PER_STEP},
+        # a logged step averages its micro-batches: the largest step mean says how close a pass came to the budget
+        "per_step_max": {
+            k: max((m[k] for m in steps if m.get(k) is not None), default=None)
+            for k in ("update/tokens", "update/passes")
+        },
         "curve": [{"step": i + 1, **{k: m.get(k) for k in CURVE}} for i, m in enumerate(steps)],
     }
 
