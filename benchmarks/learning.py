@@ -25,6 +25,11 @@ train split, evaluate on the dev split: disjoint questions). Every run starts fr
 3. ``report``: merges the JSON files, writes ``--json`` (keeping the ``commands`` and ``note`` an earlier file
    at that path recorded) and the reward curves (``--plot``).
 
+``--context window:2`` (or ``window:K``, ``state``) runs all of this under a context policy: the envs build each
+step's context, the warm start and the updates train one row per step, and the runs live in ``WORKDIR/TASK@CONTEXT``
+(``report`` keys them so), beside the whole chat's in ``WORKDIR/TASK``: how a context policy is compared
+with ``full`` (same task, same warm-start transcripts, same held-out seeds).
+
 ``--eval-seed 300000`` evaluates on validation seeds instead of the held-out ones: settings are chosen there
 (``benchmarks/results/lr_selection.json``), never on the seeds the reported numbers use.
 
@@ -140,10 +145,21 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def task_spec(args: argparse.Namespace) -> tuple[str, dict, dict]:
+    """The task's env id and its training and held-out env keyword arguments (``--context`` added to both)."""
+    env_id, train, held_out = _task_kwargs(args)
+    context = getattr(args, "context", "full")
+    if context != "full":
+        if args.task == "mix":
+            raise SystemExit("--context: give each mixture component its own context in MIX_ENVS instead")
+        train, held_out = {**train, "context": context}, {**held_out, "context": context}
+    return env_id, train, held_out
+
+
+def _task_kwargs(args: argparse.Namespace) -> tuple[str, dict, dict]:
     spec = TASKS[args.task]
     if args.task == "synthetic":
         kw = {"min_hops": 1, "max_hops": args.hops, "max_turns": args.hops + 2}
-        return spec["env"], kw, kw
+        return spec["env"], kw, dict(kw)
     if args.task == "textworld":
         common = {"level": args.tw_level, "max_turns": args.max_turns or 12}
         return (
@@ -315,7 +331,11 @@ def _synced(engine: Any, model: Any) -> Any:
 
 
 def _dir(args: argparse.Namespace) -> Path:
-    return Path(args.workdir) / args.task
+    """``WORKDIR/TASK``, or ``WORKDIR/TASK@CONTEXT`` under a rewritten context (``textworld@window-2``): the runs of
+    two context policies never share a warm start or a run directory."""
+    context = getattr(args, "context", "full")
+    suffix = "" if context == "full" else "@" + context.replace(":", "-")
+    return Path(args.workdir) / (args.task + suffix)
 
 
 def _earlier_plain(args: argparse.Namespace, env_id: str) -> dict[str, Any] | None:
@@ -327,6 +347,8 @@ def _earlier_plain(args: argparse.Namespace, env_id: str) -> dict[str, Any] | No
     previous = json.loads(earlier.read_text())
     if previous["env"] != env_id or previous["plain"]["episodes"] != args.plain_episodes:
         return None
+    if previous["settings"].get("context", "full") != getattr(args, "context", "full"):
+        return None  # (the directory is the context's own; a hand-copied start.json of another context)
     return {**previous["plain"], "reused_from": "an earlier prepare of the same task"}
 
 
@@ -585,8 +607,11 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         "args": {k: v for k, v in vars(args).items() if k not in ("cmd", "algo")},
         "tasks": {},
     }
-    for task in TASKS:
-        d = Path(args.workdir) / task
+    workdir = Path(args.workdir)
+    # each task's runs, then its runs under a rewritten context (WORKDIR/TASK@CONTEXT, keyed "TASK@CONTEXT")
+    dirs = [d for task in TASKS for d in (workdir / task, *sorted(workdir.glob(f"{task}@*")))]
+    for d in dirs:
+        task = d.name
         if not (d / "start.json").exists():
             continue
         entry = {"start": json.loads((d / "start.json").read_text()), "runs": {}}
@@ -817,6 +842,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tw-games", type=int, default=100, help="textworld: games in the training pool")
     parser.add_argument("--tw-test-games", type=int, default=50, help="textworld: held-out games")
     parser.add_argument("--max-turns", type=int, default=0, help="worlds: turn limit (0: the task's default)")
+    parser.add_argument(
+        "--context",
+        default="full",
+        help="the envs' context policy (full, window:K, state): what the agent sees each step; a rewritten "
+        "context trains one row per step (the warm start's transcripts too)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument(

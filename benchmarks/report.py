@@ -29,6 +29,7 @@ BEGIN, END = "<!-- results:begin (benchmarks/report.py) -->", "<!-- results:end 
 SCRIPTS = {
     "main_job": ("main_job.py", "The main job, three seeds"),
     "main_job_bf16": ("main_job.py", "The main job, three seeds, with a bf16-autocast update"),
+    "main_job_passes": ("main_job.py", "The main job at two update-pass budgets (max_update_tokens)"),
     "learning": ("learning.py", "Learning: GRPO, PPO and the no-action-mask ablation"),
     "learning_fast": ("learning.py", "Learning at the faster settings"),
     "learning_old_settings": ("learning.py", "Learning at the old settings"),
@@ -56,6 +57,7 @@ SCRIPTS = {
     ),
     "context": ("context.py", "Context policies: the tokens an update trains on"),
     "context_update": ("context_update.py", "Context policies: what the update costs"),
+    "context_update_passes": ("context_update.py", "Whole chats at 4,096- and 2,048-token update passes"),
     "gpu_step": ("gpu_step.py", "GRPO and PPO steps on a GPU (H100)"),
     "env_server": ("env_server.py", "Envs over OpenEnv: steps through the server against direct steps"),
     "agent_proxy": ("agent_proxy.py", "Your own agent through the recording endpoint: overhead and learning"),
@@ -168,6 +170,23 @@ def _precision_comparison() -> str:
     return "\n\nThe update's precision on this CPU (same seeds and machine):\n\n" + _table(
         ["update precision", "seed", "success ratio", "wall clock (min)", "s per step", "update s per step",
          "update tokens per step", "peak RSS (GB)"], rows)  # fmt: skip
+
+
+def _main_job_passes(data: dict[str, Any]) -> str:
+    """The same main job (seed, machine, session) at each ``max_update_tokens`` budget, run by run."""
+    rows = []
+    for run in data["runs"]:
+        budget = run["run_config"]["settings"].get("max_update_tokens") or "default (4,096 on a CPU)"
+        mean, most = run["per_step_mean"], run.get("per_step_max", {})
+        rows.append([str(budget), run["before_rl"]["success"], run["after_rl"]["success"],
+                     run["wall_clock_s"] / 60, mean.get("step_time"), mean.get("time/update_s"),
+                     mean.get("update/tokens"), most.get("update/tokens"), mean.get("update/passes"),
+                     most.get("update/passes"), run["peak_rss_gb"],
+                     run["peak_rss_gb_by_phase"].get("RL training")])  # fmt: skip
+    return _table(
+        ["max_update_tokens", "held-out success before RL", "after RL", "wall clock (min)", "s per step",
+         "update s per step", "update tokens per micro-batch (mean)", "(largest step)", "passes per micro-batch",
+         "(largest step)", "peak RSS (GB)", "peak RSS in RL (GB)"], rows)  # fmt: skip
 
 
 def _main_job(data: dict[str, Any]) -> str:
@@ -504,12 +523,14 @@ HIGHLIGHTS = {
     "bfcl": _bfcl,
     "agent_proxy": _agent_proxy,
     "context_update": _context_update,
+    "context_update_passes": _context_update,
     "env_server": _env_server,
     "main_job_bf16": _main_job,
     "gpu_step": _gpu_step,
     "context": _context,
     "shop_shortcuts": _shop_shortcuts,
     "main_job": _main_job,
+    "main_job_passes": _main_job_passes,
     "table3": _table3,
     "step_credit": _step_credit,
 }

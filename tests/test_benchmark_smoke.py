@@ -46,6 +46,27 @@ def test_learning_benchmark_smoke(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_learning_benchmark_under_a_context_policy(tmp_path):
+    """``--context window:1``: the warm start, GRPO and GiGPO train on step rows, in their own directory beside the
+    whole chat's, and the report keys them ``TASK@CONTEXT``."""
+    pytest.importorskip("trl")
+    out = tmp_path / "learning.json"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
+    cmd = [sys.executable, str(script), "--smoke", "--context", "window:1", "--algos", "grpo", "grpo-gigpo",
+           "--json", str(out), "--workdir", str(tmp_path / "runs")]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, timeout=800)
+    task = json.loads(out.read_text())["tasks"]["synthetic@window-1"]
+    assert task["start"]["settings"]["context"] == "window:1"
+    assert task["start"]["settings"]["train_env_kwargs"]["context"] == "window:1"
+    for algo in ("grpo", "grpo-gigpo"):
+        run = task["runs"][algo]
+        assert run["train"]["steps"] >= 1 and "success" in run["after"]
+    assert (tmp_path / "runs" / "synthetic@window-1" / "sft").is_dir()
+    assert not (tmp_path / "runs" / "synthetic").exists()
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_table3_benchmark_smoke(tmp_path):
     """Table 3 in miniature on the tiny model: warm start and both RL runs on HotpotQA train, then every row on the

@@ -116,7 +116,10 @@ def test_expand_turn_rows_cuts_each_episode_into_its_turns(tok):
 
 
 def _config_kwargs(tmp_path, **kw):
-    return trainer_settings(tmp_path, **{"beta": 0.04, "max_new_tokens_per_turn": 64, **kw})
+    # one update pass per micro-batch (max_update_tokens=0): these tests read each micro-batch whole in the loss;
+    # passes bounded by tokens have their own tests (tests/test_trl_forward.py)
+    settings = {"beta": 0.04, "max_new_tokens_per_turn": 64, "max_update_tokens": 0, **kw}
+    return trainer_settings(tmp_path, **settings)
 
 
 def _capture_loss_batches(trainer, check):
