@@ -315,13 +315,7 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
             )
 
     def shared_prompt_forward(
-        self,
-        model: Any,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        n: int,
-        hidden: bool = False,
-        needed: torch.Tensor | None = None,
+        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """Deprecated (one release): :meth:`forward_logps`, which also runs the full forward where no prompt is
         shared; this keeps the old contract, None where the shared-prompt forward does not apply."""
@@ -334,7 +328,7 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
             return None
         if share_plan(input_ids[:, :-n], attention_mask[:, :-n]) == "full":
             return None
-        return self.forward_logps(model, input_ids, attention_mask, n, hidden=hidden, needed=needed)
+        return self.forward_logps(model, input_ids, attention_mask, n, **kwargs)  # hidden=, needed=
 
     def shares_prompts(self, model: Any) -> bool:
         """Whether the forward pass may run each shared prompt once: ``share_prompt_prefix`` on (by default: on a
