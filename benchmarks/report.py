@@ -176,7 +176,9 @@ def _main_job_passes(data: dict[str, Any]) -> str:
     """The same main job (seed, machine, session) at each ``max_update_tokens`` budget, run by run."""
     rows = []
     for run in data["runs"]:
-        budget = run["run_config"]["settings"].get("max_update_tokens") or "default (4,096 on a CPU)"
+        budget = (
+            run["run_config"]["settings"].get("max_update_tokens") or "the default"
+        )  # (the note says which)
         mean, most = run["per_step_mean"], run.get("per_step_max", {})
         rows.append([str(budget), run["before_rl"]["success"], run["after_rl"]["success"],
                      run["wall_clock_s"] / 60, mean.get("step_time"), mean.get("time/update_s"),

@@ -125,12 +125,20 @@ def share_plan(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> str:
     """How :func:`completion_states` would run these rows' prompts: ``"prompts"`` (some prompt repeats: each
     distinct one runs once), ``"prefix"`` (all differ, but they share a beginning of at least
     :data:`MIN_SHARED_PREFIX` tokens, which runs once) or ``"full"`` (every row on its own)."""
+    return _plan(prompt_ids, prompt_mask)[0]
+
+
+def _plan(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[str, Any]:
+    """:func:`share_plan` with what it found, so the forward does not find it again: the prompt groups
+    (``"prompts"``) or the shared prefix's length (``"prefix"``)."""
     rows = prompt_ids.size(0)
-    if rows > 1 and prompt_groups(prompt_ids, prompt_mask)[0].numel() < rows:
-        return "prompts"
-    if rows > 1 and common_prefix(prompt_ids, prompt_mask) >= MIN_SHARED_PREFIX:
-        return "prefix"
-    return "full"
+    if rows < 2:
+        return "full", None
+    groups = prompt_groups(prompt_ids, prompt_mask)
+    if groups[0].numel() < rows:
+        return "prompts", groups
+    shared = common_prefix(prompt_ids, prompt_mask)
+    return ("prefix", shared) if shared >= MIN_SHARED_PREFIX else ("full", None)
 
 
 def sequence_states(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -158,12 +166,12 @@ def completion_states(
     otherwise one full forward pass (the same states, tested)."""
     if prompt_ids.size(1) == 0:
         raise ValueError("completion_states needs at least one prompt token before the completion")
-    plan = share_plan(prompt_ids, prompt_mask) if share_prompts else "full"
+    plan, found = _plan(prompt_ids, prompt_mask) if share_prompts else ("full", None)
     parts = (prompt_ids, prompt_mask, completion_ids, completion_mask)
     if plan == "prompts":
-        return _shared_prompt_states(model, parts)
+        return _shared_prompt_states(model, parts, found)
     if plan == "prefix":
-        return _shared_prefix_states(model, parts)
+        return _shared_prefix_states(model, parts, found)
     states = sequence_states(
         model,
         torch.cat([prompt_ids, completion_ids], dim=1),
@@ -206,11 +214,13 @@ def completion_logps(
     return logps, (states if hidden else None)
 
 
-def _shared_prompt_states(model: Any, parts: tuple[torch.Tensor, ...]) -> torch.Tensor:
+def _shared_prompt_states(
+    model: Any, parts: tuple[torch.Tensor, ...], groups: tuple[torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
     """Each distinct prompt once (with the KV cache), every row's completion on top of its prompt's cache.
-    ``parts``: ``(prompt_ids, prompt_mask, completion_ids, completion_mask)``."""
+    ``parts``: ``(prompt_ids, prompt_mask, completion_ids, completion_mask)``; ``groups``: :func:`prompt_groups`'s."""
     prompt_ids, prompt_mask, completion_ids, completion_mask = parts
-    first, inverse = prompt_groups(prompt_ids, prompt_mask)
+    first, inverse = groups
     out = model(
         input_ids=prompt_ids[first],
         attention_mask=prompt_mask[first],
@@ -247,12 +257,12 @@ def common_prefix(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> int:
     return min(same, shortest - 1)
 
 
-def _shared_prefix_states(model: Any, parts: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """Rows with distinct prompts: the longest common prefix once, then each row's rest of the prompt (left-padded
-    after the prefix) and its completion on top, positioned as if the row had no padding."""
+def _shared_prefix_states(model: Any, parts: tuple[torch.Tensor, ...], shared: int) -> torch.Tensor:
+    """Rows with distinct prompts: the longest common prefix (``shared`` tokens, :func:`common_prefix`'s) once,
+    then each row's rest of the prompt (left-padded after the prefix) and its completion on top, positioned as if
+    the row had no padding."""
     prompt_ids, prompt_mask, completion_ids, completion_mask = parts
     rows = prompt_ids.size(0)
-    shared = common_prefix(prompt_ids, prompt_mask)
     device = prompt_ids.device
     lengths = prompt_mask.sum(1)
     starts = prompt_ids.size(1) - lengths
