@@ -173,6 +173,17 @@ def test_turns_their_rewards_starts_and_states():
     assert turn_state_keys(t) == turn_state_keys(other) == [("state", "room"), ("state", "kitchen")]
 
 
+def test_a_history_has_one_key_on_both_timelines():
+    """A one-turn episode stays prefix-stable while its group's longer episodes become per-turn rows (a template
+    that drops earlier thinking): the same prompt must still be the same state, or GiGPO finds no step group."""
+    whole = Trajectory(prompt_ids=[9, 8], completion_ids=[1, 2], action_mask=[1, 1], turn_ends=[1])
+    rows = Trajectory(prompt_ids=[9, 8], completion_ids=[1, 3, 4], action_mask=[1, 1, 1], turn_ends=[1, 2],
+                      prefix_stable=False, turns=[([9, 8], [1, 3], []), ([9, 8, 1, 7], [4], [])])  # fmt: skip
+    assert turn_state_keys(whole)[0] == turn_state_keys(rows)[0]
+    longer = Trajectory(prompt_ids=[9, 8], completion_ids=[1, 7, 4], action_mask=[1, 0, 1], turn_ends=[0, 2])
+    assert turn_state_keys(longer)[1] == turn_state_keys(rows)[1]  # the same ids before the turn
+
+
 def test_world_state_keys_are_recorded_by_rollouts():
     from agentr1_trl import collect_rollouts
     from agentr1_trl.generation import ScriptedGenerator
@@ -327,3 +338,42 @@ def test_the_credit_flag_selects_step_level_credit(algo, key, value):
     assert settings[key] == "x"  # --set wins
     settings, *_ = _plan(parser.parse_args(["train", "--algo", algo]))
     assert key not in settings  # the config's default (trajectory level)
+
+
+@pytest.mark.parametrize("estimator", ["gigpo", "turn_rloo"])
+def test_step_credit_gives_per_turn_rows_the_whole_chats_advantages(tmp_path, estimator):
+    """The same episodes scored on the whole chat's timeline and on per-turn rows' (a template that drops earlier
+    thinking): every action token gets the same advantage, in the same order (a row's turn is not shifted onto
+    its neighbour's advantage)."""
+    from agentr1_trl.testing import THINK_DROPPING_TEMPLATE, record_rollouts, tiny_tokenizer
+
+    seen: dict[str, list[torch.Tensor]] = {}
+    for timeline in ("sequence", "per-turn rows"):
+        tok = copy.deepcopy(tiny_tokenizer())
+        if timeline == "per-turn rows":
+            tok.chat_template = THINK_DROPPING_TEMPLATE
+        trainer = _grpo(tmp_path / timeline.replace(" ", "-"), tok, advantage_estimator=estimator)
+        trajs = record_rollouts(trainer)
+        score = trainer.score_batch
+        advantages = []
+
+        def recording(batch, trajectories, score=score, advantages=advantages):
+            out = score(batch, trajectories)
+            advantages.append(out["advantages"].clone())
+            return out
+
+        trainer.score_batch = recording
+        trainer.train()
+        assert any(not t.prefix_stable for t in trajs) == (timeline == "per-turn rows")
+        adv = advantages[0]
+        first = trajs[: adv.size(0)]
+        seen[timeline] = [
+            adv[i, : len(t.action_mask)][torch.tensor(t.action_mask) == 1] for i, t in enumerate(first)
+        ]
+    assert len(seen["sequence"]) == len(seen["per-turn rows"]) == 4
+    for whole, rows in zip(seen["sequence"], seen["per-turn rows"]):
+        assert torch.allclose(whole, rows, atol=1e-6)
+    assert (
+        any(a.abs().sum() > 0 for a in seen["sequence"])
+        and len({a.unique().numel() for a in seen["sequence"]}) > 1
+    )

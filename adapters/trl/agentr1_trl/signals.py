@@ -132,8 +132,10 @@ def turn_state_keys(traj: Trajectory) -> list[Any]:
         if key is not None:
             keys.append(("state", key))
             continue
+        # the token sequence the turn was generated from, in one form on both timelines: a one-turn episode is
+        # prefix-stable beside its group's per-turn-row episodes, and the same prompt must give the same key
         if traj.prefix_stable:
-            history = (tuple(traj.prompt_ids), tuple(traj.completion_ids[: starts[t]]))
+            history = tuple(traj.prompt_ids) + tuple(traj.completion_ids[: starts[t]])
         else:
             history = tuple(traj.turns[t][0])
         keys.append(("history", hash(history)))
