@@ -58,6 +58,10 @@ SCRIPTS = {
     "context": ("context.py", "Context policies: the tokens an update trains on"),
     "context_update": ("context_update.py", "Context policies: what the update costs"),
     "context_update_passes": ("context_update.py", "Whole chats at 4,096- and 2,048-token update passes"),
+    "context_learning": (
+        "learning.py",
+        "Context policies: learning under a rewritten context against the whole chat",
+    ),
     "gpu_step": ("gpu_step.py", "GRPO and PPO steps on a GPU (H100)"),
     "env_server": ("env_server.py", "Envs over OpenEnv: steps through the server against direct steps"),
     "agent_proxy": ("agent_proxy.py", "Your own agent through the recording endpoint: overhead and learning"),
@@ -369,6 +373,52 @@ def _step_credit(data: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def _context_learning(data: dict[str, Any]) -> str:
+    """The learning tables, then each run under a context policy (``TASK@CONTEXT``) beside the same arm and
+    training seed with the whole chat (``TASK``): success, its ratio to the run's own warm start, whether the two
+    intervals are apart (the issue's target: RL above the warm start, interval-separated), and the difference from
+    the whole chat's run (two-proportion z)."""
+    parts = [_learning(data)]
+    for key, t in data["tasks"].items():
+        task, _, context = key.partition("@")
+        full = data["tasks"].get(task)
+        if not context or not full:
+            continue
+        rows = []
+        starts = {c: (x.get("start") or {}).get("after_sft") or {} for c, x in ((context, t), ("full", full))}
+        for c, x in ((context, t), ("full", full)):
+            plain = (x.get("start") or {}).get("plain") or {}
+            rows.append([f"prompted model, `{c}`", _rate(plain), "", "", "", "", ""])
+            rows.append([f"warm start, `{c}`", _rate(starts[c]), "", "", "", "", ""])
+        for name, run in t.get("runs", {}).items():
+            other = (full.get("runs", {}).get(name) or {}).get("after")
+            for c, after, train in ((context, run.get("after") or {}, run.get("train") or {}),
+                                    ("full", other, (full.get("runs", {}).get(name) or {}).get("train") or {})):  # fmt: skip
+                if not after:
+                    continue
+                start = starts[c]
+                ratio = after["success"] / start["success"] if start.get("success") else float("inf")
+                apart = "yes" if _bounds(after)[0] > _bounds(start)[1] else "no"
+                vs = (
+                    f"{after['success'] - other['success']:+.3f} (z {two_proportion_z(after, other):+.1f})"
+                    if c == context and other
+                    else ""
+                )
+                rows.append([f"{name}, `{c}`", _rate(after), f"{ratio:.2f}x", apart, vs, train.get("steps"),
+                             (train.get("per_step_s") or {}).get("total") or ""])  # fmt: skip
+        header = ["policy", "success [95% CI]", "of its warm start", "interval above the warm start",
+                  "against the whole chat", "RL steps", "s/step"]  # fmt: skip
+        parts.append(f"#### {task}: `{context}` against the whole chat (`full`)\n\n" + _table(header, rows))
+    return "\n\n".join(parts)
+
+
+def _rate(result: dict[str, Any]) -> str:
+    """A success rate with its 95% interval, or '' where there is none."""
+    if not result or "success" not in result:
+        return ""
+    return f"{result['success']:.3f} [{', '.join(f'{x:.3f}' for x in _bounds(result))}]"
+
+
 def _shop_shortcuts(data: dict[str, Any]) -> str:
     rows = [
         [r["catalog"], r["policy"],
@@ -530,6 +580,7 @@ HIGHLIGHTS = {
     "main_job_bf16": _main_job,
     "gpu_step": _gpu_step,
     "context": _context,
+    "context_learning": _context_learning,
     "shop_shortcuts": _shop_shortcuts,
     "main_job": _main_job,
     "main_job_passes": _main_job_passes,
@@ -588,6 +639,20 @@ def _load(name: str) -> dict[str, Any]:
 
 #: the step-credit result file's worlds that get a README row, and what the row calls them
 CREDIT_ROWS = {"textworld": "a text game", "webshop": "the shop"}
+
+
+def _arm_rates(arms: dict[str, Any], x: dict[str, Any]) -> str:
+    """``grpo 0.410, 0.240; grpo-gigpo ...``: the success of each of ``arms``' runs that ``x`` has, an arm's
+    training seeds in order."""
+    runs = sorted(arms["runs"])
+    names = sorted({n.removesuffix(_seed_of(n)) for n in runs})
+    return "; ".join(
+        f"{n} " + ", ".join(
+            f"{x['runs'][r]['after']['success']:.3f}" for r in runs
+            if r.removesuffix(_seed_of(r)) == n and r in x.get("runs", {})
+        )
+        for n in names
+    )  # fmt: skip
 
 
 def headline_rows() -> list[list[str]]:
@@ -669,6 +734,22 @@ def headline_rows() -> list[list[str]]:
             rows.append([
                 "[context policies in the update](docs/results/context_update.md)", text,
                 "one run per policy, SmolLM2-135M + LoRA, " + ("bf16 autocast" if full["bf16"] else "float32"),
+            ])  # fmt: skip
+    if (RESULTS / "context_learning.json").is_file():
+        tasks = _load("context_learning")["tasks"]
+        for key, t in tasks.items():
+            task, _, context = key.partition("@")
+            full = tasks.get(task)
+            if not context or not full or not t.get("runs"):
+                continue
+
+            minutes = max(r["settings"]["minutes"] for r in t["runs"].values())
+            rows.append([
+                f"[`context={context}` against the whole chat, learning](docs/results/context_learning.md)",
+                f"`{t['start']['env']}` held-out success after the warm start {t['start']['after_sft']['success']:.3f} "
+                f"under `{context}` ({full['start']['after_sft']['success']:.3f} with the whole chat); after RL "
+                f"under `{context}`: {_arm_rates(t, t)}; with the whole chat: {_arm_rates(t, full)} (training seeds 0, 1)",
+                f"{len(t['runs']) + len(full['runs'])} runs, {minutes:.0f} min of training each",
             ])  # fmt: skip
     if (RESULTS / "agent_proxy.json").is_file():
         data = _load("agent_proxy")
