@@ -751,7 +751,9 @@ def plot(result: dict, path: str) -> None:
             after = r["after"].get("success", float("nan"))
             ax.plot([c["step"] for c in curve], smooth, label=f"{name} (held-out success after: {after:.3f})")
         start = entry["start"]["after_sft"].get("success", float("nan"))
-        ax.set_title(f"{entry['start']['env']}  (held-out success at start: {start:.3f})", fontsize=9)
+        context = task.partition("@")[2]  # a run under a rewritten context says which
+        seen = f", context={context.replace('-', ':', 1)}" if context else ""
+        ax.set_title(f"{entry['start']['env']}{seen}  (held-out success at start: {start:.3f})", fontsize=9)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("training-batch mean return (5-step moving average)")
         ax.grid(alpha=0.3)
