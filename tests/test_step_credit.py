@@ -240,9 +240,10 @@ def _grpo(tmp_path, tok, **kw):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("estimator", ["gigpo", "turn_rloo"])
-@pytest.mark.parametrize("timeline", ["sequence", "per-turn rows"])
-def test_grpo_trains_with_step_level_credit(tmp_path, estimator, timeline):
+def _train_one_step(tmp_path, estimator, timeline):
+    """One GRPO step on the scripted episodes (per-turn rows: a template that drops earlier thinking): the
+    trainer, its LoRA B weights before the step, the episodes it collected and the first scored batch's
+    advantages (one row per episode)."""
     from agentr1_trl.testing import THINK_DROPPING_TEMPLATE, record_rollouts, tiny_tokenizer
 
     tok = copy.deepcopy(tiny_tokenizer())
@@ -262,7 +263,13 @@ def test_grpo_trains_with_step_level_credit(tmp_path, estimator, timeline):
     trainer.score_batch = recording
     trainer.train()
     assert any(not t.prefix_stable for t in seen) == (timeline == "per-turn rows")
-    adv = advantages[0]
+    return trainer, before, seen, advantages[0]
+
+
+@pytest.mark.parametrize("estimator", ["gigpo", "turn_rloo"])
+@pytest.mark.parametrize("timeline", ["sequence", "per-turn rows"])
+def test_grpo_trains_with_step_level_credit(tmp_path, estimator, timeline):
+    trainer, before, _, adv = _train_one_step(tmp_path, estimator, timeline)
     assert adv.dim() == 2 and adv.abs().sum() > 0  # per token, not one number per episode
     log = next(h for h in trainer.state.log_history if "loss" in h)
     assert "signal/step_baseline_explained" in log or "signal/step_groups_nontrivial" in log
@@ -345,35 +352,16 @@ def test_step_credit_gives_per_turn_rows_the_whole_chats_advantages(tmp_path, es
     """The same episodes scored on the whole chat's timeline and on per-turn rows' (a template that drops earlier
     thinking): every action token gets the same advantage, in the same order (a row's turn is not shifted onto
     its neighbour's advantage)."""
-    from agentr1_trl.testing import THINK_DROPPING_TEMPLATE, record_rollouts, tiny_tokenizer
-
     seen: dict[str, list[torch.Tensor]] = {}
     for timeline in ("sequence", "per-turn rows"):
-        tok = copy.deepcopy(tiny_tokenizer())
-        if timeline == "per-turn rows":
-            tok.chat_template = THINK_DROPPING_TEMPLATE
-        trainer = _grpo(tmp_path / timeline.replace(" ", "-"), tok, advantage_estimator=estimator)
-        trajs = record_rollouts(trainer)
-        score = trainer.score_batch
-        advantages = []
-
-        def recording(batch, trajectories, score=score, advantages=advantages):
-            out = score(batch, trajectories)
-            advantages.append(out["advantages"].clone())
-            return out
-
-        trainer.score_batch = recording
-        trainer.train()
-        assert any(not t.prefix_stable for t in trajs) == (timeline == "per-turn rows")
-        adv = advantages[0]
-        first = trajs[: adv.size(0)]
+        _, _, trajs, adv = _train_one_step(tmp_path / timeline.replace(" ", "-"), estimator, timeline)
         seen[timeline] = [
-            adv[i, : len(t.action_mask)][torch.tensor(t.action_mask) == 1] for i, t in enumerate(first)
+            adv[i, : len(t.action_mask)][torch.tensor(t.action_mask) == 1]
+            for i, t in enumerate(trajs[: adv.size(0)])
         ]
     assert len(seen["sequence"]) == len(seen["per-turn rows"]) == 4
     for whole, rows in zip(seen["sequence"], seen["per-turn rows"]):
         assert torch.allclose(whole, rows, atol=1e-6)
     assert (
-        any(a.abs().sum() > 0 for a in seen["sequence"])
-        and len({a.unique().numel() for a in seen["sequence"]}) > 1
-    )
+        torch.cat(seen["sequence"]).unique().numel() > 1
+    )  # the advantages vary: there was something to compare
