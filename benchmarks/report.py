@@ -391,9 +391,10 @@ def _context_learning(data: dict[str, Any]) -> str:
             rows.append([f"prompted model, `{c}`", _rate(plain), "", "", "", "", ""])
             rows.append([f"warm start, `{c}`", _rate(starts[c]), "", "", "", "", ""])
         for name, run in t.get("runs", {}).items():
-            other = (full.get("runs", {}).get(name) or {}).get("after")
+            peer = full.get("runs", {}).get(name) or {}
+            other = peer.get("after")
             for c, after, train in ((context, run.get("after") or {}, run.get("train") or {}),
-                                    ("full", other, (full.get("runs", {}).get(name) or {}).get("train") or {})):  # fmt: skip
+                                    ("full", other, peer.get("train") or {})):  # fmt: skip
                 if not after:
                     continue
                 start = starts[c]
@@ -742,13 +743,13 @@ def headline_rows() -> list[list[str]]:
             full = tasks.get(task)
             if not context or not full or not t.get("runs"):
                 continue
-
             minutes = max(r["settings"]["minutes"] for r in t["runs"].values())
+            seeds = ", ".join(sorted({_seed_of(n).removeprefix("-seed") or "0" for n in t["runs"]}))
             rows.append([
                 f"[`context={context}` against the whole chat, learning](docs/results/context_learning.md)",
                 f"`{t['start']['env']}` held-out success after the warm start {t['start']['after_sft']['success']:.3f} "
                 f"under `{context}` ({full['start']['after_sft']['success']:.3f} with the whole chat); after RL "
-                f"under `{context}`: {_arm_rates(t, t)}; with the whole chat: {_arm_rates(t, full)} (training seeds 0, 1)",
+                f"under `{context}`: {_arm_rates(t, t)}; with the whole chat: {_arm_rates(t, full)} (training seeds {seeds})",
                 f"{len(t['runs']) + len(full['runs'])} runs, {minutes:.0f} min of training each",
             ])  # fmt: skip
     if (RESULTS / "agent_proxy.json").is_file():
