@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import itertools
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -44,7 +45,15 @@ from agentr1_gym.spaces import FreeText
 from agentr1_gym.text import MAX_JSON_DEPTH, clean_json, clean_text
 from agentr1_gym.tools.base import Tool, ToolResult, describe_validation_error
 
-__all__ = ["EnvSettings", "ToolEnv", "parse_context", "require_full_context", "split_turns", "truncate_text"]
+__all__ = [
+    "EnvSettings",
+    "ToolEnv",
+    "parse_context",
+    "repeat_rate",
+    "require_full_context",
+    "split_turns",
+    "truncate_text",
+]
 
 
 def parse_context(value: Any) -> tuple[str, Any]:
@@ -249,6 +258,16 @@ def _check_kwargs(cls: type, init: Any) -> Any:
     return wrapper
 
 
+def repeat_rate(messages: Sequence[dict[str, Any]]) -> float:
+    """The share of an episode's assistant turns that repeat the previous assistant turn word for word (whitespace
+    at the ends aside): 0.0 for a one-turn episode. An agent stuck in a loop (the same click on a page that does not
+    change, the same search again) scores near 1; the metric is a diagnostic and never enters the reward."""
+    actions = [str(m.get("content") or "").strip() for m in messages if m.get("role") == "assistant"]
+    if not actions:
+        return 0.0
+    return sum(a == b for a, b in itertools.pairwise(actions)) / len(actions)
+
+
 def truncate_text(text: str, budget: int) -> str:
     """Cut ``text`` to ``budget`` characters with a marker that says how much was removed."""
     if len(text) <= budget:
@@ -266,8 +285,8 @@ class ToolEnv(gym.Env[str, str], ABC):
       compact state, see :meth:`context_messages`), ``tools`` (JSON schemas, on reset),
       ``task_id``, ``turn``, and after a step ``reward_components`` (sums to the reward), ``process_reward``,
       ``outcome_reward``, ``action_error`` (None, or what was wrong with the turn), ``num_tool_calls``,
-      ``tool_calls`` (the parsed calls, ``{"name", "arguments"}``), ``truncated_reason`` and, at episode end, ``metrics`` (``score``, ``success``, ``format_ok``, ``turns`` and
-      the env's answer metrics).
+      ``tool_calls`` (the parsed calls, ``{"name", "arguments"}``), ``truncated_reason`` and, at episode end, ``metrics`` (``score``, ``success``, ``format_ok``, ``turns``,
+      ``repeat_rate`` (see :func:`repeat_rate`) and the env's answer metrics).
     * termination: a final answer (answer-shaped tasks), or a tool call after which the world says the episode is
       over (world-shaped tasks: a game won or lost, an item bought; :attr:`ToolResult.terminal`); truncation:
       ``max_turns`` turns or the ``max_context_chars`` budget, scored like an episode that ran out (whatever
@@ -762,6 +781,7 @@ class ToolEnv(gym.Env[str, str], ABC):
             "success": float(success),
             "format_ok": float(format_ok),
             "turns": float(self.turn),
+            "repeat_rate": repeat_rate(self.messages),
         }
         return components, metrics
 

@@ -78,7 +78,7 @@ REWARD_PARAMETERS = ("answer", "task", "world", "messages")
 #: the parameter names a process-reward function may take (one successful tool call, and where it happened)
 PROCESS_PARAMETERS = ("tool", "arguments", "result", "task", "world", "calls")
 #: metric names the env sets itself (a reward component cannot take them)
-_RESERVED = ("score", "success", "format_ok", "turns")
+_RESERVED = ("score", "success", "format_ok", "turns", "repeat_rate")
 #: world methods that are not tools
 _WORLD_API = ("state_key", "state_text", "admissible_actions")
 #: registered tasks: env id -> spec

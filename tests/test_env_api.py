@@ -14,6 +14,7 @@ import pytest
 
 import agentr1_gym
 from agentr1_gym.data import bundled_path, bundled_tasks
+from agentr1_gym.env import repeat_rate
 from agentr1_gym.errors import AgentR1Error, ConfigError, ResetNeededError
 from agentr1_gym.rewards import GENERIC_PROCESS_KEYS, OUTCOME_KEYS, RewardConfig
 
@@ -185,13 +186,41 @@ def test_declared_api(env_id):
         done = terminated or truncated
     metrics = info["metrics"]
     # one vocabulary: every env reports these, plus its own answer metrics
-    assert {"score", "success", "format_ok", "turns", *env.answer_metrics, env.success_metric} <= set(metrics)
+    assert {
+        "score",
+        "success",
+        "format_ok",
+        "turns",
+        "repeat_rate",
+        *env.answer_metrics,
+        env.success_metric,
+    } <= set(metrics)
+    assert 0.0 <= metrics["repeat_rate"] < 1.0
     assert metrics["success"] == 1.0 and env.is_success(metrics)
     assert total == pytest.approx(env.max_episode_reward())
     keys = set(info["reward_components"])
     assert keys == {*GENERIC_PROCESS_KEYS, *(c.name for c in env.process_rewards), *OUTCOME_KEYS}
     if env_id not in QA and env_id != "AgentR1/SyntheticMultihop-v0":
         assert "em" not in metrics  # no faked QA metric on code and math envs
+
+
+def test_repeat_rate_counts_the_turns_that_repeat_the_previous_one_word_for_word():
+    """The loop a memoryless greedy policy falls into (the same click on a page that does not change) is what the
+    metric shows; only consecutive repeats count, and it never touches the reward."""
+    env = agentr1_gym.make("AgentR1/WebShop-v0", max_turns=5)
+    env.reset(seed=0)
+    click = env.unwrapped.call_text("click", button="no such button")
+    search = env.unwrapped.call_text("search", query="shoes")
+    rewards = []
+    for action in (click, click, f"  {click}\n", search, click):
+        _, reward, terminated, truncated, info = env.step(action)
+        rewards.append(reward)
+    assert truncated and not terminated
+    assert info["metrics"]["repeat_rate"] == pytest.approx(2 / 5)
+    assert rewards[1] == rewards[0]  # a repeat costs what the first try cost: a diagnostic, not a penalty
+    assert repeat_rate([]) == 0.0 and repeat_rate([{"role": "assistant", "content": "a"}]) == 0.0
+    assert repeat_rate([{"role": "assistant", "content": "a"}, {"role": "user", "content": "x"},
+                        {"role": "assistant", "content": "a"}]) == 0.5  # fmt: skip
 
 
 @pytest.mark.parametrize("env_id", ENVS)
