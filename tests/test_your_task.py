@@ -390,6 +390,7 @@ def test_answer_task_in_a_few_lines_runs_everywhere():
             "success": 1.0,
             "format_ok": 1.0,
             "turns": 2.0,
+            "repeat_rate": 0.0,
         }
     env = gym.make("Tests/Add-v0")
     env.reset(seed=0)
