@@ -190,3 +190,54 @@ def test_learning_benchmark_trains_here_and_evaluates_later(tmp_path):
     saved = (tmp_path / "synthetic" / "grpo.episodes.jsonl").read_text().splitlines()
     assert len(saved) == 4 and all(json.loads(line)["source"] == "eval" for line in saved)
     assert (tmp_path / "synthetic" / "after_sft.episodes.jsonl").exists()
+
+
+def _repeats_module(monkeypatch):
+    import importlib.util
+
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(benchmarks))
+    spec = importlib.util.spec_from_file_location("repeats_under_test", benchmarks / "repeats.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_repeats_reads_loops_from_saved_episodes(tmp_path, monkeypatch):
+    """A stuck episode (its last three turns one action) and a moving one: the mean repeat rate, the stuck share,
+    and the success the run's own result file recorded beside the one the episodes give."""
+    repeats = _repeats_module(monkeypatch)
+    run_dir = tmp_path / "webshop@state"
+    run_dir.mkdir()
+    (run_dir / "start.json").write_text(json.dumps({"settings": {}, "after_sft": {"success": 0.5}}))
+    stuck = {"success": 0.0, "turns": [{"action": a} for a in ("search", "click x", "click x", " click x\n")]}
+    moving = {"success": 1.0, "turns": [{"action": a} for a in ("search", "click a", "click b")]}
+    (run_dir / "after_sft.episodes.jsonl").write_text(
+        "\n".join(json.dumps(e) for e in (stuck, moving)) + "\n"
+    )
+    result = repeats.measure(tmp_path, evaluate=False)
+    row = result["runs"]["webshop@state"]["after_sft"]
+    assert row["episodes"] == 2 and row["success"] == 0.5 and row["recorded_success"] == 0.5
+    assert row["repeat_rate"] == pytest.approx((2 / 4 + 0) / 2, abs=1e-4) and row["stuck"] == 0.5
+    assert row["evaluated_here"] is False
+    with pytest.raises(SystemExit, match=r"no learning\.py run dir"):
+        repeats.measure(tmp_path / "webshop@state", evaluate=False)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_repeats_benchmark_smoke(tmp_path):
+    """The warm start of a tiny model under `state`, evaluated by repeats.py itself on learning.py's seeds: the
+    episodes it saves give the success the warm start's own evaluation recorded."""
+    pytest.importorskip("trl")
+    out = tmp_path / "repeats.json"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "repeats.py"
+    subprocess.run(
+        [sys.executable, str(script), "--smoke", "--json", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=800,
+    )
+    row = json.loads(out.read_text())["runs"]["webshop@state"]["after_sft"]
+    assert row["episodes"] == 4 and row["evaluated_here"] is True
+    assert 0.0 <= row["repeat_rate"] <= 1.0 and row["success"] == row["recorded_success"]
