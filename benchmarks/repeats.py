@@ -117,15 +117,19 @@ def evaluate_missing(run_dir: Path, workdir: Path, smoke: bool, only: set[str] |
     return done
 
 
-def _recorded_success(run_dir: Path, label: str) -> float | None:
+def _recorded(run_dir: Path, label: str) -> tuple[float | None, str]:
     """The success the learning run's result file records for the same evaluation (an evaluation here should
-    match it: same adapter, seeds and greedy decoding)."""
+    match it: same adapter, seeds and greedy decoding), and who saved the episodes: ``"the run"`` where the run
+    was made with ``--save-episodes``, else ``"repeats.py"``."""
     if label in ("plain", "after_sft"):
-        result = json.loads((run_dir / "start.json").read_text()).get(label) or {}
+        record = json.loads((run_dir / "start.json").read_text())
+        result = record.get(label) or {}
     else:
         path = run_dir / f"{label}.json"
-        result = (json.loads(path.read_text()).get("after") or {}) if path.exists() else {}
-    return result.get("success")
+        record = json.loads(path.read_text()) if path.exists() else {}
+        result = record.get("after") or {}
+    by_run = bool((record.get("settings") or {}).get("save_episodes"))
+    return result.get("success"), "the run" if by_run else "repeats.py"
 
 
 def measure(
@@ -136,10 +140,12 @@ def measure(
         evaluated = evaluate_missing(run_dir, workdir, smoke, only) if evaluate else []
         for path in sorted(run_dir.glob("*.episodes.jsonl")):
             label = path.name.removesuffix(".episodes.jsonl")
+            recorded, saved_by = _recorded(run_dir, label)
             runs.setdefault(run_dir.name, {})[label] = {
                 **summarize(path),
-                "recorded_success": _recorded_success(run_dir, label),
-                "evaluated_here": label in evaluated,
+                "recorded_success": recorded,
+                "saved_by": saved_by,
+                "evaluated_now": label in evaluated,
             }
     if not runs:
         raise SystemExit(

@@ -62,6 +62,10 @@ SCRIPTS = {
         "learning.py",
         "Context policies: learning under a rewritten context against the whole chat",
     ),
+    "context_repeats": (
+        "repeats.py",
+        "Context policies: does the agent loop? The repeat rate of held-out episodes",
+    ),
     "gpu_step": ("gpu_step.py", "GRPO and PPO steps on a GPU (H100)"),
     "env_server": ("env_server.py", "Envs over OpenEnv: steps through the server against direct steps"),
     "agent_proxy": ("agent_proxy.py", "Your own agent through the recording endpoint: overhead and learning"),
@@ -413,6 +417,20 @@ def _context_learning(data: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def _context_repeats(data: dict[str, Any]) -> str:
+    """Per run dir and evaluation: episodes, success (and what the run's result file recorded), the mean repeat
+    rate and the share of episodes that end stuck."""
+    rows = [
+        [f"`{d}`", label, r["episodes"], _num(r["success"]),
+         "" if r.get("recorded_success") is None else _num(r["recorded_success"]),
+         _num(r["repeat_rate"]), _num(r["stuck"]), r["saved_by"]]
+        for d, labels in data["runs"].items() for label, r in labels.items()
+    ]  # fmt: skip
+    header = ["run dir", "evaluation", "episodes", "success", "success the run recorded", "repeat rate",
+              f"stuck (last {data['stuck_tail']} turns one action)", "episodes saved by"]  # fmt: skip
+    return _table(header, rows)
+
+
 def _rate(result: dict[str, Any]) -> str:
     """A success rate with its 95% interval, or '' where there is none."""
     if not result or "success" not in result:
@@ -582,6 +600,7 @@ HIGHLIGHTS = {
     "gpu_step": _gpu_step,
     "context": _context,
     "context_learning": _context_learning,
+    "context_repeats": _context_repeats,
     "shop_shortcuts": _shop_shortcuts,
     "main_job": _main_job,
     "main_job_passes": _main_job_passes,
@@ -744,7 +763,12 @@ def headline_rows() -> list[list[str]]:
             if not context or not full or not t.get("runs"):
                 continue
             minutes = max(r["settings"]["minutes"] for r in t["runs"].values())
-            seeds = ", ".join(sorted({_seed_of(n).removeprefix("-seed") or "0" for n in t["runs"]}))
+            seeds, full_seeds = (
+                ", ".join(sorted({_seed_of(n).removeprefix("-seed") or "0" for n in x.get("runs", {})}))
+                for x in (t, full)
+            )
+            if full_seeds != seeds:
+                seeds = f"{seeds} under `{context}`, {full_seeds} with the whole chat"
             rows.append([
                 f"[`context={context}` against the whole chat, learning](docs/results/context_learning.md)",
                 f"`{t['start']['env']}` held-out success after the warm start {t['start']['after_sft']['success']:.3f} "

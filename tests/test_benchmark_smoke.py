@@ -219,7 +219,7 @@ def test_repeats_reads_loops_from_saved_episodes(tmp_path, monkeypatch):
     row = result["runs"]["webshop@state"]["after_sft"]
     assert row["episodes"] == 2 and row["success"] == 0.5 and row["recorded_success"] == 0.5
     assert row["repeat_rate"] == pytest.approx((2 / 4 + 0) / 2, abs=1e-4) and row["stuck"] == 0.5
-    assert row["evaluated_here"] is False
+    assert row["saved_by"] == "repeats.py" and row["evaluated_now"] is False
     with pytest.raises(SystemExit, match=r"no learning\.py run dir"):
         repeats.measure(tmp_path / "webshop@state", evaluate=False)
 
@@ -239,5 +239,5 @@ def test_repeats_benchmark_smoke(tmp_path):
         timeout=800,
     )
     row = json.loads(out.read_text())["runs"]["webshop@state"]["after_sft"]
-    assert row["episodes"] == 4 and row["evaluated_here"] is True
+    assert row["episodes"] == 4 and row["saved_by"] == "repeats.py" and row["evaluated_now"] is True
     assert 0.0 <= row["repeat_rate"] <= 1.0 and row["success"] == row["recorded_success"]
