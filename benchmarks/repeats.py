@@ -31,10 +31,6 @@ from _common import emit, machine_info
 STUCK_TAIL = 3
 
 
-def _actions(episode: dict[str, Any]) -> list[str]:
-    return [str(t.get("action") or "") for t in episode.get("turns", [])]
-
-
 def summarize(path: Path) -> dict[str, Any]:
     """One episodes file -> its episodes, success, mean repeat rate and the share that ends stuck."""
     from agentr1_gym.env import repeat_rate
@@ -45,7 +41,7 @@ def summarize(path: Path) -> dict[str, Any]:
             if not line.strip():
                 continue
             episode = json.loads(line)
-            actions = _actions(episode)
+            actions = [str(t.get("action") or "") for t in episode.get("turns", [])]
             rates.append(repeat_rate([{"role": "assistant", "content": a} for a in actions]))
             tail = [a.strip() for a in actions[-STUCK_TAIL:]]
             stuck += len(tail) == STUCK_TAIL and len(set(tail)) == 1
@@ -70,12 +66,9 @@ def _learning_args(run_dir: Path, workdir: Path, smoke: bool) -> argparse.Namesp
     for key, value in recorded.items():
         if hasattr(args, key) and key not in ("train_env_kwargs", "eval_env_kwargs", "reward"):
             setattr(args, key, value)
-    args.workdir, args.save_episodes, args.progress, args.smoke = (
-        str(workdir),
-        True,
-        False,
-        smoke or args.smoke,
-    )
+    args.workdir = str(workdir)
+    args.save_episodes, args.progress = True, False
+    args.smoke = smoke or args.smoke
     return learning.finish_args(args)
 
 
@@ -171,10 +164,10 @@ def _smoke(workdir: Path) -> dict[str, Any]:
         "webshop",
         "--context",
         "state",
-        "--workdir",
-        str(workdir),
         "--max-turns",
         "3",
+        "--workdir",
+        str(workdir),
     ]
     subprocess.run([sys.executable, str(here), "prepare", *common], check=True, capture_output=True)
     return measure(workdir, evaluate=True, smoke=True)
