@@ -45,8 +45,9 @@ logger = logging.getLogger(__name__)
 #: curriculum: a stage's min_success is checked on the mean training success of this many recent steps
 CURRICULUM_WINDOW = 3
 CURRICULUM_FILE = "curriculum.json"
-#: env metrics logged as ``env/<name>`` each step (where the env reports them)
-ENV_METRICS = ("success", "score", "format_ok", "em", "f1", "pass", "correct")
+#: episode metrics logged as ``env/<name>`` (the mean over a step's episodes, where the episodes report them);
+#: ``repeat_rate`` rising towards 1 is the sign of a policy collapsing into a loop (benchmarks/repeats.py)
+ENV_METRICS = ("success", "score", "format_ok", "repeat_rate", "em", "f1", "pass", "correct")
 
 
 class TrainingEnvs:

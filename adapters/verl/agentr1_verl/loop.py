@@ -29,7 +29,7 @@ AGENT_NAME = "agentr1"
 AGENT_LOOP_CONFIG = str(Path(__file__).with_name("agent_loop.yaml"))
 #: episode metrics every AgentR1 env reports; they travel as verl's ``reward_extra_info`` (verl needs the same
 #: keys in every row of a batch, so env-specific metrics go in ``extra_fields["agentr1_metrics"]`` instead)
-COMMON_METRICS = ("success", "score", "format_ok", "turns")
+COMMON_METRICS = ("success", "score", "format_ok", "turns", "repeat_rate")
 _ROW_KEYS = ("env_id", "seed", "env_kwargs", "max_turns", "task_index")
 
 
