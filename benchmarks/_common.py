@@ -86,3 +86,17 @@ def two_proportion_z(a: dict[str, Any], b: dict[str, Any]) -> float:
     pool = (a["success"] * na + b["success"] * nb) / (na + nb)
     se = (pool * (1 - pool) * (1 / na + 1 / nb)) ** 0.5
     return (a["success"] - b["success"]) / se if se > 0 else 0.0
+
+
+def context_dir_suffix(context: str) -> str:
+    """learning.py's run-dir suffix for a context policy (``""`` for ``full``, ``"@window-2"`` for ``window:2``):
+    a directory name holds no colon."""
+    return "" if context == "full" else "@" + context.replace(":", "-")
+
+
+def split_context_key(key: str) -> tuple[str, str]:
+    """A learning work dir's ``TASK[@CONTEXT]`` name -> the task and its context policy as a user writes it
+    (``webshop@window-2`` -> ``("webshop", "window:2")``; ``""`` for the whole chat): the inverse of
+    :func:`context_dir_suffix`."""
+    task, _, context = key.partition("@")
+    return task, context.replace("-", ":", 1)

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
-from _common import emit, machine_info, two_proportion_z, wilson
+from _common import context_dir_suffix, emit, machine_info, split_context_key, two_proportion_z, wilson
 
 from agentr1_gym.generation import BaseGenerator
 
@@ -333,9 +333,7 @@ def _synced(engine: Any, model: Any) -> Any:
 def _dir(args: argparse.Namespace) -> Path:
     """``WORKDIR/TASK``, or ``WORKDIR/TASK@CONTEXT`` under a rewritten context (``textworld@window-2``): the runs of
     two context policies never share a warm start or a run directory."""
-    context = getattr(args, "context", "full")
-    suffix = "" if context == "full" else "@" + context.replace(":", "-")
-    return Path(args.workdir) / (args.task + suffix)
+    return Path(args.workdir) / (args.task + context_dir_suffix(getattr(args, "context", "full")))
 
 
 def _earlier_plain(args: argparse.Namespace, env_id: str) -> dict[str, Any] | None:
@@ -751,8 +749,8 @@ def plot(result: dict, path: str) -> None:
             after = r["after"].get("success", float("nan"))
             ax.plot([c["step"] for c in curve], smooth, label=f"{name} (held-out success after: {after:.3f})")
         start = entry["start"]["after_sft"].get("success", float("nan"))
-        context = task.partition("@")[2]  # a run under a rewritten context says which
-        seen = f", context={context.replace('-', ':', 1)}" if context else ""
+        context = split_context_key(task)[1]  # a run under a rewritten context says which
+        seen = f", context={context}" if context else ""
         ax.set_title(f"{entry['start']['env']}{seen}  (held-out success at start: {start:.3f})", fontsize=9)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("training-batch mean return (5-step moving average)")

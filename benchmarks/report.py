@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _common import two_proportion_z, wilson
+from _common import split_context_key, two_proportion_z, wilson
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -334,14 +334,6 @@ def _bounds(result: dict[str, Any]) -> tuple[float, float]:
     return wilson(float(result.get("success", 0.0)), int(result.get("episodes") or 0))
 
 
-def _context_of(key: str) -> tuple[str, str]:
-    """A learning work dir's task key split into the task and its context policy as a user writes it
-    (``webshop@window-2`` -> ``("webshop", "window:2")``: learning.py's dir names cannot hold the colon)."""
-    task, _, context = key.partition("@")
-    kind, dash, k = context.partition("-")
-    return task, f"{kind}:{k}" if dash and kind == "window" and k.isdigit() else context
-
-
 def _seed_of(run: str) -> str:
     """A run name's training-seed suffix (``grpo-gigpo-seed1`` -> ``-seed1``; '' for seed 0)."""
     head, sep, tail = run.rpartition("-seed")
@@ -392,7 +384,7 @@ def _context_learning(data: dict[str, Any]) -> str:
     the whole chat's run (two-proportion z)."""
     parts = [_learning(data)]
     for key, t in data["tasks"].items():
-        task, context = _context_of(key)
+        task, context = split_context_key(key)
         full = data["tasks"].get(task)
         if not context or not full:
             continue
@@ -766,7 +758,7 @@ def headline_rows() -> list[list[str]]:
     if (RESULTS / "context_learning.json").is_file():
         tasks = _load("context_learning")["tasks"]
         for key, t in tasks.items():
-            task, context = _context_of(key)
+            task, context = split_context_key(key)
             full = tasks.get(task)
             if not context or not full or not t.get("runs"):
                 continue
