@@ -31,6 +31,8 @@ from agentr1_gym.errors import (
     ConfigError,
     NoOracleError,
     ResetNeededError,
+    RewardRangeError,
+    TaskCodeError,
     ToolContractError,
 )
 from agentr1_gym.formats import ParsedAction, ToolCall, ToolCallFormat, get_format, strip_thinking
@@ -39,6 +41,7 @@ from agentr1_gym.rewards import (
     OUTCOME_KEYS,
     ProcessReward,
     RewardConfig,
+    reward_problem,
     unknown_process_reward_hint,
 )
 from agentr1_gym.spaces import FreeText
@@ -60,6 +63,15 @@ def parse_context(value: Any) -> tuple[str, Any]:
     """A context policy as ``(kind, argument)``: ``("full", None)``, ``("window", K)``, ``("state", None)`` or
     ``("function", fn)``; a bad one raises ``ValueError`` saying what is accepted."""
     if callable(value):
+        try:
+            inspect.signature(value).bind(task_messages=[], history=[])
+        except TypeError:
+            raise ValueError(
+                f"a context function is called as fn(task_messages=..., history=...) -> messages; "
+                f"{getattr(value, '__name__', value)!r} does not take those keywords"
+            ) from None
+        except ValueError:  # a builtin without a readable signature: accepted, checked when called
+            pass
         return "function", value
     if value in ("full", "state"):
         return value, None
@@ -587,7 +599,13 @@ class ToolEnv(gym.Env[str, str], ABC):
                 return [dict(first)]
             state = clean_text(str(self.state_text()))
             return [{**first, "content": f"{first['content']}\n\nCurrent state:\n{state}"}]
-        out = arg(task_messages=[dict(first)], history=[dict(m) for m in history])
+        try:
+            out = arg(task_messages=[dict(first)], history=[dict(m) for m in history])
+        except Exception as exc:
+            raise TaskCodeError(
+                f"the context function {getattr(arg, '__name__', arg)!r} raised {type(exc).__name__}: {exc} "
+                f"(task {self._episode_task_id!r}, turn {self.turn})"
+            ) from exc
         if (
             not isinstance(out, list)
             or not out
@@ -596,7 +614,7 @@ class ToolEnv(gym.Env[str, str], ABC):
                 for m in out
             )
         ):
-            raise ConfigError(
+            raise TaskCodeError(
                 "the context function must return a non-empty list of messages ({'role': str, 'content': str}), "
                 f"got {out!r:.80}"
             )
@@ -900,7 +918,16 @@ class ToolEnv(gym.Env[str, str], ABC):
         self, info: dict[str, Any], components: dict[str, float], process: float, outcome: float
     ) -> dict[str, Any]:
         """Complete a step's ``info``: its reward components and their process/outcome split, the chat so far and
-        what the agent sees next under the context policy (for subclasses that write their own ``step``)."""
+        what the agent sees next under the context policy (for subclasses that write their own ``step``). Every
+        value keeps the reward rule (finite, within ``REWARD_LIMIT``) or this raises
+        :class:`~agentr1_gym.errors.RewardRangeError` naming it: an env never hands a trainer an infinite step."""
+        for key, value in (*components.items(), ("process_reward", process), ("outcome_reward", outcome)):
+            problem = reward_problem(value)
+            if problem is not None:
+                raise RewardRangeError(
+                    f"{type(self).__name__} step {self.turn}: reward component {key!r} is {problem}; check the "
+                    "weights and reward functions that pay it"
+                )
         info.update(
             reward_components=components,
             process_reward=process,

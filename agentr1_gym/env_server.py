@@ -230,11 +230,16 @@ def build_app(
     return app
 
 
-def serve(app: Any, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Run ``app`` with uvicorn until interrupted."""
+def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, max_connections: int = 256) -> None:
+    """Run ``app`` with uvicorn until interrupted: at most ``max_connections`` open at once (uvicorn answers 503
+    past it, so slow or idle clients cannot take every file descriptor), idle keep-alive connections closed after
+    5 s. What this does not bound (OpenEnv's own HTTP ``/reset`` and ``/step`` build an env per request outside
+    ``max_sessions``; a client that sends its headers a byte at a time holds its connection) is why the server
+    binds 127.0.0.1 by default: see docs/engines/openenv.md before serving on a shared network."""
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="warning", ws_max_size=16 * 1024 * 1024)
+    uvicorn.run(app, host=host, port=port, log_level="warning", ws_max_size=16 * 1024 * 1024,
+                limit_concurrency=max_connections, timeout_keep_alive=5)  # fmt: skip
 
 
 def _space_name(env_id: str) -> str:

@@ -24,6 +24,8 @@ __all__ = [
     "MissingDependencyError",
     "NoOracleError",
     "ResetNeededError",
+    "RewardRangeError",
+    "TaskCodeError",
     "ToolContractError",
     "ToolInfrastructureError",
     "UnknownEnvError",
@@ -68,6 +70,18 @@ class NoOracleError(ConfigError):
 
 class ResetNeededError(AgentR1Error, gymnasium.error.ResetNeeded):
     """``step`` was called before ``reset`` or after the episode ended."""
+
+
+class TaskCodeError(ConfigError):
+    """A task's own code (its prompt function, its world's constructor, its context function) raised or answered
+    out of contract: a bug in the task, never the model's fault. The message names the function and the task."""
+
+
+class RewardRangeError(ConfigError):
+    """A reward that is not a finite number within ``agentr1_gym.rewards.REWARD_LIMIT`` in absolute value (NaN,
+    +-inf, or a value that overflows float32 once summed or normalised): raised where it enters (an env's reward
+    components, a user's reward function or weight, an agent's result, a trainer's batch), so that no step trains
+    on it silently. The message names where it came from."""
 
 
 class ToolContractError(ConfigError):

@@ -23,12 +23,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentr1_gym.errors import RewardRangeError
+
 __all__ = [
     "COMPONENT_NOTES",
     "GENERIC_PROCESS_KEYS",
     "OUTCOME_KEYS",
     "SUB_EM_EXTRA_WORDS",
     "UNEARNED_REWARD_BOUND",
+    "REWARD_LIMIT",
     "NeededValues",
     "ProcessReward",
     "RewardConfig",
@@ -36,9 +39,32 @@ __all__ = [
     "f1_score",
     "normalize_answer",
     "qa_metrics",
+    "reward_problem",
     "sub_exact_match",
     "unknown_process_reward_hint",
 ]
+
+#: The one finiteness rule for rewards, at every door (an env's components, a user's reward function and weights,
+#: an OpenEnv server's answers, an agent's result, a trainer's batch): a reward is a finite number with
+#: ``|reward| <= REWARD_LIMIT``. Far above any env's scale (ours pay within [-2, 2] per episode), far below float32's
+#: 3.4e38: a batch's sums, group means and variances stay finite, so a trainer never steps on inf or NaN.
+REWARD_LIMIT = 1e6
+
+
+def reward_problem(value: Any) -> str | None:
+    """Why ``value`` breaks the reward rule (not a number, NaN, infinite, beyond :data:`REWARD_LIMIT`), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{type(value).__name__} {str(value)[:40]!r} is not a number"
+    try:
+        number = float(value)
+    except OverflowError:
+        return f"{str(value)[:40]} overflows a float"
+    if not math.isfinite(number):
+        return f"{number} is not finite"
+    if abs(number) > REWARD_LIMIT:
+        return f"{number:g} is beyond +-{REWARD_LIMIT:g} (it overflows float32 once summed or normalised)"
+    return None
+
 
 _PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -274,9 +300,10 @@ class RewardConfig(BaseModel):
 
     def outcome(self, score: float, format_ok: bool, success: bool | None = None) -> dict[str, float]:
         """Outcome components for an answer score in [0, 1], the episode's format validity and whether the answer
-        solved the task (None: ``score >= 1``)."""
+        solved the task (None: ``score >= 1``). A score that is not finite is an env's bug, raised (it was read
+        as 0.0, which hid it)."""
         if not math.isfinite(score):
-            score = 0.0
+            raise RewardRangeError(f"the answer score is {score}, not a finite number: check the env's score_answer")
         if success is None:
             success = score >= 1.0
         answer = 0.0 if (self.format_gate and not format_ok) else self.answer_weight * score

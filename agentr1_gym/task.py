@@ -49,11 +49,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentr1_gym.env import EnvSettings, ToolEnv
-from agentr1_gym.errors import ConfigError, NoOracleError
+from agentr1_gym.errors import ConfigError, NoOracleError, RewardRangeError, TaskCodeError
 from agentr1_gym.matching import answer_match
 from agentr1_gym.rewards import (
     GENERIC_PROCESS_KEYS,
     OUTCOME_KEYS,
+    REWARD_LIMIT,
     ProcessReward,
     RewardConfig,
     unknown_process_reward_hint,
@@ -83,11 +84,6 @@ _RESERVED = ("score", "success", "format_ok", "turns", "repeat_rate")
 _WORLD_API = ("state_key", "state_text", "admissible_actions")
 #: registered tasks: env id -> spec
 _TASKS: dict[str, TaskSpec] = {}
-
-
-class TaskCodeError(ConfigError):
-    """A task's own code (its prompt function, its world's constructor) raised: a bug in the task, never the
-    model's fault. The message names the function and the task."""
 
 
 class RewardFunctionError(ConfigError):
@@ -206,6 +202,8 @@ def _reward_fn(name: str, fn: Any, weight: Any, has_world: bool) -> RewardFn:
         or weight <= 0
     ):
         raise ConfigError(f"reward {name!r}: its weight must be a positive number, got {weight!r}")
+    if weight > REWARD_LIMIT:
+        raise RewardRangeError(f"reward {name!r}: its weight {weight:g} is beyond the reward limit {REWARD_LIMIT:g}")
     if name in _RESERVED:
         raise ConfigError(f"reward {name!r}: that metric name is the env's own; name the component otherwise")
     params = list(_params("reward function", name, fn, REWARD_PARAMETERS))
@@ -335,6 +333,11 @@ def _process_rewards(given: Any, has_world: bool) -> tuple[ProcessRewardFn, ...]
             raise ConfigError(
                 f"process reward {name!r}: its cap (units per episode) must be > 0, got {cap!r}"
             )
+        if abs(weight) * cap > REWARD_LIMIT:
+            raise RewardRangeError(
+                f"process reward {name!r}: weight x cap = {abs(weight) * cap:g} could pay more than the reward limit "
+                f"+-{REWARD_LIMIT:g} in an episode; keep |weight| x cap within it"
+            )
         if name in (
             *_RESERVED,
             *GENERIC_PROCESS_KEYS,
@@ -451,8 +454,9 @@ def make_task(
         id_field: the row field holding the task's id (else its index).
         oracle: ``oracle(env) -> str``, the next turn of a policy that knows the answer (for warm starts and
             tests; build turns with ``env.call_text(tool, **args)`` / ``env.answer_text(text)``), or the whole
-            plan as a list, of which turn ``env.turn`` is played: each step a call ``(tool, {args})`` or the
-            answer text (``lambda env: [("sql", {"query": env.task["query"]}), env.task["answer"]]``). Default
+            plan as a list, each step a call ``(tool, {args})`` (``(tool,)`` without arguments) or the answer
+            text; the oracle plays the first step that the calls succeeded so far have not done (so it resumes
+            after any deviation, and a failed call is played again) (``lambda env: [("sql", {"query": env.task["query"]}), env.task["answer"]]``). Default
             for answer tasks with gold answers: answer at once.
         success_threshold: an episode succeeds when its ``score`` is at least this.
         max_turns: the default episode length (``gym.make(id, max_turns=...)`` overrides it).
@@ -735,6 +739,7 @@ class TaskEnv(ToolEnv):
 
     def process_reward_units(self, call: Any, result: ToolResult) -> dict[str, float]:
         """The task's own process rewards (``process_rewards=``) for one successful call."""
+        self._succeeded.append((call.name, dict(call.arguments)))
         if not self.task_spec.process_rewards:
             return {}
         values = {
@@ -752,6 +757,7 @@ class TaskEnv(ToolEnv):
         return {f.name: f.cap for f in self.task_spec.process_rewards}
 
     def on_reset(self) -> None:
+        self._succeeded: list[tuple[str, dict[str, Any]]] = []  # the calls that ran and succeeded, in order
         field_ = self.task_spec.user_turns
         self._said = list(self.task[field_]) if field_ else []
         world = self.task_spec.world
@@ -835,22 +841,29 @@ class TaskEnv(ToolEnv):
         return self.call_text(free[int(self.np_random.integers(len(free)))])
 
     def _plan_step(self, plan: list[Any]) -> str:
-        """Turn ``self.turn`` of an oracle's plan: a call ``(tool, {args})`` (or ``(tool,)``) or the answer text."""
-        if self.turn >= len(plan):
-            raise ConfigError(f"the oracle's plan has {len(plan)} steps, and turn {self.turn} has none")
-        step = plan[self.turn]
-        if isinstance(step, str):
-            return self.answer_text(step)
-        if (
-            isinstance(step, tuple)
-            and len(step) in (1, 2)
-            and isinstance(step[0], str)
-            and (len(step) == 1 or isinstance(step[1], dict))
-        ):
-            return self.call_text(step[0], **(step[1] if len(step) == 2 else {}))
+        """The next step of an oracle's plan, from the calls that succeeded so far (not the turn number): a call
+        ``(tool, {args})`` (or ``(tool,)``) whose match among them, in order, is missing, or else the answer text.
+        So a plan resumes after any deviation: a malformed turn, a stray call or a failed call (played again)."""
+        done = iter(self._succeeded)
+        for index, step in enumerate(plan):
+            if isinstance(step, str):
+                return self.answer_text(step)
+            if not (
+                isinstance(step, tuple)
+                and len(step) in (1, 2)
+                and isinstance(step[0], str)
+                and (len(step) == 1 or isinstance(step[1], dict))
+            ):
+                raise ConfigError(
+                    f"step {index} of the oracle's plan is {step!r:.80}: a step is a call (tool, {{args}}) or "
+                    "the answer text"
+                )
+            call = (step[0], dict(step[1]) if len(step) == 2 else {})
+            if not any(made == call for made in done):  # consumes the calls up to its match
+                return self.call_text(call[0], **call[1])
         raise ConfigError(
-            f"step {self.turn} of the oracle's plan is {step!r:.80}: a step is a call (tool, {{args}}) or the "
-            "answer text"
+            f"the oracle's plan has {len(plan)} steps, every call of it has run, and it gives no answer after "
+            "them: end a plan with the answer text, or with the call that ends the world"
         )
 
     def oracle_action(self) -> str:

@@ -75,15 +75,27 @@ def _json_lines(path: Path) -> list[Any]:
     return out
 
 
+def _own_file(run_dir: Path, path: Path) -> bool:
+    """Whether ``path`` is a regular file of the run itself: not a link, and inside ``run_dir`` once resolved. A
+    downloaded run can hold a link to anything on the viewer's machine (``eval_before_rl.json -> ~/.ssh/...``);
+    the page, which is made to be shared, embeds no such file."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        return path.resolve().is_relative_to(run_dir.resolve())
+    except OSError:
+        return False
+
+
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The run's logged rows: ``metrics.jsonl`` when the run finished, else the newest checkpoint's log."""
     rows: list[dict[str, Any]] = []
     path = run_dir / RunFiles.metrics
-    if path.is_file():
+    if _own_file(run_dir, path):
         rows = _json_lines(path)
     else:
         states = sorted(
-            run_dir.glob("checkpoint-*/trainer_state.json"),
+            (p for p in run_dir.glob("checkpoint-*/trainer_state.json") if _own_file(run_dir, p)),
             key=lambda p: (
                 int(p.parent.name.rsplit("-", 1)[1]) if p.parent.name.rsplit("-", 1)[1].isdigit() else -1
             ),
@@ -113,12 +125,14 @@ def load_run(path: str | Path) -> dict[str, Any]:
     if path.is_dir():
         metrics = _metrics(path)
         for label, name in EVAL_FILES.items():
-            if (path / name).is_file():
+            if _own_file(path, path / name):
                 evals[label] = _read_json(path / name)
-        if (path / RunFiles.config).is_file():
+        if _own_file(path, path / RunFiles.config):
             config = _read_json(path / RunFiles.config)
-        episodes_file = path / EPISODES_FILE
-        if not metrics and not evals and not episodes_file.is_file():
+        episodes_file: Path | None = path / EPISODES_FILE
+        if not _own_file(path, episodes_file):
+            episodes_file = None
+        if not metrics and not evals and episodes_file is None:
             raise ConfigError(
                 f"{path}: not a run directory (no metrics.jsonl, checkpoint, evaluation or {EPISODES_FILE}); "
                 "give an `agentr1 train` output directory or an episodes file"
@@ -127,7 +141,7 @@ def load_run(path: str | Path) -> dict[str, Any]:
         metrics, episodes_file = [], path
     episodes: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
     skipped = 0
-    if episodes_file.is_file():
+    if episodes_file is not None and episodes_file.is_file():
         for record in read_episodes(episodes_file):
             if not _well_formed(record):
                 skipped += 1

@@ -9,6 +9,8 @@ import asyncio
 import itertools
 import json
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -550,3 +552,122 @@ def test_the_tutorials_python_block_runs(tmp_path, tok, monkeypatch):
     exec(compile(block, str(TUTORIAL), "exec"), names)
     names["trainer"].close_generation()
     assert names["trainer"].state.global_step == 1
+
+
+# ---- reliability round 5: one episode cannot stall another; blocking agents and extreme rewards -------------
+def test_a_body_over_the_limit_is_refused_unread(tok):
+    gen = ScriptedGenerator(tok, lambda p, i: "done")
+    with AgentProxy(gen, tok, SAMPLING, max_body_bytes=1_000_000) as proxy:
+        url = proxy.base_url(proxy.open_episode()) + "/chat/completions"
+        big = json.dumps({"messages": [{"role": "user", "content": "x" * 1_200_000}]})
+        answer = httpx.post(url, content=big, timeout=30)
+        assert answer.status_code == 413 and answer.json()["error"]["code"] == "request_too_large"
+        # chunked, without a Content-Length: refused while it streams
+        answer = httpx.post(url, content=iter([big[i : i + 65536].encode() for i in range(0, len(big), 65536)]),
+                            timeout=30)  # fmt: skip
+        assert answer.status_code == 413
+        ok = httpx.post(url, json={"messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+        assert ok.status_code == 200
+
+
+def test_a_long_request_does_not_hold_up_another_episode_s_call(tok):
+    """Finding 7: the chat was rendered and tokenized on the event loop, so another episode's 2-token call waited
+    behind a 3 MB message (3.7 s; 58 s behind 20 MB). Now the work runs in worker threads: the short call, sent
+    while the long one is being tokenized, is answered first."""
+    import threading
+
+    gen = ScriptedGenerator(tok, lambda p, i: "done")
+    finished: list[str] = []
+    with AgentProxy(gen, tok, SAMPLING, max_context_tokens=10_000_000) as proxy:
+        long_url = proxy.base_url(proxy.open_episode()) + "/chat/completions"
+        short_url = proxy.base_url(proxy.open_episode()) + "/chat/completions"
+        words = " ".join(f"w{i % 997}" for i in range(450_000))  # about 3 MB, seconds of tokenizing
+
+        def long_call() -> None:
+            httpx.post(long_url, json={"messages": [{"role": "user", "content": words}]}, timeout=120)
+            finished.append("long")
+
+        thread = threading.Thread(target=long_call)
+        thread.start()
+        time.sleep(0.3)  # the long request is being parsed and tokenized
+        answer = httpx.post(short_url, json={"messages": [{"role": "user", "content": "hi"}]}, timeout=120)
+        finished.append("short")
+        thread.join()
+    assert answer.status_code == 200
+    assert finished == ["short", "long"]
+
+
+async def blocking_agent(client, task):
+    """A bug users write: a blocking call inside `async def` (a sync HTTP client, time.sleep)."""
+    time.sleep(3)
+    return 1.0
+
+
+def test_a_blocking_agent_is_dropped_at_its_deadline(tok):
+    """Finding 8: `time.sleep(6)` inside the coroutine with timeout_s=0.5 was kept, reward 1.0, after 6.2 s. Now
+    each episode runs on a loop of its own thread, and the trainer's loop drops it at the deadline."""
+    from agentr1_trl.agent_loop import AgentFailedError
+
+    gen = ScriptedGenerator(tok, lambda p, i: "done")
+    with AgentProxy(gen, tok, SAMPLING) as proxy:
+        start = time.monotonic()
+        with pytest.raises(AgentFailedError, match="ran past 0.5 s"):
+            run_agent_episodes(proxy, blocking_agent, [{"word": "x"}], timeout_s=0.5, retries=0)
+        assert time.monotonic() - start < 2.5
+
+
+def test_agents_blocked_for_ever_stop_the_run_with_the_reason(monkeypatch):
+    from agentr1_trl import agent_loop
+
+    release = threading.Event()
+    stuck = [threading.Thread(target=release.wait, daemon=True) for _ in range(agent_loop.MAX_BLOCKED_AGENTS)]
+    for t in stuck:
+        t.start()
+    monkeypatch.setattr(agent_loop, "_ABANDONED", [(t, time.monotonic() - 10) for t in stuck])
+    try:
+        with pytest.raises(agent_loop.AgentFailedError, match="blocking call inside `async def`"):
+            agent_loop._check_blocked(1.0)
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize("reward", [1e39, -1e39, 1e7, float("inf"), {"answer": 1e300}])
+def test_an_agent_reward_beyond_the_rule_is_a_typed_error(reward):
+    """Finding 9: an agent reward of 1e39 passed as_result; in float32 it is inf."""
+    from agentr1_trl.agent_loop import as_result
+
+    from agentr1_gym.errors import RewardRangeError
+
+    with pytest.raises(RewardRangeError):
+        as_result(reward)
+
+
+def test_the_trainer_never_steps_on_a_reward_infinite_in_float32(tmp_path, tok, monkeypatch):
+    """Finding 9: one real GRPO step with an agent reward of 1e39 ran with loss 0.0 and grad_norm 0.0 and logged
+    reward=inf. Past every other door (here as_result's check is taken away), the trainer's own check stops the
+    step before any update, naming the episode."""
+    import torch
+    from peft import LoraConfig
+
+    from agentr1_trl import agent_loop
+    from agentr1_gym.errors import RewardRangeError
+
+    monkeypatch.setattr(agent_loop, "as_result", lambda value: AgentResult(float(value), {"reward": float(value)},
+                                                                           {"success": 1.0}))  # fmt: skip
+
+    async def huge(client, task):
+        await play_env_task(client, task)
+        return 1e39
+
+    trainer = AgentGRPOLoopTrainer(
+        tiny_model(tok), _grpo_args(tmp_path), tok, agent=huge,
+        peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"]),
+    )  # fmt: skip
+    lora = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
+    try:
+        with pytest.raises(RewardRangeError, match="episode 0 of the batch"):
+            trainer.train()
+    finally:
+        trainer.close_generation()
+    after = dict(trainer.model.named_parameters())
+    assert all(torch.equal(after[n], p) for n, p in lora.items())

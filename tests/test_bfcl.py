@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import uuid
 
 import pytest
@@ -296,3 +297,153 @@ def test_state_keys_exist_for_every_task_and_name_the_state_not_the_env(category
         changed += env.unwrapped.state_key() != key
     # many first calls only look (ls, cd, get_*); the rest move files, book, post or trade
     assert changed >= env.unwrapped.num_tasks // 10
+
+
+# ---- reliability round 5: a deadline and a memory bound on every call, no process-wide state changed ---------
+def _math_env(**kw):
+    env = agentr1_gym.make(ENV_ID, **kw)
+    index = next(i for i, t in enumerate(env.unwrapped.tasks) if "MathAPI" in t["involved_classes"])
+    env.reset(options={"task_index": index})
+    return env
+
+
+def _call(env, function: str, **arguments) -> tuple[float, str, dict]:
+    start = time.monotonic()
+    obs, _, _, _, info = env.step(HERMES.format_call(ToolCall(function, arguments)))
+    return time.monotonic() - start, obs, info
+
+
+@pytest.mark.parametrize(
+    "name, arguments",
+    [
+        ("power", {"base": 10, "exponent": 30000000}),
+        ("power", {"base": 999999999999, "exponent": 999999999999}),
+        ("square_root", {"number": 2, "precision": 3000000}),
+        ("logarithm", {"value": 2, "base": 10, "precision": 300000}),
+    ],
+)
+def test_a_call_that_would_run_for_minutes_answers_within_its_deadline(name, arguments):
+    """Finding 1: inside the env's argument bounds each of these kept env.step running past 40 s (the second one
+    forever, its memory growing). Now the call is killed at call_timeout_s and answers BFCL's error text; the
+    world is as before it, and the next call runs."""
+    env = _math_env(call_timeout_s=1.5)
+    elapsed, obs, info = _call(env, name, **arguments)
+    assert elapsed < 6, elapsed
+    assert "did not finish within 1.5 s" in obs or "memory" in obs, obs
+    assert info["reward_components"]["tool_success"] == 0.0
+    _, obs, _ = _call(env, "add", a=1, b=2)
+    assert '"result": 3' in obs
+    env.close()
+
+
+def test_no_call_changes_the_process_s_numeric_settings():
+    """Finding 2: after square_root(precision=2) and logarithm(precision=3) the thread's decimal precision was 2
+    and mpmath.mp.dps 3, for every other env and library in the process."""
+    import decimal
+
+    import mpmath
+
+    before = (decimal.getcontext().prec, mpmath.mp.dps)
+    env = _math_env()
+    _, obs, _ = _call(env, "square_root", number=2, precision=2)
+    assert "1.4" in obs
+    _, obs, _ = _call(env, "logarithm", value=2, base=10, precision=3)
+    assert "0.301" in obs
+    assert (decimal.getcontext().prec, mpmath.mp.dps) == before
+    env.close()
+    # the ground truth's own calls run in-process: they leave nothing behind either
+    env = agentr1_gym.make(ENV_ID)
+    for index, task in enumerate(env.unwrapped.tasks):
+        if any(n in ("square_root", "logarithm") for turn in task["calls"] for n, _ in turn):
+            env.reset(options={"task_index": index})
+            for _ in range(60):
+                *_, term, trunc, _ = env.step(env.unwrapped.oracle_action())
+                if term or trunc:
+                    break
+            break
+    assert (decimal.getcontext().prec, mpmath.mp.dps) == before
+    env.close()
+
+
+def test_the_worker_is_restarted_after_a_deadline_and_the_world_is_kept():
+    """A call killed at its deadline kills its worker; the next call's worker holds the env's own copies (the
+    changes of earlier calls included)."""
+    env = agentr1_gym.make(ENV_ID, call_timeout_s=1)
+    index = next(i for i, t in enumerate(env.unwrapped.tasks)
+                 if "GorillaFileSystem" in t["involved_classes"] and "MathAPI" in t["involved_classes"])  # fmt: skip
+    env.reset(options={"task_index": index})
+    _, obs, _ = _call(env, "mkdir", dir_name="made_before")
+    _, obs, _ = _call(env, "power", base=10, exponent=30000000)
+    assert "did not finish" in obs
+    assert env.unwrapped._worker.restarts == 1
+    _, obs, _ = _call(env, "ls")
+    assert "made_before" in obs
+    env.close()
+    assert env.unwrapped._worker is None
+
+
+def test_a_pickled_env_mid_episode_plays_on_with_a_worker_of_its_own():
+    import pickle
+
+    env = agentr1_gym.make(ENV_ID)
+    index = next(i for i, t in enumerate(env.unwrapped.tasks) if "GorillaFileSystem" in t["involved_classes"])
+    env.reset(options={"task_index": index})
+    _call(env, "mkdir", dir_name="kept")
+    copy_ = pickle.loads(pickle.dumps(env))
+    _, obs, _ = _call(copy_, "ls")
+    assert "kept" in obs
+    assert copy_.unwrapped._worker is not env.unwrapped._worker
+    env.close()
+    copy_.close()
+
+
+def _bound_value(spec: dict, rng: random.Random):
+    """A value at the env's argument bounds for one parameter's schema type."""
+    from agentr1_gym.envs.bfcl import MAX_ITEMS, MAX_NUMBER, MAX_STRING
+
+    kind = spec.get("type")
+    if kind in ("integer",):
+        return rng.choice([int(MAX_NUMBER), -int(MAX_NUMBER), 0, 999999999999])
+    if kind in ("float", "number"):
+        return rng.choice([MAX_NUMBER, -MAX_NUMBER, 1e-300, 0.0])
+    if kind == "boolean":
+        return rng.choice([True, False])
+    if kind in ("array", "tuple"):
+        item = spec.get("items") or {"type": "string"}
+        return [_bound_value(item, rng) for _ in range(rng.choice([0, MAX_ITEMS]))]
+    if kind == "dict":
+        return {f"k{i}": "v" * 100 for i in range(rng.choice([0, MAX_ITEMS]))}
+    return rng.choice(["", "x" * MAX_STRING, "../" * 5000, "*" * 1000])
+
+
+def test_every_simulated_api_at_its_bounds_answers_within_the_deadline():
+    """Every function of every class (base category), called three times with arguments at the env's bounds:
+    each step returns within the deadline plus the worker's restart, never raises, and leaves the process's
+    numeric settings alone."""
+    import decimal
+
+    import mpmath
+
+    from agentr1_gym.envs.bfcl import func_docs
+
+    rng = random.Random(0)
+    before = (decimal.getcontext().prec, mpmath.mp.dps)
+    env = agentr1_gym.make(ENV_ID, call_timeout_s=2, max_turns=10_000)
+    tasks = env.unwrapped.tasks
+    classes = sorted({c for t in tasks for c in t["involved_classes"]})
+    slowest, ran = 0.0, 0
+    for class_name in classes:
+        index = next(i for i, t in enumerate(tasks) if class_name in t["involved_classes"])
+        env.reset(options={"task_index": index})
+        for doc in func_docs(class_name):
+            props = (doc.get("parameters") or {}).get("properties") or {}
+            for _ in range(4):
+                args = {k: _bound_value(v, rng) for k, v in props.items()}
+                elapsed, obs, info = _call(env, doc["name"], **args)
+                slowest = max(slowest, elapsed)
+                ran += info["action_error"] is None  # validated and ran (an API error is the API's answer)
+                assert isinstance(obs, str)
+    assert ran > 300, ran  # the sweep reached the methods, not only the argument checks
+    assert slowest < 2 + 10, slowest
+    assert (decimal.getcontext().prec, mpmath.mp.dps) == before
+    env.close()

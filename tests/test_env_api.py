@@ -61,6 +61,8 @@ CASES: dict[str, object] = {
     # worlds: text games and the shop
     "family": {"AgentR1/TextWorld-TreasureHunter-v0": "coin_collector", "*": "treasure_hunter"},
     "category": "miss_func",
+    "call_timeout_s": 7.0,
+    "call_memory_mb": 256.0,
     "level": 2,
     "num_games": 3,
     "pool_seed": 1,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agentr1_gym.errors import RewardRangeError
 from agentr1_gym.rewards import (
     RewardConfig,
     exact_match,
@@ -73,7 +74,8 @@ def test_reward_config_outcome_and_agent_r1_preset():
     assert sum(r1.outcome(1.0, True).values()) == 1.0
     assert sum(r1.outcome(1.0, False).values()) == -1.0  # gated: a right answer in a bad format earns nothing
     assert sum(r1.outcome(0.0, True).values()) == 0.0
-    assert sum(r1.outcome(float("nan"), True).values()) == 0.0
+    with pytest.raises(RewardRangeError, match="not a finite number"):  # was read as 0.0, which hid the bug
+        r1.outcome(float("nan"), True)
     with pytest.raises(ValueError):
         RewardConfig(answer_weigth=1.0)  # a typo of a generic field
     # env-specific names are checked by the env, which knows its metrics and process components

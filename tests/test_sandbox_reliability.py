@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -76,8 +77,8 @@ def _memory_holds(pid: int, needle: bytes) -> bool:
     return False
 
 
-def _our_dirs() -> set[str]:
-    return set(glob.glob(os.path.join(TMP, "agentr1-sbx-*")) + glob.glob(os.path.join(TMP, ".agentr1-sbx-*")))
+def _our_dirs(tmp: str = TMP) -> set[str]:
+    return set(glob.glob(os.path.join(tmp, "agentr1-sbx-*")) + glob.glob(os.path.join(tmp, ".agentr1-sbx-*")))
 
 
 # ---- no state crosses runs ---------------------------------------------------------------------------------
@@ -249,15 +250,18 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_a_burst_of_hostile_runs_neither_deadlocks_nor_shrinks_the_pool(mode):
+def test_a_burst_of_hostile_runs_neither_deadlocks_nor_shrinks_the_pool(mode, monkeypatch):
     """100 concurrent calls that kill themselves, die by real-time signals, time out, build 1,500-deep trees or
     signal their parent, while another thread kills the pool's workers. Before: waiting callers never started
     replacement workers (96 of 100 calls still blocked after 180 s) and deep trees killed workers (the pool
-    shrank to 1 of 2)."""
+    shrank to 1 of 2). The pool's workers keep their directories in a TMPDIR of this test's own, so the check
+    judges only them (counting the host's temp dir failed whenever another sandbox ran beside the suite)."""
+    private = tempfile.mkdtemp(prefix="agentr1-burst-")
+    monkeypatch.setenv("TMPDIR", private)
     sb = _sandbox(mode)
     sb.run("print(1)")
     pid1 = sb.isolation["pid_namespace"]
-    before = _our_dirs()
+    assert _our_dirs(private), "the pool's workers keep their directories in the test's TMPDIR"
     kinds = [list(HOSTILE)[i % len(HOSTILE)] for i in range(100)]
     results: dict[int, object] = {}
     errors: list[BaseException] = []
@@ -317,9 +321,10 @@ def test_a_burst_of_hostile_runs_neither_deadlocks_nor_shrinks_the_pool(mode):
     # a killed worker's directory can still be on its way out when close() returns (a fixed 0.2 s wait here
     # was flaky under a loaded CI machine: once in 1,625 tests); wait up to 10 s for it
     deadline = time.monotonic() + 10
-    while not _our_dirs() <= before and time.monotonic() < deadline:
+    while _our_dirs(private) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _our_dirs() <= before, "directories left behind"
+    assert not _our_dirs(private), "directories left behind"
+    shutil.rmtree(private, ignore_errors=True)
 
 
 # ---- clean-up ------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ tool is a failed call."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 import time
@@ -180,3 +181,54 @@ def test_annotated_constraints_reach_the_schema_and_the_validation():
     for bad in ({"query": ""}, {"query": "toolong"}, {"query": "a", "k": 0}):
         with pytest.raises(ValidationError):
             search.validate(bad)
+
+
+# ---- ObjectWorker: objects whose methods run in a worker process under a deadline and a memory bound ---------
+class Hungry:
+    """A world object whose methods a model's arguments can make slow or large."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def eat(self, mb: int) -> int:
+        self.calls += 1
+        return len(bytearray(mb * 1024 * 1024))
+
+    def spin(self, seconds: float) -> str:
+        self.calls += 1
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+        return "done"
+
+    def set_precision(self, digits: int) -> str:
+        import decimal
+
+        decimal.getcontext().prec = digits
+        return str(decimal.Decimal(1) / decimal.Decimal(3))
+
+
+def test_an_object_worker_bounds_memory_and_time_and_keeps_the_state():
+    import decimal
+
+    from agentr1_gym.tools.object_worker import CallFailed, CallTimedOut, ObjectWorker
+
+    worker = ObjectWorker(timeout_s=1.0, memory_mb=100)
+    world = Hungry()
+    worker.load({"w": world}, token=1)
+    value, state = worker.call("w", "eat", {"mb": 10})
+    assert value == 10 * 1024 * 1024 and state == {"calls": 1}
+    with pytest.raises(CallFailed, match="more than 100 MB") as info:
+        worker.call("w", "eat", {"mb": 400})
+    assert info.value.state == {"calls": 2}  # the worker survived; its state comes back
+    start = time.monotonic()
+    with pytest.raises(CallTimedOut):
+        worker.call("w", "spin", {"seconds": 30})
+    assert time.monotonic() - start < 5 and worker.restarts == 1
+    worker.load({"w": world}, token=2)  # a new worker, loaded with the caller's copy
+    text, state = worker.call("w", "set_precision", {"digits": 3}, text=True)
+    assert text == "0.333" and decimal.getcontext().prec == 28  # the setting stayed in the worker
+    pid = worker._proc.pid
+    worker.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

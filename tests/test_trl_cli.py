@@ -282,3 +282,49 @@ def test_train_takes_env_args_as_eval_does():
     assert env_kwargs("--env-kwargs", '{"max_hops": 2}', "--env-arg", "max_turns=5", "--env-arg", "context=window:1") == {
         "max_hops": 2, "max_turns": 5, "context": "window:1"}  # fmt: skip
     assert env_kwargs("--env", "AgentR1/Calculator-v0", "--env-arg", "max_turns=2") == {"max_turns": 2}
+
+
+@pytest.mark.parametrize(
+    "record",
+    ["{not json", "[1, 2]", '{"settings": 5}', '{"settings": {"env_id": 3}}',
+     '{"algo": "grpo", "model": "m", "lora_r": 8, "warm_start": 0, "settings": {"env_id": "AgentR1/SyntheticMultihop-v0",'
+     ' "env_kwargs": {}, "max_steps": 1, "max_new_tokens_per_turn": "lots"}}'],
+)  # fmt: skip
+def test_eval_next_to_a_damaged_run_record_is_a_one_line_error(tmp_path, record):
+    """Finding 13: `agentr1 eval --adapter` beside a damaged run_config.json raised raw AttributeError/ValueError/
+    TypeError. Now a ConfigError that names the file (the run's settings decide what the eval measures, so a
+    record that cannot be read is not quietly replaced by defaults)."""
+    import argparse
+
+    from agentr1_trl.model_eval import _run_settings
+
+    from agentr1_gym.errors import ConfigError
+
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "run_config.json").write_text(record)
+    args = argparse.Namespace(adapter=str(tmp_path / "adapter"), env_id="AgentR1/SyntheticMultihop-v0",
+                              max_new_tokens=None)  # fmt: skip
+    with pytest.raises(ConfigError, match="run_config.json") as info:
+        _run_settings(args, {})
+    assert "\n" not in str(info.value)
+
+
+def test_a_value_head_file_runs_no_pickle(tmp_path):
+    """Finding 14: value_head.pt was loaded without weights_only=True; the [trl] extra allows torch versions
+    that would run a pickle's code. A file that carries code is refused, whatever the torch version."""
+    import pickle
+
+    import torch
+
+    from agentr1_trl.value_head import VALUE_HEAD_FILE, load_value_head
+
+    class Payload:
+        def __reduce__(self):
+            return (print, ("PAYLOAD RAN",))
+
+    with open(tmp_path / VALUE_HEAD_FILE, "wb") as f:
+        pickle.dump({"weight": Payload()}, f)
+    with pytest.raises(pickle.UnpicklingError):
+        load_value_head(tmp_path)
+    torch.save({"weight": torch.zeros(1, 4), "bias": torch.zeros(1)}, tmp_path / VALUE_HEAD_FILE)
+    assert load_value_head(tmp_path).weight.shape == (1, 4)

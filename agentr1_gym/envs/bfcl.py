@@ -18,6 +18,14 @@ The env plays such a task:
   to ``eval``; this env never does. A call with an argument the function does not have, or without a required
   one, is refused before it runs (BFCL's harness would run it into a ``TypeError``). A turn's calls run in the
   order written.
+* **Every agent call runs under a deadline and a memory bound** (``call_timeout_s=5``, ``call_memory_mb=512``):
+  in the env's worker process (:mod:`agentr1_gym.tools.object_worker`, started at the first call), whose
+  changes to the API instance come back and nothing else does. The APIs are plain Python, and arguments inside the bounds can still make a
+  method run for minutes (``power(base=10, exponent=30000000)``) or set process-wide state (``square_root(...,
+  precision=2)`` sets the thread's ``decimal`` precision, ``logarithm`` sets ``mpmath.mp.dps``): a call past its
+  deadline is killed (with its worker, which the next call restarts with the env's own copies), a call past its
+  memory fails; both answer BFCL's error text, and no setting leaks into the trainer's process.
+  The ground truth's own calls run in-process with ``decimal`` and ``mpmath`` restored after each.
 * **The outcome** is BFCL's verdict, computed as its ``multi_turn_checker`` computes it: after each user turn with
   ground-truth calls, the turn must have calls, every involved instance's public state must equal the ground
   truth's, and the ground truth's results for the turn must all be among the agent's results so far. A task is
@@ -59,6 +67,7 @@ from agentr1_gym.errors import ConfigError, MissingDependencyError
 from agentr1_gym.formats import ToolCall
 from agentr1_gym.rewards import ProcessReward
 from agentr1_gym.tools.base import Tool, ToolResult
+from agentr1_gym.tools.object_worker import CallFailed, CallTimedOut, ObjectWorker, numeric_state_kept, value_text
 
 __all__ = ["CATEGORIES", "BFCLMultiTurnEnv", "ground_truth_calls", "load_tasks"]
 
@@ -205,16 +214,8 @@ def _refuse(name: str, problems: list[str]) -> ValidationError:
     )
 
 
-def _as_text(value: Any) -> str:
-    """A method's return value as BFCL's harness turns it into text (so results compare as the checker's do)."""
-    if type(value) is str:
-        return value
-    if type(value) is dict:
-        try:
-            return json.dumps(value)
-        except (TypeError, ValueError):
-            return str(value)
-    return str(value)
+#: a method's return value as BFCL's harness turns it into text (so results compare as the checker's do)
+_as_text = value_text
 
 
 class BFCLFunction(Tool):
@@ -311,6 +312,10 @@ class BFCLMultiTurnEnv(ToolEnv):
     Args:
         category: ``"base"``, ``"miss_func"``, ``"miss_param"`` or ``"long_context"``.
         split: ``"all"`` (BFCL's whole category, the default), ``"train"`` or ``"test"`` (a fixed fifth).
+        call_timeout_s: the deadline of one agent call (default 5 s; BFCL's calls take milliseconds). A call past
+            it is killed and answers ``"Error during execution: ... did not finish within 5 s"``, the world
+            unchanged.
+        call_memory_mb: the memory one agent call may add (default 512 MB); past it the call fails the same way.
         **settings: the env settings (``max_turns`` defaults to 60 assistant turns over the whole conversation,
             ``max_calls_per_turn`` to 8).
     """
@@ -335,11 +340,24 @@ class BFCLMultiTurnEnv(ToolEnv):
     ordered_calls: ClassVar[bool] = True
     final_answer: ClassVar[bool] = False
     reset_options: ClassVar[tuple[str, ...]] = ()
+    process_local: ClassVar[tuple[str, ...]] = ("_worker",)
 
-    def __init__(self, category: str = "base", split: str = "all", **settings: Any) -> None:
+    def __init__(
+        self,
+        category: str = "base",
+        split: str = "all",
+        call_timeout_s: float = 5.0,
+        call_memory_mb: float = 512.0,
+        **settings: Any,
+    ) -> None:
         require_bfcl()
         if split not in ("all", "train", "test"):
             raise ConfigError(f"split must be 'all', 'train' or 'test', got {split!r}")
+        for label, value in (("call_timeout_s", call_timeout_s), ("call_memory_mb", call_memory_mb)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ConfigError(f"{label} must be a positive number, got {value!r}")
+        self.call_timeout_s = float(call_timeout_s)
+        self.call_memory_mb = float(call_memory_mb)
         self.category = category
         self.split = split
         self.tasks = load_tasks(category)
@@ -360,8 +378,18 @@ class BFCLMultiTurnEnv(ToolEnv):
                 f"which {self.tool_format.name!r} cannot write"
             )
         self._reset_episode()
+        self.open_resources()
+
+    def open_resources(self) -> None:
+        self._worker: ObjectWorker | None = None  # started at the first agent call
+
+    def close_resources(self) -> None:
+        if getattr(self, "_worker", None) is not None:
+            self._worker.close()
+            self._worker = None
 
     def _reset_episode(self) -> None:
+        self._episode_token = object()  # the worker reloads the API instances once per episode
         self.model: dict[str, Any] = {}
         self.truth: dict[str, Any] = {}
         self.user_turn = 0
@@ -406,12 +434,24 @@ class BFCLMultiTurnEnv(ToolEnv):
     def run_function(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """Run one validated call on the agent's instance of its class, as BFCL's harness runs it (an exception
         becomes BFCL's ``"Error during execution: ..."`` text); the full result is kept for the checker."""
-        instance = self.model[self._owner[name]]
-        try:
-            text = _as_text(getattr(instance, name)(**copy.deepcopy(arguments)))
+        owner = self._owner[name]
+        instance = self.model[owner]
+        worker = self._worker
+        if worker is None:
+            worker = self._worker = ObjectWorker(self.call_timeout_s, self.call_memory_mb)
+        worker.load(self.model, self._episode_token)
+        state = None
+        try:  # in the env's worker process, under the deadline and memory bound; the state comes back
+            text, state = worker.call(owner, name, copy.deepcopy(arguments), text=True)
             failed = False
-        except Exception as exc:  # the API's own failure on this input: BFCL's text for it
+        except CallTimedOut:
+            text, failed = f"Error during execution: {name} did not finish within {self.call_timeout_s:g} s", True
+        except CallFailed as exc:  # the API's own failure on this input (BFCL's text for it), or out of memory
             text, failed = f"Error during execution: {exc}", True
+            state = getattr(exc, "state", None)
+        if state is not None:
+            vars(instance).clear()
+            vars(instance).update(state)
         self.results.append(text)
         logical_error = text.startswith("{") and '"error"' in text[:20]
         return ToolResult(text, success=not (failed or logical_error))
@@ -445,8 +485,9 @@ class BFCLMultiTurnEnv(ToolEnv):
         truth_results = []
         for name, args in gt:
             instance = self.truth[self._owner[name]]
-            try:
-                truth_results.append(_as_text(getattr(instance, name)(**copy.deepcopy(args))))
+            try:  # BFCL's own calls: trusted, in-process, but their decimal/mpmath settings do not leak
+                with numeric_state_kept():
+                    truth_results.append(_as_text(getattr(instance, name)(**copy.deepcopy(args))))
             except Exception as exc:
                 truth_results.append(f"Error during execution: {exc}")
         passed = True

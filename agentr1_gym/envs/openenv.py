@@ -17,26 +17,35 @@ and the viewer work on it unchanged:
   **Truncation** comes from our ``max_turns``.
 * **An action the server's env fails on** (OpenEnv's ``EXECUTION_ERROR``) is the model's mistake, not the run's:
   it becomes the observation, ``info["action_error"]`` and the invalid-format penalty.
-* **Infrastructure fails loudly, never silently and never by hanging.** Every call has a ``timeout_s``. The
+* **Infrastructure fails loudly, never silently and never by hanging.** Every answer must arrive whole within
+  ``timeout_s`` (a deadline per answer, not per read: a server that drips bytes cannot hold a call). The
   session is created over HTTP and the WebSocket attached to it, so a dropped connection is re-attached to the same
   env within the episode's deadline (``episode_timeout_s``); a step whose answer was lost after the server ran it
   cannot be replayed, and raises. A full server, a refused session, an unreachable or lying server raise
   :class:`EnvServerError` with what happened. Nothing the server sends is evaluated, fetched or run: JSON only,
-  redirects refused, sizes bounded.
+  redirects refused (HTTP and the WebSocket handshake alike), sizes bounded (a message over the limit fails at
+  once, without retries).
+* **Every value the server sends is checked**: rewards, reward components and ``max_episode_reward`` keep the
+  reward rule (finite, within ``agentr1_gym.rewards.REWARD_LIMIT``), metrics are finite, counts are counts,
+  NaN/Infinity or nesting too deep anywhere in an answer make it unreadable. A server that breaks any of these is
+  lying: :class:`EnvServerError`, never a silent 0.0 and never a ``ValueError`` that a retry would miss.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
+import math
+import socket
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any, ClassVar
 
 from agentr1_gym.env import ToolEnv
 from agentr1_gym.errors import ConfigError, MissingDependencyError, ResetNeededError, ToolInfrastructureError
+from agentr1_gym.rewards import reward_problem
 from agentr1_gym.text import clean_json, clean_text
 
 __all__ = ["EnvServerError", "OpenEnvEnv"]
@@ -53,14 +62,84 @@ class EnvServerError(ToolInfrastructureError):
     """The OpenEnv server failed, refused or could not be reached: an infrastructure failure, never the model's."""
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
-        raise EnvServerError(
-            f"the server answered {req.full_url} with a redirect to {newurl!r}; none is followed"
-        )
+def _deadline_request(url: str, body: bytes | None, timeout_s: float, limit: int) -> tuple[int, bytes]:
+    """One HTTP request whose whole answer (connection, headers and body) must arrive within ``timeout_s``:
+    ``(status, body)``. A watchdog shuts the socket down at the deadline, so a server that drips its answer a byte
+    at a time cannot hold the call past it (a socket timeout bounds each read, not the answer). No redirect is
+    followed (``http.client`` follows none: a 3xx comes back as its status), no proxy is used, and a body larger
+    than ``limit`` bytes is refused unread."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"base_url must be http(s)://host[:port][/path], got {url!r}")
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname, parts.port, timeout=timeout_s)
+    expired = threading.Event()
+    held: list[socket.socket] = []  # the connection's socket (http.client drops its own handle at Connection: close)
+
+    def expire() -> None:
+        expired.set()
+        for sock in held:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    watchdog = threading.Timer(timeout_s, expire)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        conn.connect()
+        held.append(conn.sock)
+        if expired.is_set():
+            expire()
+        path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        conn.request("POST" if body is not None else "GET", path, body=body, headers=headers)
+        response = conn.getresponse()
+        length = response.getheader("Content-Length")
+        if length is not None and length.strip().isdigit() and int(length) > limit:
+            raise EnvServerError(f"{url} announced an answer of {int(length)} bytes; at most {limit} are read")
+        chunks, size = [], 0
+        while True:
+            chunk = response.read1(65536) if hasattr(response, "read1") else response.read(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise EnvServerError(f"{url} answered more than {limit} bytes")
+        if expired.is_set():
+            raise TimeoutError
+        return response.status, b"".join(chunks)
+    except EnvServerError:
+        raise
+    except (OSError, http.client.HTTPException, TimeoutError, ValueError) as exc:
+        if expired.is_set():
+            raise _Unreachable(f"no whole answer from {url} within {timeout_s:g} s") from None
+        raise _Unreachable(f"cannot reach the OpenEnv server at {url}: {exc}") from None
+    finally:
+        watchdog.cancel()
+        conn.close()
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is not a finite number")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _loads(raw: Any, where: str) -> Any:
+    """A server's JSON answer, or :class:`EnvServerError` (not JSON, NaN or Infinity anywhere in it, a number that
+    overflows a float, nesting deeper than the parser's stack)."""
+    try:
+        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+    except (ValueError, TypeError, UnicodeDecodeError) as exc:
+        raise _BadAnswer(f"{where} did not answer valid JSON ({str(exc)[:120]})") from None
+    except RecursionError:
+        raise _BadAnswer(f"{where} answered JSON nested too deep to read") from None
 
 
 class _Session:
@@ -83,23 +162,12 @@ class _Session:
     def http(self, path: str, body: dict[str, Any] | None = None) -> Any:
         url = f"{self.base_url}{path}"
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET")
-        request.add_header("Content-Type", "application/json")
-        try:
-            with _OPENER.open(request, timeout=self.timeout_s) as response:
-                raw = response.read(MAX_HTTP_BYTES + 1)
-        except EnvServerError:
-            raise
-        except urllib.error.HTTPError as exc:
-            raise EnvServerError(f"{url} answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
-            raise _Unreachable(f"cannot reach the OpenEnv server at {url}: {exc}") from None
-        if len(raw) > MAX_HTTP_BYTES:
-            raise EnvServerError(f"{url} answered more than {MAX_HTTP_BYTES} bytes")
-        try:
-            return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise EnvServerError(f"{url} did not answer JSON") from None
+        status, raw = _deadline_request(url, data, self.timeout_s, MAX_HTTP_BYTES)
+        if 300 <= status < 400:
+            raise EnvServerError(f"the server answered {url} with a redirect (HTTP {status}); none is followed")
+        if status >= 400:
+            raise EnvServerError(f"{url} answered HTTP {status}")
+        return _loads(raw, url)
 
     def _rpc(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         answer = self.http("/mcp", {"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
@@ -142,12 +210,22 @@ class _Session:
         self._attach()
 
     def _attach(self) -> None:
+        url = self._ws_url()
+        parts = urllib.parse.urlsplit(url)
+        sock = None
         try:
+            # our own socket: websockets follows no redirect on a socket it was given, so the handshake reaches
+            # this server or fails
+            port = parts.port or (443 if parts.scheme == "wss" else 80)
+            sock = socket.create_connection((parts.hostname, port), timeout=self.timeout_s)
             self.ws = self._connect(
-                self._ws_url(), open_timeout=self.timeout_s, close_timeout=2, max_size=MAX_MESSAGE_BYTES
+                url, sock=sock, open_timeout=self.timeout_s, close_timeout=2, max_size=MAX_MESSAGE_BYTES
             ).__enter__()  # held across calls (websockets 17 warns about a connection used outside a with)
         except Exception as exc:
             self.ws = None
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.close()
             raise EnvServerError(f"cannot open a session on {self.base_url}/ws: {exc}") from None
 
     def request(self, message: dict[str, Any], *, replayable: bool, deadline: float) -> dict[str, Any]:
@@ -176,6 +254,10 @@ class _Session:
                 raise
             except (ConnectionClosed, OSError, EnvServerError) as exc:
                 self._drop()
+                if isinstance(exc, ConnectionClosed) and getattr(exc.sent, "code", None) == 1009:
+                    raise EnvServerError(
+                        f"{self.base_url} sent a message larger than {MAX_MESSAGE_BYTES} bytes ({message.get('type')})"
+                    ) from None
                 if isinstance(exc, EnvServerError) and not self.session_id:
                     raise
                 if not self.session_id:
@@ -220,10 +302,7 @@ class _Session:
         return count if isinstance(count, int) else None
 
     def _parse(self, raw: Any) -> dict[str, Any]:
-        try:
-            message = json.loads(raw)
-        except (json.JSONDecodeError, TypeError, UnicodeDecodeError):
-            raise _BadAnswer("the server sent a message that is not JSON") from None
+        message = _loads(raw, f"{self.base_url}/ws")
         if not isinstance(message, dict) or not isinstance(message.get("data"), dict):
             raise _BadAnswer("the server sent a message without a data object")
         if message.get("type") == "error":
@@ -394,7 +473,9 @@ class OpenEnvEnv(ToolEnv):
         self.task = {"id": meta.get("task_id") or f"seed-{seed}", "prompt": self.messages[0]["content"]}
         self._episode_task_id = str(self.task["id"])
         bound = meta.get("max_episode_reward") if self._ours else None
-        self._max_reward = float(bound) if isinstance(bound, (int, float)) else None
+        self._max_reward = (
+            None if bound is None else _server_reward(bound, "max_episode_reward", self.base_url)
+        )
         tools = meta.get("tools") if self._ours and isinstance(meta.get("tools"), list) else []
         self._tool_schemas = [clean_json(t, 64)[0] for t in tools if isinstance(t, dict)]
         info = {
@@ -434,16 +515,11 @@ class OpenEnvEnv(ToolEnv):
             new = [{"role": "assistant", "content": action}, {"role": "user", "content": text}]
         else:
             text, meta = self._observation(answer)
-            raw_reward = answer.get("reward")
-            reward = (
-                float(raw_reward)
-                if isinstance(raw_reward, (int, float)) and raw_reward == raw_reward
-                else 0.0
-            )
+            reward = _server_reward(answer.get("reward"), "reward", self.base_url)
             done = bool(answer.get("done"))
             truncated_remote = bool(meta.get("truncated")) if self._ours else False
             action_error = meta.get("action_error") if isinstance(meta.get("action_error"), str) else None
-            components = _components(meta.get("reward_components")) if self._ours else None
+            components = _components(meta.get("reward_components"), self.base_url) if self._ours else None
             if components is None:
                 components = {"env_reward": reward}
             new = _messages(meta.get("new_messages")) if self._ours else None
@@ -460,20 +536,23 @@ class OpenEnvEnv(ToolEnv):
             "task_id": self._episode_task_id,
             "turn": self.turn,
             "action_error": action_error,
-            "num_tool_calls": int(meta.get("num_tool_calls", 0)) if self._ours else 0,
-            "tool_calls": list(meta.get("tool_calls") or []) if self._ours else [],
+            "num_tool_calls": _count(meta.get("num_tool_calls", 0), self.base_url) if self._ours else 0,
+            "tool_calls": _calls(meta.get("tool_calls"), self.base_url) if self._ours else [],
             "truncated_reason": "" if not truncated else str(meta.get("truncated_reason") or "max_turns"),
         }
         if terminated or truncated:
             self._done = True
             metrics = meta.get("metrics") if self._ours else None
-            self._metrics = _floats(metrics) if isinstance(metrics, dict) else self._remote_metrics()
+            self._metrics = (
+                _floats(metrics, self.base_url) if isinstance(metrics, dict) else self._remote_metrics()
+            )
             self._metrics.setdefault("turns", float(self.turn))
             info["metrics"] = dict(self._metrics)
             if isinstance(meta.get("answer"), str):
                 info["answer"] = meta["answer"]
-        if self._ours and "process_reward" in meta:
-            process, outcome = float(meta["process_reward"]), float(meta["outcome_reward"])
+        if self._ours and ("process_reward" in meta or "outcome_reward" in meta):
+            process = _server_reward(meta.get("process_reward", "missing"), "process_reward", self.base_url)
+            outcome = _server_reward(meta.get("outcome_reward", "missing"), "outcome_reward", self.base_url)
         else:
             process, outcome = (0.0, reward) if done else (reward, 0.0)
         self.finish_info(info, components, process, outcome)
@@ -537,9 +616,52 @@ def _messages(value: Any) -> list[dict[str, Any]] | None:
     return out
 
 
-def _floats(value: dict[str, Any]) -> dict[str, float]:
-    return {str(k): float(v) for k, v in value.items() if isinstance(v, (int, float)) and v == v}
+#: the most tool calls a server may say one turn made
+MAX_CALLS = 10_000
 
 
-def _components(value: Any) -> dict[str, float] | None:
-    return _floats(value) if isinstance(value, dict) and value else None
+def _server_reward(value: Any, what: str, url: str) -> float:
+    """A reward from the server under the reward rule (``None``, OpenEnv's "no reward", is 0.0); anything else
+    that is not a finite number within ``REWARD_LIMIT`` means the server is lying: :class:`EnvServerError`."""
+    if value is None:
+        return 0.0
+    problem = reward_problem(value)
+    if problem is not None:
+        raise EnvServerError(f"{url} sent {what} {problem}")
+    return float(value)
+
+
+def _floats(value: dict[str, Any], url: str) -> dict[str, float]:
+    """The server's metrics: its numbers (other values are left out); one that is not finite is an
+    :class:`EnvServerError`."""
+    out = {}
+    for k, v in value.items():
+        if isinstance(v, (int, float)):
+            try:
+                number = float(v)
+            except OverflowError:
+                number = math.inf
+            if not math.isfinite(number):
+                raise EnvServerError(f"{url} sent metric {str(k)[:60]!r} = {str(v)[:40]}, not a finite number")
+            out[str(k)] = number
+    return out
+
+
+def _components(value: Any, url: str) -> dict[str, float] | None:
+    if not isinstance(value, dict) or not value:
+        return None
+    return {str(k): _server_reward(v, f"reward component {str(k)[:60]!r}", url) for k, v in value.items()}
+
+
+def _count(value: Any, url: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CALLS:
+        raise EnvServerError(f"{url} sent num_tool_calls {str(value)[:40]!r}, not a count in [0, {MAX_CALLS}]")
+    return value
+
+
+def _calls(value: Any, url: str) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_CALLS or not all(isinstance(c, dict) for c in value):
+        raise EnvServerError(f"{url} sent tool_calls that are not a list of call objects")
+    return list(value)

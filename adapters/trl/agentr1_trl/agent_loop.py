@@ -18,12 +18,18 @@ token-exact trajectory (:func:`~agentr1_trl.agent_proxy.calls_to_trajectory`). E
 resume, metrics and the viewer work as for our own rollouts. An episode that raises, runs past
 ``agent_timeout_s`` or makes no call is dropped, counted (``agent/dropped_*``) and run again, at most
 ``agent_retries`` times: a task whose every attempt fails stops training with the agent's last error. It never
-becomes a silent zero.
+becomes a silent zero. Each episode runs on an event loop of its own in its own thread, so the deadline holds even
+for an ``async def`` agent that blocks (``time.sleep``, a sync client): it is dropped at ``agent_timeout_s``, and
+if 16 dropped episodes are still blocked a further ``agent_timeout_s`` later the run stops and says why. A reward
+that breaks the reward rule (not finite, or beyond ``agentr1_gym.rewards.REWARD_LIMIT``) is a
+:class:`~agentr1_gym.errors.RewardRangeError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import importlib
 import inspect
 import json
@@ -38,9 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentr1_gym.errors import AgentR1Error, ConfigError, MissingDependencyError
+from agentr1_gym.errors import AgentR1Error, ConfigError, MissingDependencyError, RewardRangeError
 from agentr1_gym.formats import HermesFormat
 from agentr1_gym.generation import SamplingConfig
+from agentr1_gym.rewards import REWARD_LIMIT, reward_problem
 from agentr1_gym.rollout import Trajectory
 from agentr1_trl.agent_proxy import AgentProxy, EpisodeCalls, calls_to_trajectory
 from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
@@ -98,7 +105,13 @@ def as_result(value: Any) -> AgentResult:
         )
     numbers = [result.reward, *result.components.values(), *result.metrics.values()]
     if not all(math.isfinite(float(x)) for x in numbers):
-        raise ConfigError(f"the agent returned a reward that is not a finite number: {result}")
+        raise RewardRangeError(f"the agent returned a reward that is not a finite number: {result}")
+    for name, x in (("reward", result.reward), *result.components.items()):
+        problem = reward_problem(x)
+        if problem is not None:
+            raise RewardRangeError(
+                f"the agent's {name} {problem}; return rewards within +-{REWARD_LIMIT:g} (agentr1_gym.rewards)"
+            )
     metrics = {"success": float(result.reward > 0), "reward": float(result.reward), **result.metrics}
     return AgentResult(float(result.reward), dict(result.components) or {"reward": result.reward}, metrics)
 
@@ -331,6 +344,57 @@ class AgentEpisode:
     attempts: int = 1
 
 
+#: agent threads dropped at their deadline and maybe still running (a blocking call inside the coroutine)
+_ABANDONED: list[tuple[threading.Thread, float]] = []
+#: how many such threads may still be blocked at once before the run stops
+MAX_BLOCKED_AGENTS = 16
+
+
+def _start_agent(
+    agent: AgentFn, client_class: Any, base_url: str, task: dict[str, Any], timeout_s: float
+) -> tuple[concurrent.futures.Future, threading.Thread]:
+    """Run one agent episode on an event loop of its own, in a daemon thread. An ``async def`` agent that makes a
+    blocking call (``time.sleep``, a sync HTTP client) blocks only its own loop: the trainer's loop drops it at
+    ``timeout_s`` and goes on; its calls to the ended episode are refused."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_running_or_notify_cancel()
+
+    async def episode() -> Any:
+        client = client_class(base_url=base_url, api_key="agentr1", max_retries=0, timeout=timeout_s)
+        try:
+            return await agent(client, task)
+        finally:
+            await client.close()
+
+    def run() -> None:
+        try:
+            value = asyncio.run(episode())
+        except BaseException as exc:  # handed to the waiting trainer, or dropped if it stopped waiting
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                future.set_exception(exc)
+        else:
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                future.set_result(value)
+
+    thread = threading.Thread(target=run, name="agentr1-agent", daemon=True)
+    thread.start()
+    return future, thread
+
+
+def _check_blocked(timeout_s: float) -> None:
+    """Stop the run, with the reason, when too many dropped agent episodes are still blocked past twice their
+    deadline: a sync call that never returns would otherwise pile up threads for ever."""
+    now = time.monotonic()
+    _ABANDONED[:] = [(t, at) for t, at in _ABANDONED if t.is_alive()]
+    stuck = sum(1 for _, at in _ABANDONED if now - at > timeout_s)
+    if stuck >= MAX_BLOCKED_AGENTS:
+        raise AgentFailedError(
+            f"{stuck} agent episodes dropped at agent_timeout_s={timeout_s:g} s are still blocked a further "
+            f"{timeout_s:g} s: the agent makes a blocking call inside `async def` (time.sleep, a sync HTTP client "
+            "or framework call). Await an async client, or wrap the sync call in asyncio.to_thread"
+        )
+
+
 async def _one_attempt(
     proxy: AgentProxy, agent: AgentFn, task: dict[str, Any], timeout_s: float
 ) -> AgentEpisode:
@@ -339,21 +403,22 @@ async def _one_attempt(
     except ImportError:
         raise MissingDependencyError("openai", "agent", "training an agent through the endpoint") from None
 
+    _check_blocked(timeout_s)
     eid = proxy.open_episode()
-    client = AsyncOpenAI(base_url=proxy.base_url(eid), api_key="agentr1", max_retries=0, timeout=timeout_s)
     out = AgentEpisode(task)
     value: Any = None
+    future, thread = _start_agent(agent, AsyncOpenAI, proxy.base_url(eid), dict(task), timeout_s)
     try:
-        value = await asyncio.wait_for(agent(client, dict(task)), timeout_s)
+        value = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
     except TimeoutError as exc:
         out.dropped, out.error = "timeout", exc
+        _ABANDONED.append((thread, time.monotonic()))
     except ConfigError:
         raise
     except Exception as exc:  # the agent's own failure (its code, its framework, a refused call)
         out.dropped, out.error = "raised", exc
     finally:
         record: EpisodeCalls = proxy.close_episode(eid)
-        await client.close()
     if not record.calls:
         out.dropped = out.dropped or "no_call"
         return out

@@ -67,6 +67,10 @@ _HERMES = HermesFormat()
 _ROLES = {"system", "user", "assistant", "tool", "developer"}
 #: how deep a request may nest (JSON Schemas of real tools stay far below; deeper is refused, never recursed into)
 MAX_BODY_DEPTH = 64
+#: the largest request body the endpoint reads (HTTP 413 past it): a chat this long is far past any policy's
+#: context (a 32k-token prompt is about 130 kB of text), and reading, parsing and tokenizing a larger one is work
+#: an agent could make the endpoint do for nothing
+MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 class ProxyRequestError(ValueError):
@@ -381,6 +385,9 @@ class AgentProxy:
         vocab_size: the policy's vocabulary (every generated id is checked below it).
         batch_wait_s: how long the scheduler waits for more calls to batch into one ``generate``.
         max_batch: at most how many calls one ``generate`` takes.
+        max_body_bytes: a request body past this many bytes is refused (413, ``request_too_large``) unread.
+            Parsing, rendering and tokenizing run in worker threads, off the event loop, so one long request
+            does not delay another episode's call.
 
     Use: ``with AgentProxy(...) as proxy: proxy.open_episode(eid); base_url = proxy.base_url(eid); ...;
     calls = proxy.close_episode(eid)``.
@@ -400,6 +407,7 @@ class AgentProxy:
         chat_template_kwargs: dict[str, Any] | None = None,
         batch_wait_s: float = 0.005,
         max_batch: int = 64,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         try:
             import starlette  # noqa: F401
@@ -416,6 +424,7 @@ class AgentProxy:
         self.renderer = _Renderer(tokenizer, chat_template_kwargs)
         self.vocab = int(vocab_size or len(tokenizer))
         self.batch_wait_s, self.max_batch = batch_wait_s, max_batch
+        self.max_body_bytes = int(max_body_bytes)
         self.episodes: dict[str, EpisodeCalls] = {}
         self._lock = threading.Lock()
         self._batcher: _Batcher | None = None
@@ -514,6 +523,24 @@ class AgentProxy:
                 f"no open episode {episode_id[:64]!r}: the trainer opens episodes and gives each its base_url",
                 code="episode_not_found", status=404,
             )  # fmt: skip
+        # parsing, rendering and tokenizing run off the event loop: one episode's long chat never delays another's
+        body, tools, messages, prompt_ids, rendered, extends, sampling = await asyncio.to_thread(
+            self._prepare, episode, body
+        )
+        assert self._batcher is not None, "start() the proxy first"
+        prepared = time.perf_counter()
+        gen = await asyncio.wrap_future(self._batcher.submit(prompt_ids, sampling))
+        generated = time.perf_counter()
+        return self._answer(episode_id, episode, body, tools, messages, prompt_ids, rendered, extends, sampling,
+                            gen, start, prepared, generated)  # fmt: skip
+
+    def _prepare(self, episode: EpisodeCalls, body: Any) -> tuple[Any, ...]:
+        """A request's body (raw bytes or parsed) -> what generation needs; in a worker thread."""
+        if isinstance(body, (bytes, str)):
+            try:
+                body = json.loads(body)
+            except (ValueError, RecursionError):
+                raise ProxyRequestError("the request body is not valid JSON") from None
         if not isinstance(body, dict):
             raise ProxyRequestError("the request body must be a JSON object")
         # every string as text the tokenizer and the response can carry (an escaped lone surrogate is valid JSON)
@@ -538,10 +565,24 @@ class AgentProxy:
                 param="messages", code="context_length_exceeded",
             )  # fmt: skip
         sampling = self._sampling(body, room)
-        assert self._batcher is not None, "start() the proxy first"
-        prepared = time.perf_counter()
-        gen = await asyncio.wrap_future(self._batcher.submit(prompt_ids, sampling))
-        generated = time.perf_counter()
+        return body, tools, messages, prompt_ids, rendered, extends, sampling
+
+    def _answer(
+        self,
+        episode_id: str,
+        episode: EpisodeCalls,
+        body: dict[str, Any],
+        tools: list[dict] | None,
+        messages: list[dict[str, Any]],
+        prompt_ids: list[int],
+        rendered: str,
+        extends: bool,
+        sampling: SamplingConfig,
+        gen: Any,
+        start: float,
+        prepared: float,
+        generated: float,
+    ) -> dict[str, Any]:
         tok = self.tokenizer
         text = tok.decode(gen.ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         content, calls = parse_completion(text, body.get("tool_choice") != "none" and bool(tools))
@@ -610,13 +651,28 @@ class AgentProxy:
 
         async def chat(request: Any) -> Any:
             try:
-                try:
-                    body = json.loads(await request.body())
-                except (ValueError, RecursionError):
-                    raise ProxyRequestError("the request body is not valid JSON") from None
-                return JSONResponse(await proxy.complete(request.path_params["episode_id"], body))
+                return JSONResponse(await proxy.complete(request.path_params["episode_id"], await body(request)))
             except ProxyRequestError as exc:
                 return error(exc)
+
+        async def body(request: Any) -> bytes:
+            """The request's bytes, refused past ``max_body_bytes`` (by its Content-Length, or while it streams)."""
+            limit = proxy.max_body_bytes
+            too_large = ProxyRequestError(
+                f"the request body is larger than this endpoint's limit of {limit} bytes",
+                code="request_too_large",
+                status=413,
+            )
+            length = request.headers.get("content-length", "")
+            if length.isdigit() and int(length) > limit:
+                raise too_large
+            chunks, size = [], 0
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large
+                chunks.append(chunk)
+            return b"".join(chunks)
 
         async def models(request: Any) -> Any:
             return JSONResponse(proxy.models())

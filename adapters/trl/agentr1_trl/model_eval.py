@@ -222,26 +222,29 @@ def _run_settings(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> tuple
     and per episode, under what the command gives (said on stderr). Otherwise the command's, or the defaults."""
     import sys
 
-    from agentr1_trl.runs import RUN_FILE
+    from agentr1_trl.runs import RUN_FILE, read_run_file
 
     defaults = (env_kwargs, 128 if args.max_new_tokens is None else args.max_new_tokens, 4096)
     record = Path(args.adapter).parent / RUN_FILE if args.adapter else None
     if record is None or not record.is_file():
         return defaults
-    try:
-        settings = json.loads(record.read_text(encoding="utf-8")).get("settings") or {}
-    except (OSError, ValueError):
+    settings = read_run_file(record)["settings"]  # a damaged record: a one-line ConfigError naming the field
+    if settings["env_id"] != args.env_id:
         return defaults
-    if settings.get("env_id") != args.env_id:
-        return defaults
-    env = agentr1_gym.make(args.env_id, **(settings.get("env_kwargs") or {}))
-    held_out = env.unwrapped.kwargs_for_split(dict(settings.get("env_kwargs") or {}), "test")
+    counts = {}
+    for key, default in (("max_new_tokens_per_turn", 128), ("max_episode_tokens", 4096)):
+        value = settings.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{record}: field 'settings.{key}' must be a positive integer, got {value!r}")
+        counts[key] = value
+    env = agentr1_gym.make(args.env_id, **settings["env_kwargs"])
+    held_out = env.unwrapped.kwargs_for_split(dict(settings["env_kwargs"]), "test")
     env.close()
     merged = {**held_out, **env_kwargs}
     max_new = args.max_new_tokens
     if max_new is None:
-        max_new = int(settings.get("max_new_tokens_per_turn", 128))
-    episode = int(settings.get("max_episode_tokens", 4096))
+        max_new = counts["max_new_tokens_per_turn"]
+    episode = counts["max_episode_tokens"]
     print(f"using the run's settings ({record}): env kwargs {merged}, {max_new} tokens per turn, {episode} per "
           "episode", file=sys.stderr)  # fmt: skip
     return merged, max_new, episode

@@ -16,11 +16,14 @@ from typing import Any
 
 import torch
 
+from agentr1_gym.errors import RewardRangeError
+from agentr1_gym.rewards import reward_problem
 from agentr1_gym.rollout import Trajectory
 
 __all__ = [
     "advantage_mask",
     "answer_reward",
+    "check_rewards",
     "env_return",
     "group_signal_metrics",
     "signal_return",
@@ -30,6 +33,23 @@ __all__ = [
     "turn_starts",
     "turn_state_keys",
 ]
+
+
+def check_rewards(trajectories: list[Trajectory]) -> None:
+    """The trainer's door for rewards: every step reward, reward component and return of a batch is finite and
+    within :data:`~agentr1_gym.rewards.REWARD_LIMIT`, or :class:`~agentr1_gym.errors.RewardRangeError` names the
+    episode (an infinite or float32-overflowing reward would give NaN advantages and a silently wasted step)."""
+    for i, traj in enumerate(trajectories):
+        values = [("return", traj.episode_return)]
+        values += [(f"step {t} reward", r) for t, r in enumerate(traj.rewards)]
+        values += [(f"step {t} {k!r}", v) for t, c in enumerate(traj.reward_components) for k, v in c.items()]
+        for where, value in values:
+            problem = reward_problem(value)
+            if problem is not None:
+                raise RewardRangeError(
+                    f"episode {i} of the batch (task {traj.task_id!r}): its {where} is {problem}; the step is not "
+                    "trained on it. Fix the env's or agent's reward (see agentr1_gym.rewards.REWARD_LIMIT)"
+                )
 
 
 def env_return(prompts: list, completions: list, episode_return: list[float], **_: Any) -> list[float]:

@@ -38,7 +38,7 @@ from agentr1_gym.rollout import Trajectory
 from agentr1_trl.checkpoints import mark_complete, resolve_resume
 from agentr1_trl.config import CPU_UPDATE_TOKENS
 from agentr1_trl.forward import completion_logps, select_rows, share_plan, update_passes
-from agentr1_trl.signals import advantage_mask, env_return
+from agentr1_trl.signals import advantage_mask, check_rewards, env_return
 from agentr1_trl.turn_rows import CONTEXT_DEPENDENT, expand_turn_rows
 
 __all__ = [
@@ -447,6 +447,7 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
     def _score(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
         trajectories = [row.pop("trajectory") for row in inputs]
+        check_rewards(trajectories)
         output["action_mask"] = output.pop("tool_mask")
         output = self.score_batch(output, trajectories)
         self.on_scored(output, trajectories, [seed_of_prompt(row["prompt"]) for row in inputs])

@@ -30,7 +30,7 @@ def load_value_head(directory: str | Path) -> nn.Linear | None:
     path = Path(directory) / VALUE_HEAD_FILE
     if not path.exists():
         return None
-    state = torch.load(path, map_location="cpu")
+    state = torch.load(path, map_location="cpu", weights_only=True)  # a downloaded adapter runs no pickle
     head = nn.Linear(state["weight"].shape[1], 1)
     head.load_state_dict(state)
     return head

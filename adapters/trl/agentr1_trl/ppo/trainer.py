@@ -200,7 +200,9 @@ class AgentPPOTrainer(AgentTrainer):
         super().load_extra(checkpoint)
         path = os.path.join(checkpoint, VALUE_HEAD_FILE)
         if os.path.exists(path):
-            self.value_head.load_state_dict(torch.load(path, map_location=self.value_head.weight.device))
+            self.value_head.load_state_dict(
+                torch.load(path, map_location=self.value_head.weight.device, weights_only=True)
+            )
 
     @torch.no_grad()
     def state_value(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
