@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import contextlib
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["build_parser", "main"]
 
@@ -34,7 +35,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         try:  # as the module:id form imports: the working directory counts
             import_user_module(module)
         except ImportError as exc:
-            raise ConfigError(f"cannot import {module!r}: {exc}") from None
+            hint = f"; give a module name: drop the .py ({module[:-3]})" if module.endswith(".py") else ""
+            raise ConfigError(f"cannot import {module!r}: {exc}{hint}") from None
     listed = {**DESCRIPTIONS, **USER_DESCRIPTIONS}
     width = max(map(len, listed))
     for env_id in sorted(listed):
@@ -273,10 +275,43 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse without prefix matching (``--max-step 1`` is refused, never taken as ``--max-steps``), and with
+    the closest option named when one is unknown. Subcommands' parsers are of this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            known = _options(self, getattr(self, "_given", ()))
+            for word in message.split(":", 1)[1].split():
+                close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.75)
+                if word.startswith("--") and close:
+                    message += f" (did you mean {close[0]}?)"
+                    break
+        super().error(message)
+
+
+def _options(parser: argparse.ArgumentParser, command: Sequence[str]) -> list[str]:
+    """The option strings of ``parser`` and, for the subcommand named in ``command``, of its parser."""
+    out = []
+    for action in parser._actions:
+        out += action.option_strings
+        if isinstance(action, argparse._SubParsersAction):
+            for name in command:
+                if name in action.choices:
+                    out += _options(action.choices[name], ())
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="agentr1", description="Tool-using LLM agent envs (Agent-R1) for RL."
-    )
+    parser = Parser(prog="agentr1", description="Tool-using LLM agent envs (Agent-R1) for RL.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     sub = parser.add_subparsers(dest="command", required=True)
     _env_commands(sub)

@@ -35,7 +35,7 @@ from agentr1_gym.errors import (
     TaskCodeError,
     ToolContractError,
 )
-from agentr1_gym.formats import ParsedAction, ToolCall, ToolCallFormat, get_format, strip_thinking
+from agentr1_gym.formats import ParsedAction, ToolCall, ToolCallFormat, for_world, get_format, strip_thinking
 from agentr1_gym.rewards import (
     GENERIC_PROCESS_KEYS,
     OUTCOME_KEYS,
@@ -778,6 +778,7 @@ class ToolEnv(gym.Env[str, str], ABC):
             "turn": 0,
         }
         if self.render_mode == "human":
+            self._shown = 0
             self.render()
         return prompt, info
 
@@ -858,7 +859,8 @@ class ToolEnv(gym.Env[str, str], ABC):
                 obs_parts.append(following)
                 user_spoke = True
         elif parsed.error is not None:
-            action_error = parsed.error
+            action_error = parsed.error if self.final_answer else for_world(parsed.error)
+            parsed = ParsedAction(error=action_error)
             self._format_ok = False
             components["invalid_format"] += self.reward_config.invalid_format_penalty
             new_messages.append({"role": "user", "content": parsed.error})
@@ -1032,11 +1034,16 @@ class ToolEnv(gym.Env[str, str], ABC):
         components[key] += units * weight
 
     def render(self) -> str | None:
-        text = "\n".join(f"[{m['role']}] {m['content']}" for m in self.messages)
+        """``render_mode="ansi"``: the whole chat as text. ``"human"``: prints the messages not printed yet (the
+        chat at a reset, then each step's new messages), so a terminal shows the conversation once, however often
+        ``render()`` is called."""
         if self.render_mode == "human":
-            print(text)
+            shown = getattr(self, "_shown", 0)
+            self._shown = len(self.messages)
+            if self.messages[shown:]:
+                print("\n".join(f"[{m['role']}] {m['content']}" for m in self.messages[shown:]))
             return None
-        return text
+        return "\n".join(f"[{m['role']}] {m['content']}" for m in self.messages)
 
     # ---- helpers -----------------------------------------------------------------------------------------
     def call_text(self, name: str, **arguments: Any) -> str:

@@ -7,6 +7,7 @@ adapter (``agentr1_trl``); :data:`POLICIES` holds the built-in scripted ones.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import numbers
@@ -140,7 +141,9 @@ def evaluate(
         env = make(env, **(env_kwargs or {}))
     if isinstance(policy, str):
         if policy not in POLICIES:
-            raise ConfigError(f"unknown policy {policy!r}; built-in policies: {sorted(POLICIES)}")
+            close = difflib.get_close_matches(str(policy), list(POLICIES), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown policy {policy!r}; built-in policies: {sorted(POLICIES)}.{hint}")
         policy = POLICIES[policy]
     indices = task_list(env) if all_tasks else None
     if indices is not None:

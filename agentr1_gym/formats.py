@@ -104,6 +104,23 @@ def _answer_blocks(text: str) -> tuple[list[str], str | None]:
     return answers, None
 
 
+#: how each built-in format tells the model to finish (the end of its "how to" text), and what a world-shaped task
+#: says instead (it has no final answer: see :func:`for_world`)
+HERMES_FINISH = "; to finish write <answer>your answer</answer>."
+SEARCH_R1_FINISH = " To finish, write <answer>your answer</answer>."
+NO_CALL = "No tool call and no final answer found."
+WORLD_FINISH = " This task has no final answer: act with the tools until the world ends the episode."
+
+
+def for_world(error: str) -> str:
+    """A parse error's text for a world-shaped task (``final_answer=False``): without the advice to write
+    ``<answer>``, which there is itself a format error, and saying how such a task ends instead."""
+    if HERMES_FINISH not in error and SEARCH_R1_FINISH not in error and NO_CALL not in error:
+        return error
+    error = error.replace(HERMES_FINISH, ".").replace(SEARCH_R1_FINISH, "").replace(NO_CALL, "No tool call found.")
+    return error + WORLD_FINISH
+
+
 def _finish(calls: list[ToolCall], answers: list[str], how_to: str) -> ParsedAction:
     """Shared rules once a format has extracted calls and answers."""
     if calls and answers:
@@ -122,7 +139,7 @@ def _finish(calls: list[ToolCall], answers: list[str], how_to: str) -> ParsedAct
         return ParsedAction(answer=answer)
     if calls:
         return ParsedAction(calls=tuple(calls))
-    return ParsedAction(error=f"No tool call and no final answer found. {how_to}")
+    return ParsedAction(error=f"{NO_CALL} {how_to}")
 
 
 class ToolCallFormat(ABC):
@@ -183,8 +200,8 @@ class HermesFormat(ToolCallFormat):
     result_role = "tool"
     stop_strings = ("</tool_call>", "</answer>")
     _HOW_TO = (
-        'To use a tool write <tool_call>{"name": "<tool name>", "arguments": {...}}</tool_call>; '
-        "to finish write <answer>your answer</answer>."
+        'To use a tool write <tool_call>{"name": "<tool name>", "arguments": {...}}</tool_call>'
+        f"{HERMES_FINISH}"
     )
 
     def parse(self, text: str, tools: Mapping[str, Tool]) -> ParsedAction:
@@ -317,7 +334,7 @@ class SearchR1Format(ToolCallFormat):
             if text.count(f"<{tag}>") != sum(c.name == tag for c in calls):
                 return ParsedAction(error=f"A <{tag}> tag was opened but not closed with </{tag}>.")
         how_to = " ".join(f"To use {t}, write <{t}>...</{t}>." for t in tag_tools)
-        return _finish(calls, answers, how_to + " To finish, write <answer>your answer</answer>.")
+        return _finish(calls, answers, how_to + SEARCH_R1_FINISH)
 
     def render_result(self, content: str) -> str:
         return f"<information>{content}</information>"

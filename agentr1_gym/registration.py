@@ -171,8 +171,11 @@ def resolve_env_id(env_id: str) -> str:
             try:
                 import_user_module(module)
             except ImportError as exc:
+                hint = ""
+                if module.endswith(".py"):
+                    hint = f"; the module:id form takes a module name: drop the .py ({module[:-3]}:{name})"
                 raise UnknownEnvError(
-                    f"cannot import {module!r} (from the env id {env_id!r}, module:id form): {exc}"
+                    f"cannot import {module!r} (from the env id {env_id!r}, module:id form): {exc}{hint}"
                 ) from None
     if name not in registry:
         known = sorted(set(env_ids()) | {i for i in registry if "/" in i})

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import inspect
+import sys
 import json
 import math
 import numbers
@@ -98,7 +99,8 @@ def load_rows(dataset: Any) -> list[dict[str, Any]]:
     if isinstance(dataset, (str, Path)):
         path = Path(dataset)
         if not path.is_file():
-            raise ConfigError(f"dataset file not found: {path}")
+            where = "" if path.is_absolute() else f" (a relative path is read from the working directory, {Path.cwd()})"
+            raise ConfigError(f"dataset file not found: {path}{where}")
         text = path.read_text(encoding="utf-8", errors="strict")
         if path.suffix == ".json":
             try:
@@ -613,12 +615,22 @@ def register_task(
             f"env id {env_id!r} is already registered with Gymnasium by {registry[env_id].entry_point}"
         )
     _TASKS[env_id] = spec
-    USER_DESCRIPTIONS[env_id] = (
-        spec.description or f"{len(spec.rows)} tasks ({'world' if spec.world else 'answer'}-shaped)"
-    )
+    count = f"{len(spec.rows)} task{'' if len(spec.rows) == 1 else 's'}"
+    shape = f"{count}, {'world' if spec.world else 'answer'}-shaped"
+    doc = spec.description or _first_paragraph(spec.world.__doc__ if spec.world else None)
+    doc = doc or _first_paragraph(sys._getframe(1).f_globals.get("__doc__"))  # the registering module's
+    USER_DESCRIPTIONS[env_id] = f"{doc} ({shape})" if doc else shape
     if env_id not in registry:
         register(id=env_id, entry_point=entry, kwargs={"task": env_id})
     return spec
+
+
+def _first_paragraph(doc: Any) -> str:
+    """A docstring's first paragraph on one line, at most 120 characters ('' for none)."""
+    if not isinstance(doc, str) or not doc.strip():
+        return ""
+    text = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _check_parts(parts: Mapping[str, Any]) -> None:

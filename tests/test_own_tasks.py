@@ -71,3 +71,5 @@ def test_the_sql_tool_is_read_only_and_bounded_by_sqlite_itself():
     runaway = run("select count(*) from " + ", ".join(f"staff t{i}" for i in range(12)))  # 5**12 rows
     assert runaway.content == "Error: OperationalError: interrupted"
     assert run("select count(*) from staff").content == "[(5,)]"
+    # one VM step that would allocate a gigabyte (the blind trial's trap): SQLite's length limit refuses it
+    assert run("select length(randomblob(1000000000))").content == "Error: DataError: string or blob too big"

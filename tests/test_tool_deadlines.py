@@ -232,3 +232,69 @@ def test_an_object_worker_bounds_memory_and_time_and_keeps_the_state():
     worker.close()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+# ---- a sync tool past its deadline is stopped, not left running ----------------------------------------------
+PROGRESS = {"spins": 0, "chunks": 0, "first": None}
+
+
+class _Chunk:
+    def __init__(self) -> None:
+        self.data = bytearray(1024 * 1024)
+
+
+@tool(timeout_s=1)
+def spins(n: int) -> str:
+    """Loops for ever in Python.
+
+    Args:
+        n: anything
+    """
+    while True:
+        PROGRESS["spins"] += 1
+
+
+@tool(timeout_s=1)
+def allocates(n: int) -> str:
+    """Allocates a megabyte at a time for ever (a runaway result set), catching every Exception on the way.
+
+    Args:
+        n: anything
+    """
+    import weakref
+
+    held = []
+    while True:
+        try:
+            held.append(_Chunk())
+            if PROGRESS["first"] is None:
+                PROGRESS["first"] = weakref.ref(held[0])
+            PROGRESS["chunks"] += 1
+            time.sleep(0.005)
+        except Exception:  # the stop is not an Exception: a tool's own handler cannot swallow it
+            pass
+
+
+register_task("Tests/Runaway-v0", [{"q": "?", "answer": "1"}], prompt="{q}", tools=[spins, allocates])
+
+
+@pytest.mark.parametrize("name, counter", [("spins", "spins"), ("allocates", "chunks")])
+def test_a_sync_tool_past_its_deadline_is_stopped_and_frees_what_it_held(name, counter):
+    """Front door 3: a sync tool that timed out kept running (and, in the blind trial, went on allocating 1 GB).
+    Now the call's thread is stopped at the deadline: its counter stops, and what it allocated is freed."""
+    import gc
+
+    env = gym.make("Tests/Runaway-v0")
+    env.reset(seed=0)
+    obs, *_ = env.step(env.unwrapped.call_text(name, n=1))
+    assert "did not finish within 1 s" in obs
+    deadline = time.monotonic() + 5
+    while any(t.name == "agentr1-tool-call" and t.is_alive() for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the tool's thread is still running"
+        time.sleep(0.05)
+    stopped_at = PROGRESS[counter]
+    time.sleep(0.3)
+    assert PROGRESS[counter] == stopped_at > 0
+    if name == "allocates":
+        gc.collect()
+        assert PROGRESS["first"]() is None  # the call's memory went with it

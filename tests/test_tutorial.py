@@ -66,6 +66,11 @@ def test_the_python_blocks_and_the_eval_command_run_as_written(tmp_path):
         assert out.returncode == 0, f"block {i} alone:\n{body}\n{out.stderr[-3000:]}"
         printed.append(out.stdout)
     assert len(printed) >= 4 and "Norway" in printed[0] and "snow, -3 C" in "".join(printed)
+    # the SQL tool: a read, then SQLite itself refuses a write, an attachment, a gigabyte value and a runaway join
+    sql = next(p for p in printed if p.startswith("[(2,)]"))
+    assert sql.splitlines() == ["[(2,)]", "Error: DatabaseError: not authorized", "Error: DatabaseError: not authorized",
+                                "Error: DataError: string or blob too big", "Error: OperationalError: interrupted"]
+    assert not (tmp_path / "x.db").exists()  # the attachment created no file
     commands = [body.strip() for lang, _, body in found if lang == "bash"]
     evals = [c for c in commands if c.startswith("agentr1 eval")]
     assert evals

@@ -20,9 +20,10 @@ from the docstring's first paragraph.
 Calling it: the env validates the model's arguments against the schema (a bad call is an ``invalid_call`` with a
 one-line observation), then calls the function. Sync and ``async def`` functions both work. ``timeout_s`` bounds a call
 either way: a coroutine is cancelled (coroutines share one background event loop; one that blocks its thread gets
-the loop replaced, so later calls do not wait behind it), and a sync function runs in a thread that is abandoned
-when late (Python cannot stop a thread: code that may loop forever belongs in the sandbox,
-:mod:`agentr1_gym.tools.python`). A late call is a failed call; ``sys.exit()`` in a tool is one too. What the function returns becomes the observation: a ``str`` as is,
+the loop replaced, so later calls do not wait behind it), and a sync function runs in a thread that is stopped when
+late (an exception raised in it at its next Python bytecode, so a loop ends and what it allocated is freed; code
+inside one long C call stops when that call returns, so bound such work in the library, e.g. SQLite's
+``setlimit``, or run it in the sandbox, :mod:`agentr1_gym.tools.python`). A late call is a failed call; ``sys.exit()`` in a tool is one too. What the function returns becomes the observation: a ``str`` as is,
 ``None`` as ``"(no output)"``, a :class:`ToolResult` as is (set ``terminal=True`` for a move that ends the world),
 anything else as JSON. A function that raises becomes a failed call whose observation names the exception, so the
 model can react; it earns no process reward. :class:`~agentr1_gym.errors.ToolInfrastructureError` (your backing
@@ -52,6 +53,7 @@ from agentr1_gym.tools.base import Tool, ToolResult
 
 __all__ = [
     "ERRORS",
+    "CallStopped",
     "FunctionTool",
     "background_loop",
     "call_with_deadline",
@@ -117,22 +119,47 @@ def run_coroutine(
         raise
 
 
+class CallStopped(BaseException):
+    """Raised inside a sync tool's thread at its deadline (a ``BaseException``, so that the tool's own ``except
+    Exception`` does not swallow it; its ``finally`` blocks run)."""
+
+
+def _stop(thread: threading.Thread) -> bool:
+    """Raise :class:`CallStopped` in ``thread`` at its next Python bytecode; False where it cannot be asked."""
+    if thread.ident is None or not thread.is_alive():
+        return False
+    import ctypes
+
+    done = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(CallStopped))
+    return done == 1
+
+
 def call_with_deadline(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float) -> Any:
-    """``fn(**kwargs)`` in a daemon thread, waited for at most ``timeout_s`` (then ``TimeoutError``; the thread
-    is left to finish on its own, since Python cannot stop it). What ``fn`` raises is re-raised here."""
+    """``fn(**kwargs)`` in a daemon thread, waited for at most ``timeout_s``; then ``TimeoutError``, and the thread
+    is stopped: :class:`CallStopped` is raised in it, which ends a loop at its next Python bytecode and frees what
+    the call holds. Code inside one long C call (a regex, a huge allocation, ``time.sleep``) stops when that call
+    returns: bound such work where it happens (a limit on the library), or run it in the sandbox. What ``fn``
+    raises is re-raised here."""
     box: dict[str, Any] = {}
     done = threading.Event()
 
     def run() -> None:
         try:
-            box["value"] = fn(**kwargs)
-        except BaseException as exc:  # handed to the caller, whatever it is
-            box["error"] = exc
-        finally:
-            done.set()
+            try:
+                box["value"] = fn(**kwargs)
+            except CallStopped:
+                pass
+            except BaseException as exc:  # handed to the caller, whatever it is
+                box["error"] = exc
+            finally:
+                done.set()
+        except CallStopped:  # the stop arrived as the call ended
+            pass
 
-    threading.Thread(target=run, name="agentr1-tool-call", daemon=True).start()
+    thread = threading.Thread(target=run, name="agentr1-tool-call", daemon=True)
+    thread.start()
     if not done.wait(timeout_s):
+        _stop(thread)
         raise TimeoutError(f"no answer within {timeout_s:g} s")
     if "error" in box:
         raise box["error"]

@@ -115,17 +115,21 @@ def oracle_warm_start(
     )
 
 
-def split_env_kwargs(env: Any, env_kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_env_kwargs(
+    env: Any, env_kwargs: dict[str, Any], evaluates: bool = True
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The env kwargs to train with and to evaluate with: an env with a fixed task list trains on its training
     part and is evaluated on its held-out part (``ToolEnv.kwargs_for_split``); a split the user gave is kept for
-    training. Procedural envs train and evaluate on the same kwargs (held-out seeds are held-out tasks)."""
+    training. Procedural envs train and evaluate on the same kwargs (held-out seeds are held-out tasks).
+    ``evaluates``: whether the run evaluates at all (what it prints says so)."""
     train = env.kwargs_for_split(env_kwargs, "train")
     held = env.kwargs_for_split(env_kwargs, "test")
     if held != train and "envs" not in env_kwargs:
-        own = env.split_kwargs("test")
+        own = ", ".join(f"{k}={v}" for k, v in env.split_kwargs("test").items())
         print(
-            f"training on the env's training tasks, evaluating on its held-out tasks "
-            f"({', '.join(f'{k}={v}' for k, v in own.items())})",
+            f"training on the env's training tasks, evaluating on its held-out tasks ({own})"
+            if evaluates
+            else "training on the env's training tasks (no held-out evaluation: --eval-episodes 0)",
             flush=True,
         )
     return train, held
@@ -421,7 +425,9 @@ def run_training(plan: RunPlan) -> int:
         # the env id and its kwargs are checked now (UnknownEnvError with the closest ids, BadArgumentError with
         # the closest keyword), not after the model has loaded
         probe = agentr1_gym.make(plan.settings["env_id"], **plan.settings["env_kwargs"])
-        train_kwargs, eval_kwargs = split_env_kwargs(probe.unwrapped, plan.settings["env_kwargs"])
+        train_kwargs, eval_kwargs = split_env_kwargs(
+            probe.unwrapped, plan.settings["env_kwargs"], plan.eval_episodes > 0
+        )
         probe.close()
     config = build_config(config_cls, plan.settings)
     config.env_kwargs = train_kwargs  # a fixed task list trains on its training part, evaluates on the rest
@@ -510,7 +516,10 @@ def _train_and_report(
         before = _evaluate(trainer, config, plan, "before RL", eval_kwargs, 0)
         if before is not None:
             before_file.write_text(json.dumps(before, indent=1), encoding="utf-8")
+    trainer.card_writer = lambda: _write_card(trainer, plan, (before, None), finished=False)
+    trainer.card_writer()
     trainer.train(resume_from_checkpoint=resume_from)
+    trainer.card_writer = None
     _save_model_and_metrics(
         trainer, output_dir
     )  # first: an evaluation that fails cannot lose the trained model
@@ -544,18 +553,7 @@ def _write_outputs(trainer: Any, config: Any, plan: RunPlan, evals: Sequence[Any
         f"{plan.algo.upper()} on {config.env_id} ({plan.model})",
         held_out={"before": (0, evals[0]), "after": (trainer.state.global_step, evals[1])},
     )
-    # our own card over the one TRL writes (which names no base model and no result)
-    card = model_card(
-        output_dir,
-        algo=plan.algo,
-        model=plan.model,
-        settings=plan.settings,
-        evals=(evals[0], evals[1]),
-        episodes=plan.eval_episodes,
-        seed=EVAL_SEED,
-        steps=trainer.state.global_step,
-    )
-    (output_dir / RunFiles.card).write_text(card, encoding="utf-8")
+    _write_card(trainer, plan, (evals[0], evals[1]), finished=True)
     if plan.json_path:
         result = {
             "run_dir": str(output_dir), "algo": plan.algo, "env_id": config.env_id, "model": plan.model,
@@ -563,4 +561,22 @@ def _write_outputs(trainer: Any, config: Any, plan: RunPlan, evals: Sequence[Any
             "outputs": sorted(name for name in OUTPUTS if (output_dir / name).exists()),
         }  # fmt: skip
         Path(plan.json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print("\n".join(closing_lines(output_dir, config.env_id, plan.model, plan.eval_episodes, EVAL_SEED)))
+    print("\n".join(closing_lines(output_dir, config.env_id, plan.model, plan.eval_episodes, EVAL_SEED,
+                                   agent=plan.settings.get("agent") or "")))  # fmt: skip
+
+
+def _write_card(trainer: Any, plan: RunPlan, evals: tuple[Any, Any], *, finished: bool) -> None:
+    """The run directory's README.md: ours, never TRL's generic card (which names no base model and no
+    result); written when training starts, at each checkpoint (the trainer's ``card_writer``) and at the end."""
+    card = model_card(
+        plan.output_dir,
+        algo=plan.algo,
+        model=plan.model,
+        settings=plan.settings,
+        evals=evals,
+        episodes=plan.eval_episodes,
+        seed=EVAL_SEED,
+        steps=trainer.state.global_step,
+        finished=finished,
+    )
+    (plan.output_dir / RunFiles.card).write_text(card, encoding="utf-8")

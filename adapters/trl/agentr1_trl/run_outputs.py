@@ -147,6 +147,10 @@ def eval_command(run_dir: Path, env_id: str, model: str, episodes: int, seed: in
     return shlex.join(parts)
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def model_card(
     run_dir: Path,
     *,
@@ -157,27 +161,43 @@ def model_card(
     episodes: int,
     seed: int,
     steps: int,
+    finished: bool = True,
 ) -> str:
-    """The run directory's ``README.md``: what was trained on what, how it did, how to use it."""
+    """The run directory's ``README.md``: what was trained on what, how it did, how to use it. ``agentr1 train``
+    writes it when the run starts and at each checkpoint (``finished=False``: it says so), and last at the end."""
     env_id = settings["env_id"]
+    agent = settings.get("agent") or ""
     keep = ("learning_rate", "num_generations", "per_device_train_batch_size", "max_steps", "beta",
             "max_new_tokens_per_turn", "max_episode_tokens", "env_kwargs", "seed")  # fmt: skip
     rows = "\n".join(f"| `{k}` | `{settings[k]!r}` |" for k in keep if k in settings)
     before, after = evals
-    return f"""# {algo.upper()} on {env_id}
-
-A LoRA adapter for `{model}`, trained by `agentr1 train` (agentr1-gym) with {algo.upper()} for {steps} optimizer
-steps on `{env_id}`.
-
-## Held-out success
-
-Greedy, {episodes} episodes on seeds {seed}+ (never trained on); 95% Wilson intervals.
+    where = f"the tasks of `{settings['agent_tasks']}`" if settings.get("agent_tasks") else f"`{env_id}`"
+    how = f" through the agent `{agent}` (its own loop, its calls recorded)" if agent else ""
+    status = "" if finished else (
+        f"\n**In progress**: {_plural(steps, 'optimizer step')} of {settings.get('max_steps', '?')} so far. This card "
+        "is written again at each checkpoint and when the run ends.\n"
+    )
+    if episodes > 0:
+        whose = "the agent's own loop, " if agent else ""
+        held_out = f"""Greedy ({whose}{_plural(episodes, 'episode')} on seeds {seed}+, never trained on); 95% Wilson
+intervals.
 
 | | success |
 |---|---|
 | before RL (after the warm start) | {_held_out(before, episodes)} |
-| after RL | {_held_out(after, episodes)} |
+| after RL | {_held_out(after, episodes) if finished else "not yet measured (the run is going)"} |
+"""
+    else:
+        held_out = "Not measured: this run evaluated no held-out episodes (`--eval-episodes 0`).\n"
+    evaluate = "" if agent or episodes <= 0 else eval_command(run_dir, env_id, model, episodes, seed) + "\n"
+    return f"""# {algo.upper()} on {env_id}
 
+A LoRA adapter for `{model}`, trained by `agentr1 train` (agentr1-gym) with {algo.upper()} for
+{_plural(steps, 'optimizer step')} on {where}{how}.
+{status}
+## Held-out success
+
+{held_out}
 ## Settings
 
 | field | value |
@@ -190,8 +210,7 @@ All of them: `{RUN_FILE}`.
 
 ```bash
 agentr1 view {shlex.quote(str(run_dir))}             # the episodes, token by token, in a browser
-{eval_command(run_dir, env_id, model, episodes, seed)}
-agentr1 train --resume {shlex.quote(str(run_dir))} --set max_steps={steps * 2}   # train on
+{evaluate}agentr1 train --resume {shlex.quote(str(run_dir))} --set max_steps={max(steps, 1) * 2}   # train on
 ```
 
 ```python
@@ -202,8 +221,11 @@ policy, tokenizer, value_head = load_policy({model!r}, {str(run_dir / RunFiles.a
 """
 
 
-def closing_lines(run_dir: Path, env_id: str, model: str, episodes: int, seed: int) -> list[str]:
-    """The run's last lines: every output that exists, then the next commands."""
+def closing_lines(
+    run_dir: Path, env_id: str, model: str, episodes: int, seed: int, agent: str = ""
+) -> list[str]:
+    """The run's last lines: every output that exists, then the next commands (``agentr1 eval`` measures our
+    rollout, not an agent's own loop: it is not suggested for an ``--agent`` run)."""
     lines = [f"done. In {run_dir}:"]
     width = max(len(name) for name in OUTPUTS)
     for name, what in OUTPUTS.items():
@@ -211,6 +233,6 @@ def closing_lines(run_dir: Path, env_id: str, model: str, episodes: int, seed: i
             lines.append(f"  {name:<{width}}  {what}")
     lines.append("next:")
     lines.append(f"  agentr1 view {shlex.quote(str(run_dir))}")
-    if episodes > 0:
+    if episodes > 0 and not agent:
         lines.append(f"  {eval_command(run_dir, env_id, model, episodes, seed)}")
     return lines

@@ -170,6 +170,16 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
     ``old_per_token_logps``/``ref_per_token_logps`` (when TRL computed them) and whatever :meth:`score_batch`
     adds (one row per episode, so per-episode tensors travel with their rows through TRL's shuffling)."""
 
+    #: writes the run directory's README.md at each checkpoint in place of TRL's generic card (``agentr1 train``
+    #: sets it; None: TRL's own)
+    card_writer: Any = None
+
+    def create_model_card(self, *args: Any, **kwargs: Any) -> None:
+        if self.card_writer is not None:
+            self.card_writer()
+            return
+        super().create_model_card(*args, **kwargs)
+
     def __init__(
         self,
         model: Any,
