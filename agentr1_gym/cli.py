@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import contextlib
+import difflib
 import json
 import sys
 from collections.abc import Sequence

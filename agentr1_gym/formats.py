@@ -117,7 +117,11 @@ def for_world(error: str) -> str:
     ``<answer>``, which there is itself a format error, and saying how such a task ends instead."""
     if HERMES_FINISH not in error and SEARCH_R1_FINISH not in error and NO_CALL not in error:
         return error
-    error = error.replace(HERMES_FINISH, ".").replace(SEARCH_R1_FINISH, "").replace(NO_CALL, "No tool call found.")
+    error = (
+        error.replace(HERMES_FINISH, ".")
+        .replace(SEARCH_R1_FINISH, "")
+        .replace(NO_CALL, "No tool call found.")
+    )
     return error + WORLD_FINISH
 
 

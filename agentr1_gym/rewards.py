@@ -29,9 +29,9 @@ __all__ = [
     "COMPONENT_NOTES",
     "GENERIC_PROCESS_KEYS",
     "OUTCOME_KEYS",
+    "REWARD_LIMIT",
     "SUB_EM_EXTRA_WORDS",
     "UNEARNED_REWARD_BOUND",
-    "REWARD_LIMIT",
     "NeededValues",
     "ProcessReward",
     "RewardConfig",
@@ -303,7 +303,9 @@ class RewardConfig(BaseModel):
         solved the task (None: ``score >= 1``). A score that is not finite is an env's bug, raised (it was read
         as 0.0, which hid it)."""
         if not math.isfinite(score):
-            raise RewardRangeError(f"the answer score is {score}, not a finite number: check the env's score_answer")
+            raise RewardRangeError(
+                f"the answer score is {score}, not a finite number: check the env's score_answer"
+            )
         if success is None:
             success = score >= 1.0
         answer = 0.0 if (self.format_gate and not format_ok) else self.answer_weight * score

@@ -37,11 +37,11 @@ from __future__ import annotations
 import contextlib
 import difflib
 import inspect
-import sys
 import json
 import math
 import numbers
 import string
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,7 +99,11 @@ def load_rows(dataset: Any) -> list[dict[str, Any]]:
     if isinstance(dataset, (str, Path)):
         path = Path(dataset)
         if not path.is_file():
-            where = "" if path.is_absolute() else f" (a relative path is read from the working directory, {Path.cwd()})"
+            where = (
+                ""
+                if path.is_absolute()
+                else f" (a relative path is read from the working directory, {Path.cwd()})"
+            )
             raise ConfigError(f"dataset file not found: {path}{where}")
         text = path.read_text(encoding="utf-8", errors="strict")
         if path.suffix == ".json":
@@ -205,7 +209,9 @@ def _reward_fn(name: str, fn: Any, weight: Any, has_world: bool) -> RewardFn:
     ):
         raise ConfigError(f"reward {name!r}: its weight must be a positive number, got {weight!r}")
     if weight > REWARD_LIMIT:
-        raise RewardRangeError(f"reward {name!r}: its weight {weight:g} is beyond the reward limit {REWARD_LIMIT:g}")
+        raise RewardRangeError(
+            f"reward {name!r}: its weight {weight:g} is beyond the reward limit {REWARD_LIMIT:g}"
+        )
     if name in _RESERVED:
         raise ConfigError(f"reward {name!r}: that metric name is the env's own; name the component otherwise")
     params = list(_params("reward function", name, fn, REWARD_PARAMETERS))

@@ -611,7 +611,7 @@ def test_a_blocking_agent_is_dropped_at_its_deadline(tok):
     gen = ScriptedGenerator(tok, lambda p, i: "done")
     with AgentProxy(gen, tok, SAMPLING) as proxy:
         start = time.monotonic()
-        with pytest.raises(AgentFailedError, match="ran past 0.5 s"):
+        with pytest.raises(AgentFailedError, match=r"ran past 0\.5 s"):
             run_agent_episodes(proxy, blocking_agent, [{"word": "x"}], timeout_s=0.5, retries=0)
         assert time.monotonic() - start < 2.5
 
@@ -647,9 +647,9 @@ def test_the_trainer_never_steps_on_a_reward_infinite_in_float32(tmp_path, tok, 
     reward=inf. Past every other door (here as_result's check is taken away), the trainer's own check stops the
     step before any update, naming the episode."""
     import torch
+    from agentr1_trl import agent_loop
     from peft import LoraConfig
 
-    from agentr1_trl import agent_loop
     from agentr1_gym.errors import RewardRangeError
 
     monkeypatch.setattr(agent_loop, "as_result", lambda value: AgentResult(float(value), {"reward": float(value)},

@@ -42,7 +42,11 @@ def test_a_world_never_tells_the_model_to_write_an_answer(env_id, kwargs):
     there is itself a format error."""
     env = agentr1_gym.make(env_id, **kwargs)
     env.reset(seed=0)
-    for turn in ("I will look around first.", '<tool_call>{"name": "open"', "<tool_call>not json</tool_call>"):
+    for turn in (
+        "I will look around first.",
+        '<tool_call>{"name": "open"',
+        "<tool_call>not json</tool_call>",
+    ):
         *_, info = env.step(turn)
         assert info["action_error"] and "<answer>" not in info["action_error"], info["action_error"]
         if turn.startswith("I will"):
@@ -100,9 +104,18 @@ def test_training_says_it_evaluates_only_when_it_does(capsys):
 @pytest.mark.parametrize(
     "argv, said",
     [
-        (["eval", "AgentR1/SyntheticMultihop-v0", "--policy", "oracle", "--episode", "1"], "did you mean --episodes?"),
-        (["eval", "AgentR1/SyntheticMultihop-v0", "--policy", "orcale", "--episodes", "1"], "Did you mean 'oracle'?"),
-        (["eval", "tasks_mod.py:Tests/Door-v0", "--policy", "oracle"], "drop the .py (tasks_mod:Tests/Door-v0)"),
+        (
+            ["eval", "AgentR1/SyntheticMultihop-v0", "--policy", "oracle", "--episode", "1"],
+            "did you mean --episodes?",
+        ),
+        (
+            ["eval", "AgentR1/SyntheticMultihop-v0", "--policy", "orcale", "--episodes", "1"],
+            "Did you mean 'oracle'?",
+        ),
+        (
+            ["eval", "tasks_mod.py:Tests/Door-v0", "--policy", "oracle"],
+            "drop the .py (tasks_mod:Tests/Door-v0)",
+        ),
     ],
 )
 def test_a_mistyped_flag_or_name_is_refused_with_the_closest(argv, said, capsys):
@@ -147,7 +160,7 @@ def test_human_rendering_shows_each_message_once(capsys):
     human = gym.make("Tests/Door-v0", render_mode="human")
     human.reset(seed=0)
     human.render()
-    human.step("<tool_call>{\"name\": \"open\", \"arguments\": {}}</tool_call>")
+    human.step('<tool_call>{"name": "open", "arguments": {}}</tool_call>')
     out = capsys.readouterr().out
     assert out.count("Open the door.") == 1 and out.count("[tool] open") == 1
 

@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.cache": 0,
     "agentr1_gym.deprecated": 0,  # old import paths of renamed modules, as aliases that warn (stdlib only)
     "agentr1_gym.text": 0,  # untrusted text made safe (lone surrogates, deep nesting)
+    "agentr1_gym.deadline": 0,  # one HTTP exchange under a deadline for the whole answer (stdlib only)
     "agentr1_gym.rewards": 1,
     "agentr1_gym.matching": 1,
     "agentr1_gym.episodes": 1,

@@ -22,8 +22,10 @@ import pytest
 
 pytest.importorskip("websockets")
 
-import agentr1_gym  # noqa: E402
-from agentr1_gym.envs.openenv import EnvServerError  # noqa: E402
+from _loopback import accept_each, listener
+
+import agentr1_gym
+from agentr1_gym.envs.openenv import EnvServerError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,23 +61,11 @@ class Server:
     ) -> None:
         self.http = http or (lambda path: _json_answer(OUR_SCHEMA if path == "/schema" else {}))
         self.ws = ws or (lambda message: json.dumps(_observation()))
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.sock, self.url = listener()
         self.handshakes = 0
         self.stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        self.sock.settimeout(0.2)
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        threading.Thread(target=accept_each, args=(self.sock, self.stop, self._serve), kwargs={"threads": True},
+                         daemon=True).start()  # fmt: skip
 
     def _serve(self, conn: socket.socket) -> None:
         with contextlib.suppress(OSError), conn:
@@ -145,7 +135,9 @@ class Server:
         self.sock.close()
 
 
-def _json_answer(value: Any, status: int = 200, drip: float = 0.0) -> tuple[int, dict[str, str], bytes, float]:
+def _json_answer(
+    value: Any, status: int = 200, drip: float = 0.0
+) -> tuple[int, dict[str, str], bytes, float]:
     return status, {"Content-Type": "application/json"}, json.dumps(value).encode(), drip
 
 
@@ -159,7 +151,9 @@ def serving(**kw: Any) -> Iterator[Server]:
 
 
 def _env(url: str, **kw: Any) -> Any:
-    return agentr1_gym.make("AgentR1/OpenEnv-v0", base_url=url, **{"timeout_s": 2, "episode_timeout_s": 6, **kw})
+    return agentr1_gym.make(
+        "AgentR1/OpenEnv-v0", base_url=url, **{"timeout_s": 2, "episode_timeout_s": 6, **kw}
+    )
 
 
 def test_a_well_behaved_stand_in_server_plays_an_episode():
@@ -178,7 +172,9 @@ def test_a_well_behaved_stand_in_server_plays_an_episode():
 def test_a_dripped_http_answer_cannot_hold_a_call_past_its_deadline(path):
     """Finding 3: a large Content-Length and one byte every 0.25 s (urllib's timeout is per read). Before: reset
     blocked past 40 s with timeout_s=2; now EnvServerError within the deadline."""
-    body = json.dumps(OUR_SCHEMA if path == "/schema" else {"result": {"session_id": "s"}}).ljust(5000).encode()
+    body = (
+        json.dumps(OUR_SCHEMA if path == "/schema" else {"result": {"session_id": "s"}}).ljust(5000).encode()
+    )
 
     def http(p: str) -> tuple[int, dict[str, str], bytes, float]:
         if p == path:
@@ -197,18 +193,30 @@ def test_a_dripped_http_answer_cannot_hold_a_call_past_its_deadline(path):
 @pytest.mark.parametrize(
     "raw, match",
     [
-        ('{"type": "observation", "data": {"observation": {"text": "x"}, "reward": Infinity, "done": false}}',
-         "valid JSON"),
-        ('{"type": "observation", "data": {"observation": {"text": "x"}, "reward": -Infinity, "done": false}}',
-         "valid JSON"),
-        ('{"type": "observation", "data": {"observation": {"text": "x"}, "reward": NaN, "done": false}}',
-         "valid JSON"),
-        ('{"type": "observation", "data": {"observation": {"text": "x"}, "reward": 1e400, "done": false}}',
-         "valid JSON"),
-        ('{"type": "observation", "data": {"observation": {"text": "x"}, "reward": 1e308, "done": false}}',
-         "beyond"),
-        ('{"type": "observation", "data": {"observation": {"text": "x"}, "reward": "lots", "done": false}}',
-         "reward str"),
+        (
+            '{"type": "observation", "data": {"observation": {"text": "x"}, "reward": Infinity, "done": false}}',
+            "valid JSON",
+        ),
+        (
+            '{"type": "observation", "data": {"observation": {"text": "x"}, "reward": -Infinity, "done": false}}',
+            "valid JSON",
+        ),
+        (
+            '{"type": "observation", "data": {"observation": {"text": "x"}, "reward": NaN, "done": false}}',
+            "valid JSON",
+        ),
+        (
+            '{"type": "observation", "data": {"observation": {"text": "x"}, "reward": 1e400, "done": false}}',
+            "valid JSON",
+        ),
+        (
+            '{"type": "observation", "data": {"observation": {"text": "x"}, "reward": 1e308, "done": false}}',
+            "beyond",
+        ),
+        (
+            '{"type": "observation", "data": {"observation": {"text": "x"}, "reward": "lots", "done": false}}',
+            "reward str",
+        ),
     ],
 )
 def test_a_non_finite_or_unbounded_step_reward_is_a_server_error(raw, match):
@@ -228,7 +236,10 @@ def test_a_non_finite_or_unbounded_step_reward_is_a_server_error(raw, match):
     [
         ({"metrics": {"score": 10**400}}, "metric 'score'"),
         ({"process_reward": "lots"}, "process_reward str"),
-        ({"process_reward": 0.5, "outcome_reward": None}, None),  # None is OpenEnv's "no reward": 0.0, accepted
+        (
+            {"process_reward": 0.5, "outcome_reward": None},
+            None,
+        ),  # None is OpenEnv's "no reward": 0.0, accepted
         ({"outcome_reward": "missing"}, "outcome_reward str"),
         ({"num_tool_calls": "many"}, "num_tool_calls"),
         ({"num_tool_calls": 10**400}, "num_tool_calls"),
@@ -284,7 +295,9 @@ def test_an_answer_nested_100000_deep_is_a_server_error(where):
     ws = (lambda m: deep) if where == "/ws" else None
     with serving(http=http, ws=ws) as server:
         env = _env(server.url)
-        if where == "/mcp":  # a session answer that cannot be read: a server without HTTP sessions, then a reset
+        if (
+            where == "/mcp"
+        ):  # a session answer that cannot be read: a server without HTTP sessions, then a reset
             obs, _ = env.reset(seed=0)
             assert obs == "hello"
         else:
@@ -334,7 +347,18 @@ def test_a_message_over_the_size_limit_fails_at_once():
 
 _VALUES = [None, True, 0, -1, 3, 10**400, 1e6, 1e7, -1e300, 0.5, "", "lots", "NaN", [], [1, {}], {}, {"a": 1},
            {"score": "x"}, {"score": 10**400}, [[[[]]]]]  # fmt: skip
-_RAW = ["NaN", "Infinity", "-Infinity", "1e400", "[" * 3000 + "]" * 3000, '"\\ud800"', "{}", "null", "{", "\u0000"]
+_RAW = [
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1e400",
+    "[" * 3000 + "]" * 3000,
+    '"\\ud800"',
+    "{}",
+    "null",
+    "{",
+    "\u0000",
+]
 
 
 def _lying_answer(rng) -> str:

@@ -16,6 +16,7 @@ import time
 
 import gymnasium as gym
 import pytest
+from _loopback import accept_each, listener
 from conftest import build_tiny_encoder
 
 import agentr1_gym  # noqa: F401
@@ -345,37 +346,30 @@ class _Evil(threading.Thread):
     def __init__(self, mode: str) -> None:
         super().__init__(daemon=True)
         self.mode = mode
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.sock, self.url = listener(8)
         self.stop = threading.Event()
 
     def run(self) -> None:
-        self.sock.settimeout(0.2)
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.recv(65536)
-                if self.mode == "trickle":  # one byte a second, forever (bounded: at most 30 s)
-                    for b in b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 30:
-                        if self.stop.is_set():
-                            break
-                        try:
-                            conn.sendall(bytes([b]))
-                        except OSError:
-                            break
-                        time.sleep(1.0)
-                else:
-                    body = {
-                        "wrong-count": b'{"results": [[], []]}',
-                        "not-a-list": b'{"results": {"a": 1}}',
-                        "bad-hit": b'{"results": [[{"id": 1}]]}',
-                    }[self.mode]
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        accept_each(self.sock, self.stop, self._answer)
+
+    def _answer(self, conn: socket.socket) -> None:
+        conn.recv(65536)
+        if self.mode == "trickle":  # one byte a second, forever (bounded: at most 30 s)
+            for b in b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 30:
+                if self.stop.is_set():
+                    break
+                try:
+                    conn.sendall(bytes([b]))
+                except OSError:
+                    break
+                time.sleep(1.0)
+        else:
+            body = {
+                "wrong-count": b'{"results": [[], []]}',
+                "not-a-list": b'{"results": {"a": 1}}',
+                "bad-hit": b'{"results": [[{"id": 1}]]}',
+            }[self.mode]
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
     def close(self) -> None:
         self.stop.set()

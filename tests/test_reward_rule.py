@@ -75,13 +75,13 @@ def test_a_context_function_that_raises_is_the_task_s_bug():
         return 1 / 0
 
     env = agentr1_gym.make("AgentR1/SyntheticMultihop-v0", context=broken, max_turns=5)
-    with pytest.raises(TaskCodeError, match="broken.*ZeroDivisionError"):
+    with pytest.raises(TaskCodeError, match=r"broken.*ZeroDivisionError"):
         env.reset(seed=0)
 
 
 def test_a_context_function_with_the_wrong_signature_is_refused_at_make():
     """Finding 10: a function with the wrong signature was accepted at gym.make and failed at reset."""
-    with pytest.raises(ConfigError, match="task_messages=..., history="):
+    with pytest.raises(ConfigError, match=r"task_messages=\.\.\., history="):
         agentr1_gym.make("AgentR1/SyntheticMultihop-v0", context=lambda messages: messages)
     agentr1_gym.make("AgentR1/SyntheticMultihop-v0", context=lambda **kw: kw["task_messages"])  # **kw is fine
 

@@ -304,7 +304,7 @@ def test_eval_next_to_a_damaged_run_record_is_a_one_line_error(tmp_path, record)
     (tmp_path / "run_config.json").write_text(record)
     args = argparse.Namespace(adapter=str(tmp_path / "adapter"), env_id="AgentR1/SyntheticMultihop-v0",
                               max_new_tokens=None)  # fmt: skip
-    with pytest.raises(ConfigError, match="run_config.json") as info:
+    with pytest.raises(ConfigError, match=r"run_config\.json") as info:
         _run_settings(args, {})
     assert "\n" not in str(info.value)
 
@@ -315,7 +315,6 @@ def test_a_value_head_file_runs_no_pickle(tmp_path):
     import pickle
 
     import torch
-
     from agentr1_trl.value_head import VALUE_HEAD_FILE, load_value_head
 
     class Payload:

@@ -67,7 +67,13 @@ from agentr1_gym.errors import ConfigError, MissingDependencyError
 from agentr1_gym.formats import ToolCall
 from agentr1_gym.rewards import ProcessReward
 from agentr1_gym.tools.base import Tool, ToolResult
-from agentr1_gym.tools.object_worker import CallFailed, CallTimedOut, ObjectWorker, numeric_state_kept, value_text
+from agentr1_gym.tools.object_worker import (
+    CallFailed,
+    CallTimedOut,
+    ObjectWorker,
+    numeric_state_kept,
+    value_text,
+)
 
 __all__ = ["CATEGORIES", "BFCLMultiTurnEnv", "ground_truth_calls", "load_tasks"]
 
@@ -445,8 +451,13 @@ class BFCLMultiTurnEnv(ToolEnv):
             text, state = worker.call(owner, name, copy.deepcopy(arguments), text=True)
             failed = False
         except CallTimedOut:
-            text, failed = f"Error during execution: {name} did not finish within {self.call_timeout_s:g} s", True
-        except CallFailed as exc:  # the API's own failure on this input (BFCL's text for it), or out of memory
+            text, failed = (
+                f"Error during execution: {name} did not finish within {self.call_timeout_s:g} s",
+                True,
+            )
+        except (
+            CallFailed
+        ) as exc:  # the API's own failure on this input (BFCL's text for it), or out of memory
             text, failed = f"Error during execution: {exc}", True
             state = getattr(exc, "state", None)
         if state is not None:

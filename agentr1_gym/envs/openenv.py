@@ -38,11 +38,11 @@ import http.client
 import json
 import math
 import socket
-import threading
 import time
 import urllib.parse
 from typing import Any, ClassVar
 
+from agentr1_gym.deadline import AnswerTooLarge, DeadlinePassed, http_exchange
 from agentr1_gym.env import ToolEnv
 from agentr1_gym.errors import ConfigError, MissingDependencyError, ResetNeededError, ToolInfrastructureError
 from agentr1_gym.rewards import reward_problem
@@ -63,61 +63,31 @@ class EnvServerError(ToolInfrastructureError):
 
 
 def _deadline_request(url: str, body: bytes | None, timeout_s: float, limit: int) -> tuple[int, bytes]:
-    """One HTTP request whose whole answer (connection, headers and body) must arrive within ``timeout_s``:
-    ``(status, body)``. A watchdog shuts the socket down at the deadline, so a server that drips its answer a byte
-    at a time cannot hold the call past it (a socket timeout bounds each read, not the answer). No redirect is
-    followed (``http.client`` follows none: a 3xx comes back as its status), no proxy is used, and a body larger
-    than ``limit`` bytes is refused unread."""
+    """One HTTP request whose whole answer (connection, headers and body) must arrive within ``timeout_s``
+    (:func:`agentr1_gym.deadline.http_exchange`: a server that drips its answer cannot hold the call): ``(status,
+    body)``. No redirect is followed, no proxy is used, and a body larger than ``limit`` bytes is refused."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"base_url must be http(s)://host[:port][/path], got {url!r}")
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = kind(parts.hostname, parts.port, timeout=timeout_s)
-    expired = threading.Event()
-    held: list[socket.socket] = []  # the connection's socket (http.client drops its own handle at Connection: close)
-
-    def expire() -> None:
-        expired.set()
-        for sock in held:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    watchdog = threading.Timer(timeout_s, expire)
-    watchdog.daemon = True
-    watchdog.start()
+    path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
     try:
-        conn.connect()
-        held.append(conn.sock)
-        if expired.is_set():
-            expire()
-        path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        conn.request("POST" if body is not None else "GET", path, body=body, headers=headers)
-        response = conn.getresponse()
-        length = response.getheader("Content-Length")
-        if length is not None and length.strip().isdigit() and int(length) > limit:
-            raise EnvServerError(f"{url} announced an answer of {int(length)} bytes; at most {limit} are read")
-        chunks, size = [], 0
-        while True:
-            chunk = response.read1(65536) if hasattr(response, "read1") else response.read(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise EnvServerError(f"{url} answered more than {limit} bytes")
-        if expired.is_set():
-            raise TimeoutError
-        return response.status, b"".join(chunks)
-    except EnvServerError:
-        raise
-    except (OSError, http.client.HTTPException, TimeoutError, ValueError) as exc:
-        if expired.is_set():
-            raise _Unreachable(f"no whole answer from {url} within {timeout_s:g} s") from None
+        return http_exchange(
+            kind(parts.hostname, parts.port, timeout=timeout_s),
+            "POST" if body is not None else "GET",
+            path,
+            body,
+            headers,
+            timeout_s=timeout_s,
+            limit=limit,
+        )
+    except AnswerTooLarge as exc:
+        raise EnvServerError(f"{url}: {exc}") from None
+    except DeadlinePassed:
+        raise _Unreachable(f"no whole answer from {url} within {timeout_s:g} s") from None
+    except (OSError, http.client.HTTPException, ValueError) as exc:
         raise _Unreachable(f"cannot reach the OpenEnv server at {url}: {exc}") from None
-    finally:
-        watchdog.cancel()
-        conn.close()
 
 
 def _finite_float(text: str) -> float:
@@ -164,7 +134,9 @@ class _Session:
         data = None if body is None else json.dumps(body).encode()
         status, raw = _deadline_request(url, data, self.timeout_s, MAX_HTTP_BYTES)
         if 300 <= status < 400:
-            raise EnvServerError(f"the server answered {url} with a redirect (HTTP {status}); none is followed")
+            raise EnvServerError(
+                f"the server answered {url} with a redirect (HTTP {status}); none is followed"
+            )
         if status >= 400:
             raise EnvServerError(f"{url} answered HTTP {status}")
         return _loads(raw, url)
@@ -642,7 +614,9 @@ def _floats(value: dict[str, Any], url: str) -> dict[str, float]:
             except OverflowError:
                 number = math.inf
             if not math.isfinite(number):
-                raise EnvServerError(f"{url} sent metric {str(k)[:60]!r} = {str(v)[:40]}, not a finite number")
+                raise EnvServerError(
+                    f"{url} sent metric {str(k)[:60]!r} = {str(v)[:40]}, not a finite number"
+                )
             out[str(k)] = number
     return out
 
@@ -655,7 +629,9 @@ def _components(value: Any, url: str) -> dict[str, float] | None:
 
 def _count(value: Any, url: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CALLS:
-        raise EnvServerError(f"{url} sent num_tool_calls {str(value)[:40]!r}, not a count in [0, {MAX_CALLS}]")
+        raise EnvServerError(
+            f"{url} sent num_tool_calls {str(value)[:40]!r}, not a count in [0, {MAX_CALLS}]"
+        )
     return value
 
 

@@ -74,7 +74,9 @@ def main() -> None:
         _, name, method, kwargs, text = message
         obj = objects[name]
         try:
-            with numeric_state_kept():  # every call starts from the defaults, as a trusted in-process call does
+            with (
+                numeric_state_kept()
+            ):  # every call starts from the defaults, as a trusted in-process call does
                 value = getattr(obj, method)(**kwargs)
                 answer = (True, value_text(value) if text else value, _attributes(obj))
         except MemoryError:

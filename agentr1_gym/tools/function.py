@@ -130,7 +130,9 @@ def _stop(thread: threading.Thread) -> bool:
         return False
     import ctypes
 
-    done = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(CallStopped))
+    done = ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread.ident), ctypes.py_object(CallStopped)
+    )
     return done == 1
 
 

@@ -10,7 +10,7 @@ insert into staff values ('Ada','eng',120),('Bo','eng',95),('Cy','ops',70),('Di'
 READS = (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION)
 DB.set_authorizer(lambda op, *_: sqlite3.SQLITE_OK if op in READS else sqlite3.SQLITE_DENY)  # reads only
 DB.set_progress_handler(lambda: 1, 5_000_000)  # a query past 5M SQLite steps is stopped
-DB.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 100_000)  # no value over 100 kB: randomblob(1e9) is refused, not built
+DB.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 100_000)  # no value over 100 kB (randomblob(1e9) is refused)
 
 
 @tool(timeout_s=5)

@@ -651,7 +651,9 @@ class AgentProxy:
 
         async def chat(request: Any) -> Any:
             try:
-                return JSONResponse(await proxy.complete(request.path_params["episode_id"], await body(request)))
+                return JSONResponse(
+                    await proxy.complete(request.path_params["episode_id"], await body(request))
+                )
             except ProxyRequestError as exc:
                 return error(exc)
 

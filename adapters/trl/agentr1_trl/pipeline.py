@@ -96,6 +96,8 @@ def oracle_warm_start(
         ) from None
     lengths = turn_lengths(samples)
     longer = [n for n in lengths if max_new_tokens is not None and n > max_new_tokens]
+    if lengths and not longer:  # the figure to size max_new_tokens_per_turn by, said once per run
+        print(f"warm start: {len(lengths)} oracle turns, the longest {max(lengths)} tokens", flush=True)
     if longer:  # the rollouts would cut these turns off: the warm start teaches what RL cannot sample
         print(
             f"warning: {len(longer)} of {len(lengths)} oracle turns are longer than max_new_tokens_per_turn="

@@ -173,13 +173,17 @@ def model_card(
     before, after = evals
     where = f"the tasks of `{settings['agent_tasks']}`" if settings.get("agent_tasks") else f"`{env_id}`"
     how = f" through the agent `{agent}` (its own loop, its calls recorded)" if agent else ""
-    status = "" if finished else (
-        f"\n**In progress**: {_plural(steps, 'optimizer step')} of {settings.get('max_steps', '?')} so far. This card "
-        "is written again at each checkpoint and when the run ends.\n"
+    status = (
+        ""
+        if finished
+        else (
+            f"\n**In progress**: {_plural(steps, 'optimizer step')} of {settings.get('max_steps', '?')} so far. This card "
+            "is written again at each checkpoint and when the run ends.\n"
+        )
     )
     if episodes > 0:
         whose = "the agent's own loop, " if agent else ""
-        held_out = f"""Greedy ({whose}{_plural(episodes, 'episode')} on seeds {seed}+, never trained on); 95% Wilson
+        held_out = f"""Greedy ({whose}{_plural(episodes, "episode")} on seeds {seed}+, never trained on); 95% Wilson
 intervals.
 
 | | success |
@@ -193,7 +197,7 @@ intervals.
     return f"""# {algo.upper()} on {env_id}
 
 A LoRA adapter for `{model}`, trained by `agentr1 train` (agentr1-gym) with {algo.upper()} for
-{_plural(steps, 'optimizer step')} on {where}{how}.
+{_plural(steps, "optimizer step")} on {where}{how}.
 {status}
 ## Held-out success
 

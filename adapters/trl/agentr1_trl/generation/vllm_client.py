@@ -14,18 +14,16 @@ impossible log-probs, a ``finish_reason`` that the tokens contradict.
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import math
 import random
-import socket
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from agentr1_gym.deadline import AnswerTooLarge, http_exchange
 from agentr1_gym.errors import ConfigError, InferenceServerError
 
 __all__ = ["MAX_BODY_BYTES", "ServerClient", "check_completions"]
@@ -129,54 +127,24 @@ class ServerClient:
         if remaining <= 0:
             raise InferenceServerError(self.url, f"{path}: no complete answer within {self.timeout_s:g} s")
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        conn = cls(self._host, self._port, timeout=remaining)
-        expired = threading.Event()
-
-        def expire() -> None:  # the deadline passed: stop the call wherever it is waiting
-            expired.set()
-            sock = conn.sock
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-        watchdog = threading.Timer(remaining, expire)
-        watchdog.daemon = True
-        watchdog.start()
-        try:
-            conn.request(
-                "GET" if data is None else "POST",
-                self._base + path,
-                body=data,
-                headers={"Content-Type": "application/json", "Accept": "application/json"},
-            )
-            resp = conn.getresponse()
-            status = resp.status
-            chunks, size = [], 0
-            while chunk := resp.read(1 << 20):
-                size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    raise InferenceServerError(
-                        self.url, f"{path}: the answer is over {MAX_BODY_BYTES >> 20} MiB; refused"
-                    )
-                chunks.append(chunk)
-            if expired.is_set():
-                raise TimeoutError
-            if resp.length:  # the connection ended before the Content-Length promised
-                raise http.client.IncompleteRead(b"".join(chunks), resp.length)
-        except InferenceServerError:
-            raise
-        except (OSError, http.client.HTTPException) as exc:  # TimeoutError and ConnectionError are OSErrors
-            if expired.is_set() or isinstance(exc, TimeoutError):
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        try:  # the whole answer within the deadline (a watchdog shuts the socket), at most MAX_BODY_BYTES
+            status, body = http_exchange(cls(self._host, self._port, timeout=remaining),
+                                         "GET" if data is None else "POST", self._base + path, data, headers,
+                                         timeout_s=remaining, limit=MAX_BODY_BYTES)  # fmt: skip
+        except AnswerTooLarge:
+            raise InferenceServerError(
+                self.url, f"{path}: the answer is over {MAX_BODY_BYTES >> 20} MiB; refused"
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:  # DeadlinePassed and ConnectionError are OSErrors
+            if isinstance(exc, TimeoutError):
                 raise InferenceServerError(
                     self.url, f"{path}: no complete answer within {self.timeout_s:g} s"
                 ) from None
             raise self._classify(path, exc) from None
-        finally:
-            watchdog.cancel()
-            conn.close()
         if status in RETRY_STATUSES:
-            raise _Retryable(f"HTTP {status}: {b''.join(chunks)[:200].decode(errors='replace').strip()}")
-        return status, b"".join(chunks)
+            raise _Retryable(f"HTTP {status}: {body[:200].decode(errors='replace').strip()}")
+        return status, body
 
 
 # ---- what a completions answer must be ----------------------------------------------------------------------
