@@ -70,6 +70,7 @@ SCRIPTS = {
     "env_server": ("env_server.py", "Envs over OpenEnv: steps through the server against direct steps"),
     "agent_proxy": ("agent_proxy.py", "Your own agent through the recording endpoint: overhead and learning"),
     "bfcl": ("bfcl.py", "BFCL multi-turn: the prompted model per category, and RL on the base category"),
+    "object_worker": ("object_worker.py", "BFCL's calls in a worker process against in-process calls"),
 }
 
 

@@ -116,6 +116,10 @@ def test_the_train_command_runs_as_written(tmp_path):
         assert longest and int(longest.group(1)) <= 32 and "warning" not in done.stdout, done.stdout[-2000:]
     assert (tmp_path / "runs" / "capitals" / "adapter" / "adapter_config.json").exists()
     assert (tmp_path / "runs" / "capitals-smoke" / "adapter" / "adapter_config.json").exists()
+    # the run's card is ours (never TRL's generic one), and says what the smoke test did not measure
+    card = (tmp_path / "runs" / "capitals-smoke" / "README.md").read_text(encoding="utf-8")
+    assert "trained by `agentr1 train`" in card and "huggingface.co/None" not in card
+    assert "1 optimizer step " in card and "Not measured: this run evaluated no held-out episodes" in card
 
 
 READING = DOCS / "tutorials" / "reading_a_run.md"
