@@ -21,9 +21,8 @@ import time
 from _common import emit, machine_info
 
 import agentr1_gym
-from agentr1_gym.envs.bfcl import _as_text
 from agentr1_gym.tools.base import ToolResult
-from agentr1_gym.tools.object_worker import ObjectWorker
+from agentr1_gym.tools.object_worker import ObjectWorker, value_text
 
 
 def _in_process(env):
@@ -32,7 +31,7 @@ def _in_process(env):
     def run_function(name, arguments):
         instance = env.model[env._owner[name]]
         try:
-            text, failed = _as_text(getattr(instance, name)(**copy.deepcopy(arguments))), False
+            text, failed = value_text(getattr(instance, name)(**copy.deepcopy(arguments))), False
         except Exception as exc:
             text, failed = f"Error during execution: {exc}", True
         env.results.append(text)

@@ -220,10 +220,6 @@ def _refuse(name: str, problems: list[str]) -> ValidationError:
     )
 
 
-#: a method's return value as BFCL's harness turns it into text (so results compare as the checker's do)
-_as_text = value_text
-
-
 class BFCLFunction(Tool):
     """One function of a BFCL API class, run on the env's instance of that class."""
 
@@ -446,20 +442,15 @@ class BFCLMultiTurnEnv(ToolEnv):
         if worker is None:
             worker = self._worker = ObjectWorker(self.call_timeout_s, self.call_memory_mb)
         worker.load(self.model, self._episode_token)
-        state = None
-        try:  # in the env's worker process, under the deadline and memory bound; the state comes back
-            text, state = worker.call(owner, name, copy.deepcopy(arguments), text=True)
+        state, failed = None, True
+        try:  # in the env's worker process (the arguments are pickled there: a copy), under its deadline and
+            # memory bound; the instance's state comes back
+            text, state = worker.call(owner, name, arguments, text=True)
             failed = False
         except CallTimedOut:
-            text, failed = (
-                f"Error during execution: {name} did not finish within {self.call_timeout_s:g} s",
-                True,
-            )
-        except (
-            CallFailed
-        ) as exc:  # the API's own failure on this input (BFCL's text for it), or out of memory
-            text, failed = f"Error during execution: {exc}", True
-            state = getattr(exc, "state", None)
+            text = f"Error during execution: {name} did not finish within {self.call_timeout_s:g} s"
+        except CallFailed as exc:  # the API's own failure (BFCL's text for it), or out of memory
+            text, state = f"Error during execution: {exc}", exc.state
         if state is not None:
             vars(instance).clear()
             vars(instance).update(state)
@@ -498,7 +489,7 @@ class BFCLMultiTurnEnv(ToolEnv):
             instance = self.truth[self._owner[name]]
             try:  # BFCL's own calls: trusted, in-process, but their decimal/mpmath settings do not leak
                 with numeric_state_kept():
-                    truth_results.append(_as_text(getattr(instance, name)(**copy.deepcopy(args))))
+                    truth_results.append(value_text(getattr(instance, name)(**copy.deepcopy(args))))
             except Exception as exc:
                 truth_results.append(f"Error during execution: {exc}")
         passed = True

@@ -37,10 +37,6 @@ def _limit_memory(memory_mb: float) -> None:
         pass  # no RLIMIT_AS here (not Linux): the deadline still holds
 
 
-def _attributes(obj: Any) -> dict[str, Any]:
-    return dict(vars(obj))
-
-
 def main() -> None:
     _parent_death_signal()
     memory_mb = float(sys.argv[1]) if len(sys.argv) > 1 else 512.0
@@ -78,11 +74,11 @@ def main() -> None:
                 numeric_state_kept()
             ):  # every call starts from the defaults, as a trusted in-process call does
                 value = getattr(obj, method)(**kwargs)
-                answer = (True, value_text(value) if text else value, _attributes(obj))
+                answer = (True, value_text(value) if text else value, dict(vars(obj)))
         except MemoryError:
-            answer = (False, f"{method} needed more than {memory_mb:g} MB of memory", _attributes(obj))
+            answer = (False, f"{method} needed more than {memory_mb:g} MB of memory", dict(vars(obj)))
         except Exception as exc:
-            answer = (False, str(exc), _attributes(obj))
+            answer = (False, str(exc), dict(vars(obj)))
         try:
             send(write_fd, answer)
         except Exception as exc:  # the attributes themselves do not pickle: no state comes back

@@ -53,7 +53,12 @@ class CallTimedOut(Exception):
 
 
 class CallFailed(Exception):
-    """The call raised (its text is the message), or the worker died during it (out of memory, a crash)."""
+    """The call raised (its text is the message), or the worker died during it (out of memory, a crash).
+    ``state``: the object's attributes after a call that raised in a worker that survived it (else None)."""
+
+    def __init__(self, message: str, state: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.state = state
 
 
 @contextlib.contextmanager
@@ -205,24 +210,18 @@ class ObjectWorker:
         self, name: str, method: str, kwargs: dict[str, Any], *, text: bool = False
     ) -> tuple[Any, dict[str, Any]]:
         """``objects[name].method(**kwargs)`` in the worker: ``(its return value, or with text=True its
-        :func:`value_text` made in the worker, the object's attributes after the call)``. Raises :class:`CallTimedOut` (the worker is killed; :meth:`load` again before the next
-        call) or :class:`CallFailed` (the method raised, ran out of memory or killed its worker; the message says
+        :func:`value_text` made in the worker, the object's attributes after the call)``. Raises
+        :class:`CallTimedOut` (the worker is killed; :meth:`load` again before the next call) or :class:`CallFailed` (the method raised, ran out of memory or killed its worker; the message says
         which, and the attributes after a raising call are on ``exc.state`` when the worker survived)."""
         if self._proc is None:
             raise ToolInfrastructureError("ObjectWorker.call() before load()")
         try:
-            answer = self._request(("call", name, method, kwargs, text), self.timeout_s)
-        except CallTimedOut:
+            ok, value, state = self._request(("call", name, method, kwargs, text), self.timeout_s)
+        except (CallTimedOut, CallFailed):  # the worker is killed, or already gone
             self._fail()
             raise
-        except CallFailed:
-            self._fail()
-            raise
-        ok, value, state = answer
         if not ok:
-            exc = CallFailed(value)
-            exc.state = state  # type: ignore[attr-defined]
-            raise exc
+            raise CallFailed(value, state)
         return value, state
 
 

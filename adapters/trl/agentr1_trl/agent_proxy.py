@@ -301,6 +301,19 @@ def calls_to_trajectory(calls: Sequence[CallRecord]) -> tuple[Trajectory, int]:
     return traj, splits
 
 
+@dataclass(frozen=True)
+class _Request:
+    """One chat-completions request, checked and tokenized: what generation takes and the answer records."""
+
+    body: dict[str, Any]
+    tools: list[dict] | None
+    messages: list[dict[str, Any]]
+    prompt_ids: list[int]
+    rendered: str
+    extends: bool
+    sampling: SamplingConfig
+
+
 @dataclass
 class _Job:
     prompt: list[int]
@@ -524,17 +537,16 @@ class AgentProxy:
                 code="episode_not_found", status=404,
             )  # fmt: skip
         # parsing, rendering and tokenizing run off the event loop: one episode's long chat never delays another's
-        body, tools, messages, prompt_ids, rendered, extends, sampling = await asyncio.to_thread(
-            self._prepare, episode, body
-        )
+        request = await asyncio.to_thread(self._prepare, episode, body)
         assert self._batcher is not None, "start() the proxy first"
         prepared = time.perf_counter()
-        gen = await asyncio.wrap_future(self._batcher.submit(prompt_ids, sampling))
+        gen = await asyncio.wrap_future(self._batcher.submit(request.prompt_ids, request.sampling))
         generated = time.perf_counter()
-        return self._answer(episode_id, episode, body, tools, messages, prompt_ids, rendered, extends, sampling,
-                            gen, start, prepared, generated)  # fmt: skip
+        answer = self._answer(episode_id, episode, request, gen)
+        self.overhead_s.append((prepared - start) + (time.perf_counter() - generated))
+        return answer
 
-    def _prepare(self, episode: EpisodeCalls, body: Any) -> tuple[Any, ...]:
+    def _prepare(self, episode: EpisodeCalls, body: Any) -> _Request:
         """A request's body (raw bytes or parsed) -> what generation needs; in a worker thread."""
         if isinstance(body, (bytes, str)):
             try:
@@ -564,25 +576,11 @@ class AgentProxy:
                 f"the prompt is {len(prompt_ids)} tokens; this endpoint's context limit is {self.max_context_tokens}",
                 param="messages", code="context_length_exceeded",
             )  # fmt: skip
-        sampling = self._sampling(body, room)
-        return body, tools, messages, prompt_ids, rendered, extends, sampling
+        return _Request(body, tools, messages, prompt_ids, rendered, extends, self._sampling(body, room))
 
-    def _answer(
-        self,
-        episode_id: str,
-        episode: EpisodeCalls,
-        body: dict[str, Any],
-        tools: list[dict] | None,
-        messages: list[dict[str, Any]],
-        prompt_ids: list[int],
-        rendered: str,
-        extends: bool,
-        sampling: SamplingConfig,
-        gen: Any,
-        start: float,
-        prepared: float,
-        generated: float,
-    ) -> dict[str, Any]:
+    def _answer(self, episode_id: str, episode: EpisodeCalls, request: _Request, gen: Any) -> dict[str, Any]:
+        """The completion as OpenAI's answer, recorded in the episode."""
+        body, tools, sampling, prompt_ids = request.body, request.tools, request.sampling, request.prompt_ids
         tok = self.tokenizer
         text = tok.decode(gen.ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         content, calls = parse_completion(text, body.get("tool_choice") != "none" and bool(tools))
@@ -605,8 +603,8 @@ class AgentProxy:
         ]
         record = CallRecord(
             prompt_ids=list(prompt_ids), completion_ids=list(gen.ids), logprobs=list(gen.logprobs),
-            finish_reason=finish, text=text, messages=messages, tools=tools, rendered=rendered,
-            extends_earlier=extends, tool_calls=tool_calls,
+            finish_reason=finish, text=text, messages=request.messages, tools=tools, rendered=request.rendered,
+            extends_earlier=request.extends, tool_calls=tool_calls,
         )  # fmt: skip
         with self._lock:
             if episode.closed:
@@ -618,7 +616,6 @@ class AgentProxy:
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = tool_calls
-        self.overhead_s.append((prepared - start) + (time.perf_counter() - generated))
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
