@@ -142,7 +142,7 @@ def qa_metrics(prediction: str | None, gold: str | Iterable[str]) -> dict[str, f
 
 
 #: what the test suite holds every shipped reward preset to: a policy that never solves a task earns at most this
-#: fraction of the maximum episode reward, on every env (``tests/test_reward_hacking.py``; the README lists the
+#: fraction of the maximum episode reward, on every env (``tests/core/test_reward_hacking.py``; the README lists the
 #: exploit policies it plays)
 UNEARNED_REWARD_BOUND = 0.2
 

@@ -12,7 +12,7 @@ env in the right format, so on it most steps carry no signal; ``agentr1 train`` 
 transcripts first for that reason.
 
 This computes the same first update as ``AgentGRPOTrainer`` with its defaults (``loss_type="dapo"``,
-``beta=0``, one optimizer step per rollout batch); tests/test_trl_trainer.py holds the two equal on a tiny
+``beta=0``, one optimizer step per rollout batch); tests/trl/test_trl_trainer.py holds the two equal on a tiny
 model. What the trainer adds, and this file leaves out: the KL penalty, micro-batches and gradient accumulation,
 each shared prompt run once, the train/inference importance correction (a vLLM sampler's log-probs differ from
 the trainer's), per-turn rows for chat templates that rewrite earlier turns, checkpoints, resumption,

@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 python3 -c "import torch, transformers, peft, trl, gymnasium; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'trl', trl.__version__)" | tee -a "$OUT/gpu.txt"
 rc=0
 if [ "$what" != "--bench-only" ]; then
-  timeout 180 python3 -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider -o addopts="" -rs ${GPU_TEST_K:+-k "$GPU_TEST_K"} \
+  timeout 180 python3 -m pytest -m gpu tests/trl/test_gpu.py -q -p no:cacheprovider -o addopts="" -rs ${GPU_TEST_K:+-k "$GPU_TEST_K"} \
     --junitxml "$OUT/gpu_tests.xml" 2>&1 | tee "$OUT/gpu_tests.log"
   rc=${PIPESTATUS[0]}
 fi

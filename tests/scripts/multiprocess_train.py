@@ -1,4 +1,4 @@
-"""Run by tests/test_multiprocess.py: every trainer for two steps on the tiny model, either in one process on the
+"""Run by tests/trl/test_multiprocess.py: every trainer for two steps on the tiny model, either in one process on the
 whole batch (``single OUT``) or under ``torchrun --nproc_per_node 2`` on half of it each (``multi OUT``); each run
 saves its trained weights (LoRA, and PPO's value head) and losses for the test to compare. ``refusals OUT``
 builds the trainers whose settings cannot run multi-process and writes each refusal's text."""

@@ -1,0 +1,34 @@
+"""Renamed modules keep their old import paths for one release, with a DeprecationWarning that names the new one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+RENAMED = [
+    ("agentr1_gym.data.shop", "agentr1_gym.data.webshop", ["generate_catalog", "load_webshop", "Product"]),
+    ("agentr1_trl.credit", "agentr1_trl.signals", ["turn_rewards", "turn_starts", "turn_state_keys"]),
+    ("agentr1_trl.turns", "agentr1_trl.turn_rows", ["expand_turn_rows", "turn_spans", "CONTEXT_DEPENDENT"]),
+    ("agentr1_trl.trainer", "agentr1_trl.agent_trainer", ["AgentTrainer", "TrainingEnvs"]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("old", "new", "names"), RENAMED)
+def test_an_old_path_warns_and_gives_the_same_objects(old, new, names):
+    if old.startswith("agentr1_trl"):
+        pytest.importorskip("trl")
+    code = (  # the warning names both paths and points at the importing line
+        "import importlib, sys, warnings\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    import {old}\n"
+        f"old, new = sys.modules[{old!r}], importlib.import_module({new!r})\n"
+        "hits = [w for w in seen if issubclass(w.category, DeprecationWarning) and ' is renamed ' in str(w.message)]\n"
+        f"assert any({old!r} in str(w.message) and {new!r} in str(w.message) for w in hits), hits\n"
+        "assert [(w.filename, w.lineno) for w in hits] == [('<string>', 4)], hits\n"
+        f"assert all(getattr(old, n) is getattr(new, n) for n in {names!r})\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=300)

@@ -1,0 +1,244 @@
+"""The learning benchmark's whole pipeline on a tiny model (slow: run with `pytest -m slow`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from _paths import REPO
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_learning_benchmark_smoke(tmp_path):
+    pytest.importorskip("trl")
+    out = tmp_path / "learning.json"
+    script = REPO / "benchmarks" / "learning.py"
+    subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--smoke",
+            "--algos",
+            "grpo",
+            "ppo",
+            "grpo-gigpo",
+            "ppo-step",
+            "--json",
+            str(out),
+            "--workdir",
+            str(tmp_path / "runs"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    result = json.loads(out.read_text())
+    task = result["tasks"]["synthetic"]
+    assert task["start"]["plain"]["episodes"] == 4 and len(task["start"]["sft"]["losses"]) == 2
+    for algo in ("grpo", "ppo", "grpo-gigpo", "ppo-step"):
+        run = task["runs"][algo]
+        assert run["train"]["steps"] >= 1 and "success" in run["after"]
+    assert task["runs"]["ppo"]["value_guided"]["value_guided"] == 2
+    assert (tmp_path / "runs" / "synthetic" / "ppo" / "value_head.pt").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_learning_benchmark_under_a_context_policy(tmp_path):
+    """``--context window:1``: the warm start, GRPO and GiGPO train on step rows, in their own directory beside the
+    whole chat's, and the report keys them ``TASK@CONTEXT``."""
+    pytest.importorskip("trl")
+    out = tmp_path / "learning.json"
+    script = REPO / "benchmarks" / "learning.py"
+    cmd = [sys.executable, str(script), "--smoke", "--context", "window:1", "--algos", "grpo", "grpo-gigpo",
+           "--json", str(out), "--workdir", str(tmp_path / "runs")]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, timeout=800)
+    task = json.loads(out.read_text())["tasks"]["synthetic@window-1"]
+    assert task["start"]["settings"]["context"] == "window:1"
+    assert task["start"]["settings"]["train_env_kwargs"]["context"] == "window:1"
+    for algo in ("grpo", "grpo-gigpo"):
+        run = task["runs"][algo]
+        assert run["train"]["steps"] >= 1 and "success" in run["after"]
+    assert (tmp_path / "runs" / "synthetic@window-1" / "sft").is_dir()
+    assert not (tmp_path / "runs" / "synthetic").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_table3_benchmark_smoke(tmp_path):
+    """Table 3 in miniature on the tiny model: warm start and both RL runs on HotpotQA train, then every row on the
+    first dev questions of the three datasets, with n and intervals."""
+    pytest.importorskip("trl")
+    out, png = tmp_path / "table3.json", tmp_path / "table3.png"
+    script = REPO / "benchmarks" / "table3.py"
+    subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--smoke",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+            "--workdir",
+            str(tmp_path),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+    result = json.loads(out.read_text())
+    assert list(result["rows"]) == ["Base Tool Call", "Naive RAG", "Warm start", "GRPO", "PPO"]
+    for per in result["rows"].values():
+        assert set(per) == {"hotpotqa", "2wiki", "musique"}
+        for r in per.values():
+            assert r["n"] == 4 and r["em_ci"][0] <= r["em"] <= r["em_ci"][1] and 0.0 <= r["f1"] <= 1.0
+    assert set(result["train"]) == {"grpo", "ppo"}
+    assert png.stat().st_size > 10_000
+
+
+def _gpu_step_module():
+    import importlib.util
+
+    path = REPO / "benchmarks" / "gpu_step.py"
+    spec = importlib.util.spec_from_file_location("gpu_step_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_gpu_step_benchmark_runs_its_tiny_mode_on_this_cpu(tmp_path):
+    """benchmarks/gpu_step.py's whole code path (the matrix, the generating run, the largest-batch search) on a
+    tiny model on the CPU, so that the GPU benchmark cannot rot between GPU sessions."""
+    pytest.importorskip("trl")
+    import math
+
+    out = tmp_path / "gpu_step.json"
+    script = REPO / "benchmarks" / "gpu_step.py"
+    run = subprocess.run(
+        [sys.executable, str(script), "--tiny", "--json", str(out), "--workdir", str(tmp_path / "w")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert not result["skipped"] and len(result["runs"]) == 9
+    for r in result["runs"]:
+        assert r["update_tokens_per_step"] > 1000 and r["update_tflops"] > 0, r["name"]
+        assert all(math.isfinite(x) for x in r["losses"]) and len(r["losses"]) == 2
+        assert math.isclose(sum(r["split_s"].values()), r["step_s"], rel_tol=1e-6)
+    generating = [r for r in result["runs"] if r["rollout"] == "hf-generate"]
+    assert generating and generating[0]["generation_tokens_per_s"] > 0
+    assert [f["rows"] for f in result["largest_batch"]["tiny-grpo-lora-gc"]["fits"]] == [4, 8]
+
+
+def test_gpu_step_counts_model_flops():
+    """The MFU's numerator: 3x the forward for full fine-tuning, 2x plus the adapters' 3x for LoRA; a shared
+    prompt counted once per group."""
+    torch = pytest.importorskip("torch")
+    gs = _gpu_step_module()
+    numbers = {
+        "hidden": 4,
+        "layers": 2,
+        "q_width": 4,
+        "kv_width": 2,
+        "vocab": 10,
+        "linear_params": 100,
+        "ffn": 8,
+    }
+    work = {"tokens": 6.0, "pairs": 10.0, "scored": 3.0}
+    forward = 2 * 100 * 6 + 4 * 2 * 4 * 10 + 2 * 4 * 10 * 3
+    assert gs.update_flops(work, numbers, 0, full=True) == 3 * forward
+    assert gs.update_flops(work, numbers, 5, full=False) == 2 * forward + 6 * 5 * 6
+    # two rows sharing a 2-token prompt, completions of 1 and 2 tokens
+    inputs = {
+        "prompt_ids": torch.tensor([[7, 8], [7, 8]]),
+        "prompt_mask": torch.ones(2, 2, dtype=torch.long),
+        "completion_ids": torch.tensor([[1, 0], [1, 2]]),
+        "completion_mask": torch.tensor([[1, 0], [1, 1]]),
+        "action_mask": torch.tensor([[1, 0], [0, 1]]),
+    }
+    shared = gs.micro_batch_work(inputs, shared=True, ppo=False)
+    assert shared["tokens"] == 2 + 3 and shared["scored"] == 2 and shared["real_tokens"] == 7
+    full = gs.micro_batch_work(inputs, shared=False, ppo=False)
+    assert full["tokens"] == 7 and full["scored"] == 4 and full["pairs"] == (3**2 + 4**2) / 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_learning_benchmark_trains_here_and_evaluates_later(tmp_path):
+    """`train --no-eval` saves the adapter and a result without `after`; `evaluate` adds it from the adapter (the
+    split that lets a run train on one machine and be evaluated on another), with the episodes saved for the
+    viewer."""
+    pytest.importorskip("trl")
+    script = REPO / "benchmarks" / "learning.py"
+    common = ["--smoke", "--backend", "hf", "--workdir", str(tmp_path), "--save-episodes"]
+    for cmd in (["prepare"], ["train", "grpo", "--no-eval"], ["evaluate", "grpo", "--eval-batch", "2"]):
+        subprocess.run(
+            [sys.executable, str(script), *cmd, *common], check=True, capture_output=True, timeout=300
+        )
+        if cmd[0] == "train":
+            assert "after" not in json.loads((tmp_path / "synthetic" / "grpo.json").read_text())
+    run = json.loads((tmp_path / "synthetic" / "grpo.json").read_text())
+    assert run["device"] == run["after_device"] == "cpu" and run["after"]["episodes"] == 4
+    assert run["train"]["steps"] >= 1
+    saved = (tmp_path / "synthetic" / "grpo.episodes.jsonl").read_text().splitlines()
+    assert len(saved) == 4 and all(json.loads(line)["source"] == "eval" for line in saved)
+    assert (tmp_path / "synthetic" / "after_sft.episodes.jsonl").exists()
+
+
+def _repeats_module(monkeypatch):
+    import importlib.util
+
+    benchmarks = REPO / "benchmarks"
+    monkeypatch.syspath_prepend(str(benchmarks))
+    spec = importlib.util.spec_from_file_location("repeats_under_test", benchmarks / "repeats.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_repeats_reads_loops_from_saved_episodes(tmp_path, monkeypatch):
+    """A stuck episode (its last three turns one action) and a moving one: the mean repeat rate, the stuck share,
+    and the success the run's own result file recorded beside the one the episodes give."""
+    repeats = _repeats_module(monkeypatch)
+    run_dir = tmp_path / "webshop@state"
+    run_dir.mkdir()
+    (run_dir / "start.json").write_text(json.dumps({"settings": {}, "after_sft": {"success": 0.5}}))
+    stuck = {"success": 0.0, "turns": [{"action": a} for a in ("search", "click x", "click x", " click x\n")]}
+    moving = {"success": 1.0, "turns": [{"action": a} for a in ("search", "click a", "click b")]}
+    (run_dir / "after_sft.episodes.jsonl").write_text(
+        "\n".join(json.dumps(e) for e in (stuck, moving)) + "\n"
+    )
+    result = repeats.measure(tmp_path, evaluate=False)
+    row = result["runs"]["webshop@state"]["after_sft"]
+    assert row["episodes"] == 2 and row["success"] == 0.5 and row["recorded_success"] == 0.5
+    assert row["repeat_rate"] == pytest.approx((2 / 4 + 0) / 2, abs=1e-4) and row["stuck"] == 0.5
+    assert row["saved_by"] == "repeats.py" and row["evaluated_now"] is False
+    with pytest.raises(SystemExit, match=r"no learning\.py run dir"):
+        repeats.measure(tmp_path / "webshop@state", evaluate=False)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_repeats_benchmark_smoke(tmp_path):
+    """The warm start of a tiny model under `state`, evaluated by repeats.py itself on learning.py's seeds: the
+    episodes it saves give the success the warm start's own evaluation recorded."""
+    pytest.importorskip("trl")
+    out = tmp_path / "repeats.json"
+    script = REPO / "benchmarks" / "repeats.py"
+    subprocess.run(
+        [sys.executable, str(script), "--smoke", "--json", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=800,
+    )
+    row = json.loads(out.read_text())["runs"]["webshop@state"]["after_sft"]
+    assert row["episodes"] == 4 and row["saved_by"] == "repeats.py" and row["evaluated_now"] is True
+    assert 0.0 <= row["repeat_rate"] <= 1.0 and row["success"] == row["recorded_success"]

@@ -1,0 +1,125 @@
+"""What `agentr1 train` tells a person: the hardware and time left, its own model card, the closing list of outputs
+and next commands (the eval command among them reproduces the held-out figure with the run's settings), a reward
+curve, and a refusal to start over an earlier run unless told to."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+pytest.importorskip("trl")
+
+from test_trl_durable import TINY_FLAGS  # the tiny runs: no warm start, LoRA r=2
+
+from agentr1_gym.cli import main
+
+FLAGS = [*TINY_FLAGS, "--eval-episodes", "2", "--backend", "hf", "--max-steps", "2"]
+
+
+@pytest.mark.slow
+def test_a_run_says_what_it_runs_on_lists_its_outputs_and_writes_its_own_card(tmp_path, tiny_dir, capsys):
+    run = tmp_path / "run"
+    assert (
+        main(
+            [
+                "train",
+                "--model",
+                tiny_dir,
+                *FLAGS,
+                "--output-dir",
+                str(run),
+                "--json",
+                str(tmp_path / "r.json"),
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    summary = json.loads((tmp_path / "r.json").read_text())
+    assert (
+        summary["steps"] == 2
+        and summary["held_out_after_rl"]["episodes"] == 2
+        and "adapter" in summary["outputs"]
+    )
+    assert "training on " in out and ("native bf16" in out or "CUDA" in out or "GPU" in out)
+    assert "step 1/2 after" in out and "to go" in out
+    # one line per step with its training return, and no log dict of transformers' on stdout
+    steps = [line for line in out.splitlines() if line.startswith("step ")]
+    assert len(steps) == 2 and all(" · return " in line and " · success " in line for line in steps)
+    assert not any(line.lstrip().startswith("{") for line in out.splitlines())
+    lines = out.splitlines()
+    start = lines.index(f"done. In {run}:")
+    listed = {line.split()[0] for line in lines[start + 1 : lines.index("next:")]}
+    assert listed == {"adapter", "README.md", "run_config.json", "metrics.jsonl", "reward_curve.png",
+                      "episodes.jsonl", "eval_before_rl.json", "eval_after_rl.json"}  # fmt: skip
+    nexts = lines[lines.index("next:") + 1 :]
+    assert nexts[0].strip() == f"agentr1 view {run}"
+    card = (run / "README.md").read_text()
+    assert card.startswith("# GRPO on AgentR1/SyntheticMultihop-v0") and f"`{tiny_dir}`" in card
+    assert (
+        "before RL" in card
+        and "after RL" in card
+        and "load_policy" in card
+        and "huggingface.co/None" not in card
+    )
+    # the printed eval command reproduces the held-out figure after RL, with the run's own settings
+    command = shlex.split(nexts[1].strip())
+    assert command[:2] == ["agentr1", "eval"]
+    assert main([*command[1:], "--backend", "hf", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    after = json.loads((run / "eval_after_rl.json").read_text())
+    assert "using the run's settings" in captured.err
+    assert result["success"] == after["success"] and result["return"] == pytest.approx(after["return"])
+    # a second run into the same directory is refused (one line), unless told to start over
+    assert main(["train", "--model", tiny_dir, *FLAGS, "--output-dir", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds an earlier run" in err[0] and "--overwrite" in err[0]
+    assert main(["train", "--model", tiny_dir, *FLAGS, "--output-dir", str(run), "--overwrite"]) == 0
+    assert f"--overwrite: removed the earlier run in {run}" in capsys.readouterr().out
+    assert main(["train", "--resume", str(run), "--overwrite"]) == 2
+    assert "give one" in capsys.readouterr().err
+
+
+def test_the_reward_curve_smooths_and_labels(tmp_path):
+    from agentr1_trl.pipeline import _moving_average, plot_reward_curve
+
+    assert _moving_average([1.0, 3.0, float("nan"), 5.0], 2) == [1.0, 2.0, 3.0, 5.0]
+    history = [{"step": i, "reward": float(i % 3), "env/success": 0.1 * i} for i in range(1, 31)]
+    path = tmp_path / "curve.png"
+    plot_reward_curve(
+        history, path, "t", held_out={"before": (0, {"success": 0.1}), "after": (30, {"success": 0.6})}
+    )
+    assert path.stat().st_size > 10_000
+
+
+NATIVE_WRITER = r"""
+import os, sys
+from agentr1_trl._quiet import harmless_native_while
+with harmless_native_while():
+    os.write(2, b"[W1126 15:34:55.2 utils.cpp:68] Warning: NUMA binding: Using MEMBIND policy for memory allocation\n")
+    os.write(2, b"kept 1\n[W1126 other.cpp:1] Warning: something else\n")
+    os.write(2, b"progress 50%\r")
+    os.write(2, b"[W1126 utils.cpp:68] Warning: NUMA binding: Using MEMBIND policy (split ")
+    os.write(2, b"over two writes)\nkept 2\n")
+    print("to stderr from Python", file=sys.stderr)
+os.write(2, b"after the block\n")
+print("stdout untouched")
+"""
+
+
+@pytest.mark.slow
+def test_native_numa_warning_is_dropped_and_everything_else_kept():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", NATIVE_WRITER], capture_output=True, timeout=60)
+    err = done.stderr.decode()
+    assert done.returncode == 0 and done.stdout.decode() == "stdout untouched\n"
+    assert "NUMA" not in err
+    assert (
+        err.index("kept 1") < err.index("something else") < err.index("progress 50%\r") < err.index("kept 2")
+    )
+    assert "to stderr from Python" in err and err.endswith("after the block\n")

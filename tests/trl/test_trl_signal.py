@@ -1,0 +1,306 @@
+"""Learning-signal switches: the paper's two ablations, outcome-only advantages, per-step signal metrics, and
+TRL options our loss does not implement refused by name."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+pytest.importorskip("trl")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import torch
+from agentr1_trl import ScriptedGenerator
+from agentr1_trl.advantages import gae_advantages
+from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
+from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
+from agentr1_trl.signals import advantage_mask, answer_reward, group_signal_metrics, signal_token_rewards
+from agentr1_trl.testing import alternating_script, tiny_model, tiny_tokenizer, trainer_settings
+from peft import LoraConfig
+
+import agentr1_gym  # noqa: F401
+from agentr1_gym.errors import ConfigError
+from agentr1_gym.rollout import Trajectory
+
+BASE = trainer_settings(max_steps=1)
+
+
+def _traj(answer: float, shaping: float) -> Trajectory:
+    t = Trajectory(prompt_ids=[1], completion_ids=[5, 6, 7, 8], action_mask=[1, 1, 0, 1], turn_ends=[1, 3])
+    t.rewards = [shaping, answer]
+    t.reward_components = [{"retrieval": shaping, "answer": 0.0}, {"answer": answer, "format": 0.0}]
+    return t
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"importance_sampling_level": "sequence"},
+        {"delta": 2.0},
+        {"top_entropy_quantile": 0.2},
+        {"entropy_coef": 0.01},
+        {"off_policy_mask_threshold": 0.5},
+        {"mask_truncated_completions": True},
+        {"sync_ref_model": True},
+        {"vllm_enable_sleep_mode": True},
+        {"vllm_tensor_parallel_size": 2},
+        {"repetition_penalty": 1.1},
+        {"min_p": 0.1},
+        {"loss_type": "cispo"},
+    ],
+)
+def test_unimplemented_trl_options_are_refused_by_name(tmp_path, option):
+    name = next(iter(option))
+    with pytest.raises(ConfigError, match=name.split("_")[0]):
+        AgentGRPOConfig(output_dir=str(tmp_path), **BASE, **option)
+    with pytest.raises(ConfigError):
+        AgentPPOConfig(output_dir=str(tmp_path), **BASE, **option)
+
+
+def test_trl_vllm_switches_map_onto_our_backend(tmp_path):
+    base = {**BASE, "output_dir": str(tmp_path)}
+    cfg = AgentGRPOConfig(**base, use_vllm=True, vllm_mode="server", vllm_server_base_url="http://h:8001",
+                          vllm_importance_sampling_correction=False)  # fmt: skip
+    assert (cfg.generation_backend, cfg.use_vllm, cfg.vllm_server_urls) == ("vllm", False, ["http://h:8001"])
+    assert cfg.importance_correction == "none"
+    with pytest.raises(ConfigError, match="vllm_server_urls"):
+        AgentPPOConfig(**base, generation_backend="vllm", vllm_mode="server")
+    with pytest.raises(ConfigError, match="generation_backend"):
+        AgentGRPOConfig(**base, generation_backend="sglang")
+
+
+def test_truncated_importance_weights_by_hand():
+    from agentr1_trl.losses import truncated_is_weights
+
+    trainer = torch.tensor([[-1.0, -2.0, -0.5, 0.0]])
+    sampler = torch.tensor([[-1.5, -1.0, -0.5, -9.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    w, mean, worst = truncated_is_weights(trainer, sampler, mask, cap=1.5)
+    # exp(0.5)=1.65 capped at 1.5; exp(-1)=0.37; exp(0)=1; off the mask: 1
+    assert w.tolist()[0] == pytest.approx([1.5, math.exp(-1.0), 1.0, 1.0])
+    assert mean == pytest.approx((0.5 + 1.0 + 0.0) / 3) and worst == pytest.approx(1.0)
+
+
+def test_signal_metrics_separate_outcome_from_shaping():
+    # group 1: outcomes equal, shaping differs -> only shaping signal; group 2: outcomes differ
+    trajs = [_traj(0.0, 0.1), _traj(0.0, 0.0), _traj(1.0, 0.0), _traj(0.0, 0.0)]
+    m = group_signal_metrics(trajs, 2)
+    assert m["signal/outcome_varied_groups"] == 0.5 and m["signal/return_varied_groups"] == 1.0
+    assert m["signal/outcome_share"] == pytest.approx(1.0 / 1.1)
+    only_shaping = group_signal_metrics(trajs[:2], 2)
+    assert only_shaping["signal/outcome_varied_groups"] == 0.0 and only_shaping["signal/outcome_share"] == 0.0
+    assert answer_reward(trajs[2]) == 1.0
+    assert signal_token_rewards(trajs[0], "outcome") == [0.0, 0.0, 0.0, 0.0]
+    assert signal_token_rewards(trajs[0], "return") == [0.0, 0.1, 0.0, 0.0]
+
+
+def test_advantage_mask_ablation_changes_gae_on_action_tokens():
+    output = {
+        "completion_mask": torch.tensor([[1, 1, 1, 1, 1]]),
+        "action_mask": torch.tensor([[1, 1, 0, 0, 1]]),  # tokens 2-3: a tool response
+    }
+    action = advantage_mask(output, True)
+    everything = advantage_mask(output, False)
+    assert action.tolist() == [[1, 1, 0, 0, 1]] and everything.tolist() == [[1, 1, 1, 1, 1]]
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 1.0]])
+    values = torch.tensor([[0.1, 0.2, 0.9, -0.5, 0.3]])
+    a_masked, _ = gae_advantages(rewards, values * action, action, gamma=0.9, lam=0.9)
+    a_all, _ = gae_advantages(rewards, values * everything, everything, gamma=0.9, lam=0.9)
+    on_actions = action.bool()
+    assert not torch.allclose(a_masked[on_actions], a_all[on_actions])  # the tool tokens' values leak in
+    assert torch.all(a_masked[~on_actions] == 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("trainer_cls", "config_cls", "extra"),
+    [
+        (AgentPPOTrainer, AgentPPOConfig, {"advantage_mask": False}),
+        (AgentGRPOTrainer, AgentGRPOConfig, {"advantage_estimator": "reinforce_pp", "advantage_mask": False}),
+        (AgentGRPOTrainer, AgentGRPOConfig, {"reward_signal": "outcome"}),
+        (AgentPPOTrainer, AgentPPOConfig, {"reward_signal": "outcome"}),
+    ],
+)
+def test_switches_train_and_log_the_signal(tmp_path, trainer_cls, config_cls, extra):
+    tok = tiny_tokenizer()
+    trainer = trainer_cls(
+        tiny_model(tok, seed=0),
+        config_cls(output_dir=str(tmp_path), **BASE, **extra),
+        tok,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        generator=ScriptedGenerator(tok, alternating_script),
+    )
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert logs and all(math.isfinite(h["loss"]) for h in logs)
+    assert "signal/outcome_varied_groups" in logs[0] and "signal/return_varied_groups" in logs[0]
+
+
+def _grpo(tmp_path, **extra):
+    tok = tiny_tokenizer()
+    return AgentGRPOTrainer(
+        tiny_model(tok, seed=0),
+        AgentGRPOConfig(output_dir=str(tmp_path), **{**BASE, **extra}),
+        tok,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+        generator=ScriptedGenerator(tok, alternating_script),
+    )
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo", "bnpo"])
+def test_skipping_zero_advantage_rows_keeps_loss_and_gradient(tmp_path, loss_type):
+    trainer = _grpo(tmp_path, loss_type=loss_type)
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop
+    model = trainer.model
+    g = torch.Generator().manual_seed(0)
+    rows, width = 4, 7
+    inputs = {
+        "prompt_ids": torch.randint(3, 60, (rows, 5), generator=g),
+        "prompt_mask": torch.ones(rows, 5, dtype=torch.long),
+        "completion_ids": torch.randint(3, 60, (rows, width), generator=g),
+        "completion_mask": torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 7, [1] * 6 + [0]]),
+        "action_mask": torch.tensor([[1, 1, 0, 0, 1, 1, 1]] * rows),
+        "advantages": torch.tensor([0.7, 0.0, -0.3, 0.0]),
+    }
+
+    def loss_and_grads(skip: bool):
+        trainer.args.skip_zero_advantage = skip
+        model.zero_grad()
+        loss = trainer.loss(model, dict(inputs))
+        loss.backward()
+        return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    full_loss, full_grads = loss_and_grads(False)
+    skip_loss, skip_grads = loss_and_grads(True)
+    assert skip_loss == pytest.approx(full_loss, rel=1e-5, abs=1e-7)
+    assert full_grads.keys() == skip_grads.keys() and full_grads
+    for name, grad in full_grads.items():
+        assert torch.allclose(grad, skip_grads[name], atol=1e-6), name
+    assert trainer._metrics["train"]["signal/skipped_rows"][-1] == 0.5
+    # rows 1 and 3 (advantage 0) hold 5+5 and 5+6 of the 12+10+12+11 tokens
+    assert trainer._metrics["train"]["signal/skipped_tokens"][-1] == pytest.approx(21 / 45)
+
+
+def test_dynamic_sampling_replaces_only_flat_groups_within_budget(tmp_path):
+    trainer = _grpo(tmp_path, dynamic_sampling=True, max_resample_rounds=2)
+    calls = []
+
+    def rollout(seeds):
+        calls.append(list(seeds))
+        # odd seeds give groups whose outcome varies, even seeds flat ones
+        out = []
+        for i, s in enumerate(seeds):
+            out.append(_traj(float(s % 2 == 1 and i % 2 == 0), 0.1))
+        return out
+
+    varied = [_traj(1.0, 0.0), _traj(0.0, 0.0), _traj(1.0, 0.0), _traj(1.0, 0.0)]
+    flat = [_traj(0.0, 0.3), _traj(0.0, 0.0), _traj(0.0, 0.1), _traj(0.0, 0.0)]  # varies only by shaping
+    trainer._collect = rollout  # the generation step, scripted
+    trajs = trainer._dynamic_sampling(varied + flat)
+    assert trajs[:4] == varied  # a group with outcome variance is never touched
+    assert len(calls) <= 2 and all(len(c) == 4 for c in calls)  # only the flat group is regenerated
+    group = trajs[4:]
+    replaced = group is not flat and [answer_reward(t) for t in group] != [0.0] * 4
+    assert replaced == any(c[0] % 2 == 1 for c in calls)
+    assert all(0 <= c[0] - trainer.args.seed_offset < trainer.args.num_tasks for c in calls)
+    assert trainer._metrics["train"]["signal/resample_rounds"][-1] == len(calls)
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_trains(tmp_path):
+    trainer = _grpo(tmp_path, dynamic_sampling=True, max_resample_rounds=1)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert logs and "signal/resample_rounds" in logs[0] and math.isfinite(logs[0]["loss"])
+    # scripted turns carry placeholder log-probs: no mismatch measured, no importance weights applied
+    assert "mismatch/logp_abs_mean" not in logs[0]
+
+
+def _stage_hops(trainer):
+    """Each training step's curriculum stage and the hops of the tasks its episodes played."""
+    seen = []
+    rollout = trainer.rollout
+
+    def recording(seeds):
+        trajs = rollout(seeds)
+        hops = {len(e.unwrapped.task.supporting_titles) for e in trainer._env_pool[: len(seeds)]}
+        seen.append((trainer._stage, hops))
+        return trajs
+
+    trainer.rollout = recording
+    return seen
+
+
+@pytest.mark.slow
+def test_curriculum_moves_on_after_its_steps(tmp_path):
+    stages = [{"options": {"hops": 1}, "steps": 2}, {"options": {"hops": 2}}]
+    trainer = _grpo(tmp_path, max_steps=3, curriculum=stages, env_kwargs={"max_turns": 3, "max_hops": 2})
+    seen = _stage_hops(trainer)
+    trainer.train()
+    assert seen == [(0, {1}), (0, {1}), (1, {2})]
+    assert [h["curriculum/stage"] for h in trainer.state.log_history if "loss" in h] == [0.0, 0.0, 1.0]
+
+
+@pytest.mark.slow
+def test_curriculum_moves_on_at_its_success_rate_and_resumes_there(tmp_path):
+    stages = [{"options": {"hops": 1}, "min_success": 0.9}, {"options": {"hops": 2}}]
+    # room for the oracle's whole tool call in a turn: it plans from the calls the env executed, so a call cut
+    # short by the token limit would be suggested again rather than skipped
+    trainer = _grpo(tmp_path, max_steps=4, curriculum=stages, env_kwargs={"max_turns": 3, "max_hops": 2},
+                    max_new_tokens_per_turn=128)  # fmt: skip
+    trainer.generator = ScriptedGenerator.oracle(trainer.processing_class, trainer._envs(4))  # success 1.0
+    seen = _stage_hops(trainer)
+    trainer.train()
+    assert [stage for stage, _ in seen] == [0, 0, 0, 1]  # three steps at success 1.0 >= 0.9, then hops=2
+    trainer.save_extra(str(tmp_path))
+    other = _grpo(tmp_path / "b", curriculum=stages, env_kwargs={"max_turns": 3, "max_hops": 2})
+    other.load_extra(str(tmp_path))
+    assert (other._stage, other._stage_start) == (1, 3) and other.stage_options() == {"hops": 2}
+
+
+@pytest.mark.parametrize(
+    "stages, message",
+    [
+        ([{"options": {"hops": 1}}, {"options": {"hops": 2}}], "never ends"),
+        ([{"opts": {"hops": 1}}], "unknown keys"),
+        ([{"options": {"hops": 1}, "steps": 0}], "steps"),
+        ([{"options": {"hops": 1}, "min_success": 1.5}], "min_success"),
+        ([{"options": 1}], "options"),
+    ],
+)
+def test_bad_curriculum_is_a_config_error(tmp_path, stages, message):
+    with pytest.raises(ConfigError, match=message):
+        AgentGRPOConfig(output_dir=str(tmp_path), **{**BASE, "curriculum": stages})
+
+
+def test_bf16_on_a_cpu_machine_means_cpu_autocast(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine keeps TRL's device handling")
+    kwargs = {k: v for k, v in BASE.items() if k not in ("use_cpu", "bf16")}
+    config = AgentGRPOConfig(
+        output_dir=str(tmp_path), bf16=True, **kwargs
+    )  # TRL alone refuses bf16 without a GPU
+    assert config.bf16 and config.use_cpu
+
+
+@pytest.mark.slow
+def test_the_update_precision_follows_the_measured_hardware(tmp_path, monkeypatch):
+    """bf16 autocast by default only where the hardware computes it faster: native bf16 on the CPU *and* products
+    measured at least BF16_MIN_SPEEDUP times float32's (flags alone do not decide)."""
+    import agentr1_trl.hardware as hw
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU decides by its own bf16 support")
+    kwargs = {k: v for k, v in BASE.items() if k not in ("use_cpu", "bf16")}
+    for native, speedup, expected in ((False, 9.5, False), (True, 2.2, False), (True, 9.5, True)):
+        monkeypatch.setattr(hw, "cpu_has_native_bf16", lambda native=native: native)
+        monkeypatch.setattr(hw, "bf16_matmul_speedup", lambda speedup=speedup: speedup)
+        bf16, why = hw.update_precision()
+        assert bf16 is expected and (f"{speedup:.1f}x" in why) is native
+        assert AgentGRPOConfig(output_dir=str(tmp_path), **kwargs).bf16 is expected
+        assert AgentGRPOConfig(output_dir=str(tmp_path), bf16=False, **kwargs).bf16 is False
+    monkeypatch.undo()
+    real = hw.bf16_matmul_speedup()  # a real measurement: a positive ratio, cached for the process
+    assert real > 0 and hw.bf16_matmul_speedup() == real
