@@ -29,7 +29,7 @@ from agentr1_gym.task import TaskEnv, make_task, register_task
 from agentr1_gym.tools.base import Tool, ToolResult
 from agentr1_gym.tools.function import tool
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "AgentR1Error",

@@ -8,7 +8,7 @@ drops its own handle once an answer says ``Connection: close``. No redirect is f
 none) and a body over ``limit`` bytes is refused, unread where its ``Content-Length`` announces it.
 
 The OpenEnv client (:mod:`agentr1_gym.envs.openenv`) and the vLLM server client
-(:mod:`agentr1_trl.generation.vllm_client`) both speak HTTP through it, each naming its own errors.
+(:mod:`agentr1_trl.backends.vllm_client`) both speak HTTP through it, each naming its own errors.
 """
 
 from __future__ import annotations

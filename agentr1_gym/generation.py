@@ -5,7 +5,7 @@ declares what it provides: :meth:`~GenerationBackend.describe` (what runs, for l
 ``provides_logprobs`` (whether its log-probs are the sampler's, which importance correction needs),
 :meth:`~GenerationBackend.sync_weights` (the policy's new weights, for an engine that holds its own copy) and
 :meth:`~GenerationBackend.close` (what it holds, released). :class:`BaseGenerator` gives the defaults; the
-backends themselves live with the engines that run them (``agentr1_trl.generation``: Hugging Face ``generate``,
+backends themselves live with the engines that run them (``agentr1_trl.backends``: Hugging Face ``generate``,
 vLLM, a scripted one for tests, value-guided decoding), and the token layer (:mod:`agentr1_gym.rollout`) drives
 any of them."""
 

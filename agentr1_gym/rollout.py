@@ -459,7 +459,7 @@ def collect_rollouts(
 
     Args:
         envs: a list of envs (any env honouring the ToolEnv contract) or a Gymnasium vector env.
-        backend: generates one turn per prompt (:class:`~agentr1_trl.generation.HFGenerator`, ...).
+        backend: generates one turn per prompt (:class:`~agentr1_trl.backends.HFGenerator`, ...).
         tokenizer: the policy's tokenizer, with a chat template.
         sampling: sampling settings; the env's tool-format stop strings are added.
         seeds: per-env reset seeds.

@@ -38,11 +38,11 @@ ENV_KWARGS = {"min_hops": 1, "max_hops": 1, "max_turns": 3}
 
 
 def _backend(name: str, model: Any, tok: Any) -> Any:
-    from agentr1_trl.generation import HFGenerator
+    from agentr1_trl.backends import HFGenerator
 
     if name == "hf":
         return HFGenerator(model, tok)
-    from agentr1_trl.generation.factory import GenerationSettings, make_generator
+    from agentr1_trl.backends.factory import GenerationSettings, make_generator
 
     return make_generator(
         model, tok, GenerationSettings(backend="vllm", sync="merged", max_model_len=2112), sync=False

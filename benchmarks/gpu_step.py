@@ -215,8 +215,7 @@ class StepProbe:
 
 def one_run(spec: dict[str, Any], opts: argparse.Namespace) -> dict[str, Any]:
     from agentr1_trl import ScriptedGenerator
-    from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
-    from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
+    from agentr1_trl.algorithms import trainer_classes
     from agentr1_trl.testing import shaped_model, tiny_model, tiny_tokenizer
     from peft import LoraConfig
 
@@ -254,9 +253,7 @@ def one_run(spec: dict[str, Any], opts: argparse.Namespace) -> dict[str, Any]:
         gradient_checkpointing=spec["checkpointing"],
         gradient_checkpointing_kwargs={"use_reentrant": False} if spec["checkpointing"] else None,
     )
-    cls, cfg = (
-        (AgentGRPOTrainer, AgentGRPOConfig) if spec["algo"] == "grpo" else (AgentPPOTrainer, AgentPPOConfig)
-    )
+    cfg, cls = trainer_classes(spec["algo"])
     lora = None if full else LoraConfig(r=16, lora_alpha=32, target_modules="all-linear")
     generator = None if gen else ScriptedGenerator(tok, script_for(tok, opts.turn_tokens))
     if cuda:

@@ -307,7 +307,7 @@ def _evaluate(
 
 
 def _backend(args: argparse.Namespace, model: Any) -> str:
-    from agentr1_trl.generation.factory import resolve_backend
+    from agentr1_trl.backends.factory import resolve_backend
 
     return resolve_backend(args.backend, model)  # the smoke run's tiny model has no directory: hf
 
@@ -316,7 +316,7 @@ def _engine(args: argparse.Namespace, model: Any, tok: Any) -> Any:
     """A vLLM engine for the evaluations (None: HF generate)."""
     if _backend(args, model) != "vllm":
         return None
-    from agentr1_trl.generation.factory import GenerationSettings, make_generator
+    from agentr1_trl.backends.factory import GenerationSettings, make_generator
 
     settings = GenerationSettings(
         backend="vllm", sync="merged", max_model_len=episode_tokens(args) + args.max_new_tokens
@@ -398,7 +398,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
 
 def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     """One RL run from the shared warm-started adapter; saves ``WORKDIR/TASK/ALGO.json`` and the adapter."""
-    from agentr1_trl.generation import HFGenerator
+    from agentr1_trl.backends import HFGenerator
     from agentr1_trl.presets import build_config  # the settings' checks every run passes (agentr1 train too)
     from peft import PeftModel
     from transformers import TrainerCallback
@@ -452,40 +452,21 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     _Timed.spent["env"] = 0.0
     factory = lambda: _Timed(agentr1_gym.make(env_id, **train_kwargs))  # noqa: E731
     kwargs = dict(env_factory=factory, generator=generator, callbacks=[Budget()])
+    from agentr1_trl.algorithms import trainer_classes
+
+    agent = algo == "grpo-agent"  # the env's tools run inside the agent (EnvSession): env time is generation's
+    config_cls, trainer_cls = trainer_classes("ppo" if algo.startswith("ppo") else "grpo", agent=agent)
     if algo.startswith("ppo"):
-        from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
-
-        config = build_config(
-            AgentPPOConfig,
-            {
-                **common,
-                "critic_warmup_steps": args.critic_warmup,
-                "gae_level": ARM_ESTIMATORS.get(algo, "token"),
-            },
-        )
-        trainer: Any = AgentPPOTrainer(model, config, tok, **kwargs)
+        extra = {"critic_warmup_steps": args.critic_warmup, "gae_level": ARM_ESTIMATORS.get(algo, "token")}
     else:
-        from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
+        extra = {"advantage_estimator": ARM_ESTIMATORS.get(algo, "grpo")}
+    config = build_config(config_cls, {**common, **extra})
+    if agent:
+        from agentr1_trl.agent_loop import AgentTasks, play_env_task
 
-        estimator = ARM_ESTIMATORS.get(algo, "grpo")
-        if (
-            algo == "grpo-agent"
-        ):  # the env's tools run inside the agent (EnvSession): env time is generation's
-            from agentr1_trl.agent_loop import AgentGRPOLoopTrainer, AgentTasks, play_env_task
-
-            kwargs.pop("env_factory")
-            trainer = AgentGRPOLoopTrainer(
-                model, build_config(AgentGRPOConfig, {**common, "advantage_estimator": estimator}), tok,
-                agent=play_env_task,
-                tasks=AgentTasks(env_id=env_id, env_kwargs=train_kwargs), **kwargs,
-            )  # fmt: skip
-        else:
-            trainer = AgentGRPOTrainer(
-                model,
-                build_config(AgentGRPOConfig, {**common, "advantage_estimator": estimator}),
-                tok,
-                **kwargs,
-            )
+        kwargs.pop("env_factory")
+        kwargs.update(agent=play_env_task, tasks=AgentTasks(env_id=env_id, env_kwargs=train_kwargs))
+    trainer: Any = trainer_cls(model, config, tok, **kwargs)
     t = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t

@@ -71,7 +71,7 @@ def worker(engine: str, episodes: int, group: int, max_new: int) -> dict:
     import gymnasium as gym
     import torch
     from agentr1_trl import SamplingConfig, collect_rollouts
-    from agentr1_trl.generation.factory import GenerationSettings, make_generator
+    from agentr1_trl.backends.factory import GenerationSettings, make_generator
 
     import agentr1_gym  # noqa: F401
 

@@ -38,7 +38,7 @@ def worker(name: str, steps: int, hidden: int, generations: int, model_name: str
     import torch
     from _common import step_timer
     from agentr1_trl import ScriptedGenerator
-    from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
+    from agentr1_trl.algorithms import trainer_classes
     from agentr1_trl.stock_trl import env_return, make_rollout_func, prompt_dataset
     from agentr1_trl.testing import tiny_model, tiny_tokenizer
     from peft import LoraConfig
@@ -73,10 +73,7 @@ def worker(name: str, steps: int, hidden: int, generations: int, model_name: str
     times: list[float] = []
 
     if name in ("AgentPPOTrainer", "AgentGRPOTrainer"):
-        Config, Trainer = AgentGRPOConfig, AgentGRPOTrainer
-        if name == "AgentPPOTrainer":
-            from agentr1_trl.ppo import AgentPPOConfig as Config
-            from agentr1_trl.ppo import AgentPPOTrainer as Trainer
+        Config, Trainer = trainer_classes("ppo" if name == "AgentPPOTrainer" else "grpo")
         args = Config(
             **common, env_id=ENV, env_kwargs=env_kwargs, max_new_tokens_per_turn=32, max_episode_tokens=2048
         )

@@ -3,7 +3,7 @@
     python benchmarks/vllm_dtype.py [--json out.json]
 
 For each dtype, in its own process (a second in-process engine would share vLLM's process-wide state): a
-colocated :class:`~agentr1_trl.generation.vllm.VLLMGenerator` on SmolLM2-135M-Instruct (the default policy),
+colocated :class:`~agentr1_trl.backends.vllm.VLLMGenerator` on SmolLM2-135M-Instruct (the default policy),
 one warm-up batch, then batches of 16 and 48 copies of a ~300-token chat prompt, up to 48 new tokens each
 (temperature 0.7, the trainers' sampling path): generated tokens per second, wall clock of the ``generate`` call. Also reports
 whether this CPU computes in bf16 natively, and the dtype ``auto`` picks here.
@@ -26,9 +26,10 @@ NEW_TOKENS = 48
 
 def one(dtype: str) -> dict[str, float]:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    from agentr1_trl.generation import SamplingConfig
-    from agentr1_trl.generation.factory import GenerationSettings, make_generator
+    from agentr1_trl.backends.factory import GenerationSettings, make_generator
     from agentr1_trl.models import load_default_policy
+
+    from agentr1_gym.generation import SamplingConfig
 
     model, tok = load_default_policy()
     settings = GenerationSettings(backend="vllm", dtype=dtype, kv_cache_gb=0.5, max_model_len=2048)
@@ -62,7 +63,7 @@ def main() -> None:
     if args.one:
         print("RESULT " + json.dumps(one(args.one)), flush=True)
         return
-    from agentr1_trl.generation.vllm import cpu_has_native_bf16, default_dtype
+    from agentr1_trl.backends.vllm import cpu_has_native_bf16, default_dtype
 
     runs = {}
     for dtype in ("bfloat16", "float32"):

@@ -150,7 +150,7 @@ def update(model, optimizer, scheduler, trajectories: list[Trajectory], args: Ar
 def build(args: Args):
     """The policy with a fresh LoRA adapter (only the adapter trains), AdamW and a linear decay to 0 (what
     ``transformers.Trainer`` uses by default), and a sampler."""
-    from agentr1_trl.generation import HFGenerator  # model.generate, with the env's stop strings
+    from agentr1_trl.backends import HFGenerator  # model.generate, with the env's stop strings
     from agentr1_trl.models import load_policy  # "smollm2" from its GGUF wheel, or a model directory
     from peft import LoraConfig, get_peft_model
 

@@ -52,7 +52,7 @@ LAYERS: dict[str, int] = {
     "agentr1_trl._quiet": 20,  # third-party logging kept off stdout (stdlib only)
     "agentr1_trl.hardware": 20,  # what the machine computes fast (CPU flags, measured bf16 speed-up)
     "agentr1_trl.value_head": 20,  # the PPO critic's head: PPO trains it, value-guided decoding reads it
-    "agentr1_trl.generation": 21,
+    "agentr1_trl.backends": 21,
     "agentr1_trl.advantages": 22,
     "agentr1_trl.turn_rows": 23,
     "agentr1_trl.forward": 20,  # the one log-prob forward (shared prompts once); the value head reads its states
@@ -62,8 +62,6 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.run_outputs": 23,  # what a run prints and writes for a person (card, closing lines, clock)
     "agentr1_trl.losses": 23,
     "agentr1_trl.signals": 23,
-    "agentr1_trl.credit": 24,  # deprecated alias of agentr1_trl.signals (one release)
-    "agentr1_trl.turns": 24,  # deprecated alias of agentr1_trl.turn_rows (one release)
     "agentr1_trl.episodes": 23,
     "agentr1_trl.models": 23,
     "agentr1_trl.sft": 24,
@@ -75,10 +73,11 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.trl_trainer": 25,
     "agentr1_trl.stock_trl": 25,
     "agentr1_trl.agent_trainer": 26,
-    "agentr1_trl.trainer": 27,  # deprecated alias of agentr1_trl.agent_trainer (one release)
+    "agentr1_trl.generation": 27,  # deprecated alias of agentr1_trl.backends (until 0.3)
     "agentr1_trl.grpo": 27,
     "agentr1_trl.ppo": 27,
     "agentr1_trl.agent_loop": 28,  # a user's own agent loop through the endpoint, trained with GRPO
+    "agentr1_trl.algorithms": 28,  # algo -> (config, trainer): the one table the CLI and benchmarks use
     "agentr1_trl.pipeline": 28,  # settings -> trainer -> evaluations -> outputs (agentr1 train, benchmarks)
     "agentr1_trl.cli": 28,
     "agentr1_trl": 29,

@@ -154,7 +154,7 @@ def test_users_speak_several_times_and_the_rollout_renders_them_as_user_turns():
     from agentr1_trl.testing import tiny_tokenizer  # the token layer: user turns are observation tokens
 
     pytest.importorskip("trl")
-    from agentr1_trl.generation.scripted import ScriptedGenerator
+    from agentr1_trl.backends.scripted import ScriptedGenerator
 
     from agentr1_gym.rollout import collect_rollouts
 

@@ -32,7 +32,7 @@ from agentr1_trl.agent_loop import (  # noqa: E402
     run_agent_episodes,
 )
 from agentr1_trl.agent_proxy import AgentProxy, calls_to_trajectory  # noqa: E402
-from agentr1_trl.generation.scripted import ScriptedGenerator  # noqa: E402
+from agentr1_trl.backends.scripted import ScriptedGenerator  # noqa: E402
 from agentr1_trl.testing import THINK_DROPPING_TEMPLATE, tiny_model, tiny_tokenizer, trainer_settings  # noqa: E402
 
 from agentr1_gym.errors import ConfigError  # noqa: E402

@@ -246,7 +246,7 @@ def test_vllm_gpu_engine_matches_hf_generation(tmp_path):
         "vllm",
         reason="the vllm package is not installed here (the GPU image has none; it does not fit in 64 MiB)",
     )
-    from agentr1_trl.generation.vllm import VLLMGenerator
+    from agentr1_trl.backends.vllm import VLLMGenerator
 
     tok = tiny_tokenizer()
     model = shaped_model(SHAPE, tok, vocab_size=len(tok), seed=0)

@@ -186,7 +186,7 @@ def test_a_history_has_one_key_on_both_timelines():
 
 def test_world_state_keys_are_recorded_by_rollouts():
     from agentr1_trl import collect_rollouts
-    from agentr1_trl.generation import ScriptedGenerator
+    from agentr1_trl.backends import ScriptedGenerator
     from agentr1_trl.testing import tiny_tokenizer
 
     tok = tiny_tokenizer()

@@ -218,7 +218,7 @@ def test_train_and_eval_a_model_on_every_env(env_id, tmp_path, tiny_dir, capsys)
 def test_evaluate_model_on_listed_tasks_keeps_rows(baseline):
     """``task_indices`` plays exactly those tasks of a fixed list, each once; ``keep_rows`` returns each episode's
     metrics (the Table 3 benchmark's confidence intervals need them)."""
-    from agentr1_trl.generation import ScriptedGenerator
+    from agentr1_trl.backends import ScriptedGenerator
     from agentr1_trl.model_eval import EvalSettings, evaluate_model
     from agentr1_trl.testing import tiny_tokenizer
 
@@ -247,7 +247,7 @@ def test_evaluate_model_on_listed_tasks_keeps_rows(baseline):
 def test_naive_rag_scores_an_untagged_reply_as_the_answer():
     """Naive RAG measures answering from the retrieved text: a reply without ``<answer>`` tags is scored as a whole
     (format_ok 0), a tagged one by its tags (format_ok 1); a wrong untagged reply scores 0."""
-    from agentr1_trl.generation import ScriptedGenerator
+    from agentr1_trl.backends import ScriptedGenerator
     from agentr1_trl.model_eval import evaluate_model
     from agentr1_trl.testing import tiny_tokenizer
 

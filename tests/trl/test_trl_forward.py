@@ -161,14 +161,8 @@ def test_shared_prompt_forward_equals_the_full_forward(tmp_path, algo, rows):
 
 def test_not_used_with_gradient_checkpointing_or_when_no_prompt_repeats(tmp_path):
     trainer = _trainer(AgentGRPOTrainer, AgentGRPOConfig, tmp_path)
-    pid, pm, cid, cm = _batch(trainer.processing_class)
+    pid, pm, _, _ = _batch(trainer.processing_class)
     assert share_plan(pid[:2], pm[:2]) == "full"  # two distinct prompts, no long common prefix
-    ids, attn, n = torch.cat([pid, cid], 1), torch.cat([pm, cm], 1), cid.size(1)
-    with pytest.warns(DeprecationWarning, match="use forward_logps"):  # the old service, for one release
-        assert trainer.shared_prompt_forward(trainer.model, ids[:2], attn[:2], n) is None
-    with torch.no_grad(), pytest.warns(DeprecationWarning):
-        old = trainer.shared_prompt_forward(trainer.model, ids, attn, n)[0]
-        assert torch.equal(old, trainer.forward_logps(trainer.model, ids, attn, n)[0])
     trainer.model.gradient_checkpointing_enable()
     assert not trainer.shares_prompts(trainer.model)
 

@@ -14,7 +14,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 import gymnasium as gym
 import torch
 from agentr1_trl import ScriptedGenerator, collect_rollouts
-from agentr1_trl.generation import ValueGuidedGenerator
+from agentr1_trl.backends import ValueGuidedGenerator
 from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
 from agentr1_trl.testing import (
     alternating_script,

@@ -192,13 +192,13 @@ def test_a_backend_declares_what_it_provides(tok):
 def test_one_factory_decides_the_backend(tok, monkeypatch):
     """``auto`` is vLLM only for a policy vLLM can load (a model directory, or servers); a model built in memory
     generates with Hugging Face, and asking vLLM to colocate one is a ConfigError that says what to do."""
-    from agentr1_trl.generation import factory
+    from agentr1_trl.backends import factory
 
     from agentr1_gym.errors import ConfigError
 
     model = tiny_model(tok)
     assert factory.model_directory(model) is None
-    monkeypatch.setattr("agentr1_trl.generation.vllm.vllm_available", lambda: True)
+    monkeypatch.setattr("agentr1_trl.backends.vllm.vllm_available", lambda: True)
     assert factory.resolve_backend("auto", model) == "hf"
     assert factory.resolve_backend("auto", model, ["http://127.0.0.1:9"]) == "vllm"
     assert factory.resolve_backend("hf", model, ["http://127.0.0.1:9"]) == "hf"

@@ -25,7 +25,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 import gymnasium as gym
 import torch
 from agentr1_trl import HFGenerator, SamplingConfig, collect_rollouts
-from agentr1_trl.generation.vllm import VLLMGenerator, merged_lora_weights
+from agentr1_trl.backends.vllm import VLLMGenerator, merged_lora_weights
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
@@ -285,7 +285,7 @@ def test_eval_on_vllm_prints_only_its_result_on_stdout(tiny_dir, tmp_path):
 
 def test_the_engine_dtype_follows_the_cpu():
     """``dtype="auto"``: bfloat16 only where the CPU computes in it natively (else it is emulated, ~3x slower)."""
-    from agentr1_trl.generation.vllm import cpu_has_native_bf16, default_dtype
+    from agentr1_trl.backends.vllm import cpu_has_native_bf16, default_dtype
 
     avx2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
     assert not cpu_has_native_bf16(avx2)
@@ -299,7 +299,7 @@ def test_the_engine_dtype_follows_the_cpu():
 @pytest.mark.slow
 def test_kv_cache_is_sized_for_the_generation_batch(tmp_path):
     """``kv_cache_gb=None``: whole 128-token blocks for each full-length sequence, from the model's config."""
-    from agentr1_trl.generation.vllm import kv_bytes_per_token, kv_cache_bytes
+    from agentr1_trl.backends.vllm import kv_bytes_per_token, kv_cache_bytes
 
     smollm2 = {
         "num_hidden_layers": 30,

@@ -18,7 +18,7 @@ from _paths import TESTS
 pytest.importorskip("trl")
 
 from _standin_vllm import StandinVLLM
-from agentr1_trl.generation.vllm import VLLMGenerator, sweep_sync_dirs, sync_root
+from agentr1_trl.backends.vllm import VLLMGenerator, sweep_sync_dirs, sync_root
 from agentr1_trl.testing import tiny_tokenizer
 
 from agentr1_gym.errors import ConfigError, InferenceServerError
@@ -217,7 +217,7 @@ def test_an_out_of_vocabulary_turn_stops_training_before_the_update(tmp_path):
 def test_a_prompt_over_the_episode_budget_is_a_config_error(tmp_path):
     """Before: TRL failed on the empty completion with ``IndexError: list index out of range``."""
     from agentr1_trl import AgentGRPOConfig, AgentGRPOTrainer
-    from agentr1_trl.generation import ScriptedGenerator
+    from agentr1_trl.backends import ScriptedGenerator
     from agentr1_trl.testing import tiny_model
     from peft import LoraConfig
 
@@ -266,7 +266,7 @@ _CHILD = textwrap.dedent(
     """
     import os, sys, time
     sys.path.insert(0, {tests!r})
-    from agentr1_trl.generation.vllm import VLLMGenerator
+    from agentr1_trl.backends.vllm import VLLMGenerator
     from agentr1_trl.testing import tiny_tokenizer
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM

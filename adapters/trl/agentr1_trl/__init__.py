@@ -35,18 +35,12 @@ hide_broken_companions()
 quiet_third_party()
 
 # TRL warns about the installed vLLM version when it is imported; our rollouts drive vLLM themselves
-# (agentr1_trl.generation.vllm) and TRL's own vLLM integration stays off, so the warning does not apply
+# (agentr1_trl.backends.vllm) and TRL's own vLLM integration stays off, so the warning does not apply
 warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions", category=UserWarning)
 
+from agentr1_gym.generation import Generation, GenerationBackend, SamplingConfig  # noqa: E402
 from agentr1_gym.rollout import Sample, Trajectory, collect_rollouts  # noqa: E402
-from agentr1_trl.generation import (  # noqa: E402  (after the warning filter)
-    Generation,
-    GenerationBackend,
-    HFGenerator,
-    SamplingConfig,
-    ScriptedGenerator,
-    ValueGuidedGenerator,
-)
+from agentr1_trl.backends import HFGenerator, ScriptedGenerator, ValueGuidedGenerator  # noqa: E402
 
 __all__ = [
     "AgentGRPOConfig",

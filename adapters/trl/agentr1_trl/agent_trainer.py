@@ -28,12 +28,11 @@ import torch
 import agentr1_gym
 from agentr1_gym.episodes import EPISODES_FILE, append_episodes
 from agentr1_gym.errors import ConfigError
-from agentr1_gym.generation import check_backend
+from agentr1_gym.generation import GenerationBackend, SamplingConfig, check_backend
 from agentr1_gym.rollout import Trajectory, collect_rollouts
+from agentr1_trl.backends.factory import GenerationSettings, make_generator, policy_vocab_size
 from agentr1_trl.config import AgentTrainerConfig
 from agentr1_trl.episodes import advantage_rows, token_stats, trajectory_records
-from agentr1_trl.generation import GenerationBackend, SamplingConfig
-from agentr1_trl.generation.factory import GenerationSettings, make_generator, policy_vocab_size
 from agentr1_trl.losses import LossTerms, policy_loss, truncated_is_weights
 from agentr1_trl.signals import answer_reward, group_signal_metrics, signal_return
 from agentr1_trl.trl_trainer import TRLAgentTrainer
@@ -90,7 +89,7 @@ class AgentTrainer(TRLAgentTrainer):
         peft_config: a peft ``LoraConfig`` to train a LoRA adapter (recommended).
         env_factory: callable returning a fresh env; default :class:`TrainingEnvs`: ``agentr1_gym.make(args.env_id,
             **args.env_kwargs)`` on the env's training part, as ``agentr1 train`` trains.
-        generator: a generation backend; default :class:`~agentr1_trl.generation.HFGenerator` over the policy.
+        generator: a generation backend; default :class:`~agentr1_trl.backends.HFGenerator` over the policy.
         train_dataset: rows with a ``seed`` column; default: seeds ``seed_offset + [0, num_tasks)``.
     """
 
@@ -140,7 +139,7 @@ class AgentTrainer(TRLAgentTrainer):
 
     def rollout_generator(self) -> GenerationBackend:
         """The generation backend that samples from the policy's current weights: the one passed in, else the
-        configured engine (:func:`~agentr1_trl.generation.factory.make_generator`: started once, its weights
+        configured engine (:func:`~agentr1_trl.backends.factory.make_generator`: started once, its weights
         synced here after every optimizer step)."""
         if self.generator is not None:
             return self.generator

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentr1_gym.errors import ConfigError
-from agentr1_trl.generation.factory import BACKENDS
+from agentr1_trl.backends.factory import BACKENDS
 from agentr1_trl.pipeline import EVAL_EPISODES, EVAL_SEED, RunPlan, run_training
 from agentr1_trl.presets import MAIN_JOB, MAIN_JOB_ENV
 from agentr1_trl.runs import RUN_FILE, merge_resume_overrides, read_run_file

@@ -144,7 +144,7 @@ class AgentTrainerConfig(GRPOConfig):
     generation_backend: str = field(
         default="auto",
         metadata={
-            "help": "Rollout engine: 'hf' (Hugging Face generate), 'vllm' (agentr1_trl.generation.vllm) or 'auto' "
+            "help": "Rollout engine: 'hf' (Hugging Face generate), 'vllm' (agentr1_trl.backends.vllm) or 'auto' "
             "(vLLM when it is installed and the policy has a local model directory, else hf). TRL's use_vllm=True "
             "maps to 'vllm', its vllm_mode and vllm_server_base_url to ours."
         },

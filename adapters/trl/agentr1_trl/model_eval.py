@@ -24,9 +24,10 @@ from typing import Any
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.evaluation import summarize
+from agentr1_gym.generation import SamplingConfig
 from agentr1_gym.rollout import collect_rollouts, render_chat
-from agentr1_trl.generation import HFGenerator, SamplingConfig
-from agentr1_trl.generation.factory import GenerationSettings, make_generator, policy_vocab_size
+from agentr1_trl.backends import HFGenerator
+from agentr1_trl.backends.factory import GenerationSettings, make_generator, policy_vocab_size
 from agentr1_trl.models import load_policy
 
 __all__ = ["NAIVE_RAG_INSTRUCTION", "EvalSettings", "evaluate_model", "run_eval"]
@@ -111,7 +112,7 @@ def evaluate_model(
     )
     generator = generator or HFGenerator(model, tokenizer)
     if value_guided > 1:
-        from agentr1_trl.generation.value_guided import ValueGuidedGenerator
+        from agentr1_trl.backends.value_guided import ValueGuidedGenerator
 
         generator = ValueGuidedGenerator(generator, model, value_head, tokenizer, n=value_guided)
     if task_indices is not None:
@@ -207,7 +208,7 @@ def _naive_rag(
 def policy_generator(
     model: Any, tokenizer: Any, backend: str = "auto", server_urls: Any = (), timeout_s: float = 600.0
 ) -> Any:
-    """A generation backend that samples from ``model`` (:func:`~agentr1_trl.generation.factory.make_generator`):
+    """A generation backend that samples from ``model`` (:func:`~agentr1_trl.backends.factory.make_generator`):
     Hugging Face ``generate``, or a vLLM engine on the model's base directory (or ``server_urls``) with the
     adapter's weights synced in (``auto``: vLLM when installed and the model has a directory). ``timeout_s``: the
     total deadline of one call to a vLLM server. Close it after use: a vLLM engine may hold temporary weights."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from agentr1_gym.episodes import EPISODES_FILE, RunFiles
 from agentr1_gym.errors import ConfigError, NoOracleError
+from agentr1_trl.algorithms import trainer_classes
 from agentr1_trl.presets import build_config, check_field_types
 from agentr1_trl.run_outputs import (
     OUTPUTS,
@@ -277,32 +278,14 @@ class RunPlan:
     def trainer_classes(self) -> tuple[Any, Any]:
         """The config and trainer classes of ``algo``, after checking the plan's own fields."""
         where = f"{self.run_file}: " if self.run_file is not None else ""
-        if self.algo not in ("grpo", "ppo"):
-            raise ConfigError(f"{where}algo must be grpo or ppo, got {self.algo!r}")
         for key, value in (("lora_r", self.lora_r), ("warm_start", self.warm_start)):
             low = 1 if key == "lora_r" else 0
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"{where}{key} must be a whole number >= {low}, got {value!r}")
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"{where}model must be 'smollm2' or a model directory, got {self.model!r}")
-        if self.settings.get("agent"):
-            if self.algo != "grpo":
-                raise ConfigError(
-                    f"{where}--agent trains with GRPO (its estimators); --algo {self.algo} is not supported"
-                )
-            from agentr1_trl.agent_loop import AgentGRPOLoopTrainer
-            from agentr1_trl.grpo import AgentGRPOConfig
-
-            classes: tuple[Any, Any] = (AgentGRPOConfig, AgentGRPOLoopTrainer)
-        elif self.algo == "ppo":
-            from agentr1_trl.ppo import AgentPPOConfig, AgentPPOTrainer
-
-            classes = (AgentPPOConfig, AgentPPOTrainer)
-        else:
-            from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
-
-            classes = (AgentGRPOConfig, AgentGRPOTrainer)
         try:
+            classes = trainer_classes(self.algo, agent=bool(self.settings.get("agent")))
             check_field_types(classes[0], self.settings)
         except ConfigError as exc:
             raise ConfigError(f"{where}{exc}") from None

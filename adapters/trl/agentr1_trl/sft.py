@@ -15,8 +15,9 @@ import torch
 
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.generation import SamplingConfig
 from agentr1_gym.rollout import Sample, collect_rollouts
-from agentr1_trl.generation import SamplingConfig, ScriptedGenerator
+from agentr1_trl.backends import ScriptedGenerator
 
 __all__ = ["oracle_samples", "turn_lengths", "warm_start"]
 

@@ -25,8 +25,9 @@ from datasets import Dataset
 
 import agentr1_gym
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.generation import SamplingConfig
 from agentr1_gym.rollout import collect_rollouts
-from agentr1_trl.generation import HFGenerator, SamplingConfig
+from agentr1_trl.backends import HFGenerator
 from agentr1_trl.signals import env_return
 
 __all__ = [

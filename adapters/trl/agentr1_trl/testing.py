@@ -180,7 +180,7 @@ def shaped_model(
 
 
 def alternating_script(prompt_ids: Any, i: int) -> str:
-    """A :class:`~agentr1_trl.generation.ScriptedGenerator` script with reward variance inside a group: even live
+    """A :class:`~agentr1_trl.backends.ScriptedGenerator` script with reward variance inside a group: even live
     episodes answer at once (well formed, wrong: return 0), odd ones write junk (format penalties, below 0)."""
     return "<answer>Nobody</answer>" if i % 2 == 0 else "<think>I am not sure what to do</think>"
 

@@ -37,7 +37,7 @@ from agentr1_gym.generation import GenerationError
 from agentr1_gym.rollout import Trajectory
 from agentr1_trl.checkpoints import mark_complete, resolve_resume
 from agentr1_trl.config import CPU_UPDATE_TOKENS
-from agentr1_trl.forward import completion_logps, select_rows, share_plan, update_passes
+from agentr1_trl.forward import completion_logps, select_rows, update_passes
 from agentr1_trl.signals import advantage_mask, check_rewards, env_return
 from agentr1_trl.turn_rows import CONTEXT_DEPENDENT, expand_turn_rows
 
@@ -323,22 +323,6 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
                 share_prompts=self.shares_prompts(model),
                 head=head,
             )
-
-    def shared_prompt_forward(
-        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-        """Deprecated (one release): :meth:`forward_logps`, which also runs the full forward where no prompt is
-        shared; this keeps the old contract, None where the shared-prompt forward does not apply."""
-        warnings.warn(
-            "TRLAgentTrainer.shared_prompt_forward is deprecated: use forward_logps (the full forward included)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        if not self.shares_prompts(model) or n >= input_ids.size(1):
-            return None
-        if share_plan(input_ids[:, :-n], attention_mask[:, :-n]) == "full":
-            return None
-        return self.forward_logps(model, input_ids, attention_mask, n, **kwargs)  # hidden=, needed=
 
     def shares_prompts(self, model: Any) -> bool:
         """Whether the forward pass may run each shared prompt once: ``share_prompt_prefix`` on (by default: on a

@@ -1,6 +1,6 @@
 """The PPO critic's value head: a linear layer on the policy's last hidden state, its file in a checkpoint or
 adapter directory, and the values it gives token sequences. PPO trains it (:class:`~agentr1_trl.ppo.AgentPPOTrainer`),
-value-guided decoding reads it (:class:`~agentr1_trl.generation.ValueGuidedGenerator`), and
+value-guided decoding reads it (:class:`~agentr1_trl.backends.ValueGuidedGenerator`), and
 :func:`~agentr1_trl.models.load_policy` loads it next to an adapter."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""Generation backends: Hugging Face ``generate`` (CPU/GPU), a scripted one for tests and value-guided decoding
-over any of them. Every backend implements :class:`GenerationBackend` (token ids in, token ids + log-probs
-out)."""
+"""Deprecated: this package is now :mod:`agentr1_trl.backends` (the protocol the backends implement lives in
+:mod:`agentr1_gym.generation`, and ``SamplingConfig``, ``Generation`` and the rest are imported from there). The old
+path keeps working, with a ``DeprecationWarning``, until 0.3."""
 
-from agentr1_gym.generation import (
+from agentr1_gym.deprecated import alias
+from agentr1_gym.generation import (  # noqa: F401  (the protocol names this package used to re-export)
     BaseGenerator,
     Generation,
     GenerationBackend,
@@ -10,18 +11,5 @@ from agentr1_gym.generation import (
     SamplingConfig,
     check_generations,
 )
-from agentr1_trl.generation.hf import HFGenerator
-from agentr1_trl.generation.scripted import ScriptedGenerator
-from agentr1_trl.generation.value_guided import ValueGuidedGenerator
 
-__all__ = [
-    "BaseGenerator",
-    "Generation",
-    "GenerationBackend",
-    "GenerationError",
-    "HFGenerator",
-    "SamplingConfig",
-    "ScriptedGenerator",
-    "ValueGuidedGenerator",
-    "check_generations",
-]
+__getattr__ = alias(__name__, "agentr1_trl.backends", globals())

@@ -1,52 +1,6 @@
-"""A backend that replays scripted turns (for tests, demonstrations and benchmarks)."""
+"""Deprecated: this module is now :mod:`agentr1_trl.backends.scripted`. The old path keeps working, with a
+``DeprecationWarning``, until 0.3."""
 
-from __future__ import annotations
+from agentr1_gym.deprecated import alias
 
-from collections.abc import Callable, Sequence
-from typing import Any
-
-from agentr1_gym.generation import BaseGenerator, Generation, SamplingConfig
-
-__all__ = ["ScriptedGenerator"]
-
-
-class ScriptedGenerator(BaseGenerator):
-    """Answers the ``i``-th prompt of each call with ``script(prompt_ids, i) -> text``, tokenised without special tokens (plus EOS if
-    ``add_eos``). Log-probs are 0 and not a sampler's (``provides_logprobs = False``: the trainers then skip the
-    importance-sampling correction). It records every generation it returned in ``history``."""
-
-    provides_logprobs = False
-
-    def __init__(
-        self, tokenizer: Any, script: Callable[[Sequence[int], int], str], *, add_eos: bool = False
-    ) -> None:
-        self.tokenizer = tokenizer
-        self.script = script
-        self.add_eos = add_eos
-        self.history: list[list[int]] = []
-
-    def describe(self) -> str:
-        return "scripted (test) generator"
-
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
-        out = []
-        for i, p in enumerate(prompts):
-            ids = self.tokenizer.encode(self.script(p, i), add_special_tokens=False)[
-                : sampling.max_new_tokens
-            ]
-            if self.add_eos and len(ids) < sampling.max_new_tokens:
-                ids.append(self.tokenizer.eos_token_id)
-            self.history.append(list(ids))
-            out.append(Generation(ids=list(ids)))
-        return out
-
-    @classmethod
-    def oracle(cls, tokenizer: Any, envs: Sequence[Any]) -> ScriptedGenerator:
-        """Plays each env's ``oracle_action()``: the ``i``-th prompt of a call belongs to the ``i``-th env whose
-        episode is still running (the order :func:`~agentr1_gym.rollout.collect_rollouts` uses)."""
-
-        def script(prompt_ids: Sequence[int], i: int) -> str:
-            live = [e for e in envs if not e.unwrapped.done]
-            return live[i].unwrapped.oracle_action()
-
-        return cls(tokenizer, script)
+__getattr__ = alias(__name__, "agentr1_trl.backends.scripted", globals())
