@@ -10,7 +10,7 @@ This module imports only gymnasium, pydantic and numpy; torch, transformers and 
 
 from __future__ import annotations
 
-from agentr1_gym.env import EnvSettings, ToolEnv
+from agentr1_gym.env import ToolEnv
 from agentr1_gym.errors import (
     AgentR1Error,
     BadArgumentError,
@@ -24,6 +24,7 @@ from agentr1_gym.errors import (
 from agentr1_gym.formats import HermesFormat, ParsedAction, SearchR1Format, ToolCall, ToolCallFormat
 from agentr1_gym.registration import env_ids, make, register_envs, resolve_env_id
 from agentr1_gym.rewards import ProcessReward, RewardConfig
+from agentr1_gym.settings import EnvSettings
 from agentr1_gym.spaces import FreeText
 from agentr1_gym.task import TaskEnv, make_task, register_task
 from agentr1_gym.tools.base import Tool, ToolResult

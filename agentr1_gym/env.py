@@ -4,9 +4,9 @@ A :class:`~agentr1_gym.tools.base.Tool` executes one atomic action; a **ToolEnv*
 multi-turn state (the whole chat), parses each assistant turn with a :class:`~agentr1_gym.formats.ToolCallFormat`,
 runs the calls, decides termination and computes process (per-step) and outcome rewards.
 
-Settings every env shares live in one typed place, :class:`EnvSettings`; a concrete env's constructor names only
-its own keywords and passes ``**settings`` on, and the accepted keywords (for ``gym.make``, the "did you mean"
-check and ``inspect.signature``) are the union of both.
+Settings every env shares live in one typed place, :class:`~agentr1_gym.settings.EnvSettings` (with the keyword
+check around every env's ``__init__``); what the agent sees each step is the env's context policy,
+:class:`~agentr1_gym.context.ContextPolicy`, parsed once when the env is made.
 """
 
 from __future__ import annotations
@@ -14,28 +14,25 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import functools
-import inspect
 import itertools
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ValidationError
 
+from agentr1_gym.context import ContextPolicy
 from agentr1_gym.errors import (
-    BadArgumentError,
     ConfigError,
     NoOracleError,
     ResetNeededError,
     RewardRangeError,
-    TaskCodeError,
     ToolContractError,
 )
-from agentr1_gym.formats import ParsedAction, ToolCall, ToolCallFormat, for_world, get_format, strip_thinking
+from agentr1_gym.formats import ParsedAction, ToolCall, for_world, get_format, strip_thinking
 from agentr1_gym.rewards import (
     GENERIC_PROCESS_KEYS,
     OUTCOME_KEYS,
@@ -44,74 +41,32 @@ from agentr1_gym.rewards import (
     reward_problem,
     unknown_process_reward_hint,
 )
+from agentr1_gym.settings import EnvSettings, check_keywords
 from agentr1_gym.spaces import FreeText
 from agentr1_gym.text import MAX_JSON_DEPTH, clean_json, clean_text
 from agentr1_gym.tools.base import Tool, ToolResult, describe_validation_error
 
-__all__ = [
-    "EnvSettings",
-    "ToolEnv",
-    "parse_context",
-    "repeat_rate",
-    "require_full_context",
-    "split_turns",
-    "truncate_text",
-]
+__all__ = ["ToolEnv", "repeat_rate", "truncate_text"]
+
+#: names that moved out of this module (0.2): importing them from here still works, with a warning, until 0.3
+_MOVED = {
+    "parse_context": "agentr1_gym.context",
+    "require_full_context": "agentr1_gym.context",
+    "split_turns": "agentr1_gym.context",
+}
 
 
-def parse_context(value: Any) -> tuple[str, Any]:
-    """A context policy as ``(kind, argument)``: ``("full", None)``, ``("window", K)``, ``("state", None)`` or
-    ``("function", fn)``; a bad one raises ``ValueError`` saying what is accepted."""
-    if callable(value):
-        try:
-            inspect.signature(value).bind(task_messages=[], history=[])
-        except TypeError:
-            raise ValueError(
-                f"a context function is called as fn(task_messages=..., history=...) -> messages; "
-                f"{getattr(value, '__name__', value)!r} does not take those keywords"
-            ) from None
-        except ValueError:  # a builtin without a readable signature: accepted, checked when called
-            pass
-        return "function", value
-    if value in ("full", "state"):
-        return value, None
-    if isinstance(value, str) and value.startswith("window:"):
-        k = value.split(":", 1)[1]
-        if k.isdigit() and int(k) >= 1:
-            return "window", int(k)
-    raise ValueError(
-        f"context must be 'full', 'window:K' (K >= 1 turns), 'state' or a function (task_messages, history) -> "
-        f"messages; got {value!r:.60}"
-    )
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import importlib
 
-
-def require_full_context(env: Any, engine: str) -> None:
-    """Refuse, in one line, an env whose context policy rewrites what the agent sees (``window:K``, ``state``, a
-    function), for an engine whose loop keeps its own chat history and only appends each observation to it (or
-    trains one sequence per episode): it would show the policy the whole history, not what the env decided, and
-    train on it. ``agentr1_trl``'s trainers read ``info["context"]`` and train each step as its own row."""
-    base = getattr(env, "unwrapped", env)
-    for part in getattr(base, "components", None) or [base]:
-        kind, arg = getattr(part, "context_policy", ("full", None))
-        if kind != "full":
-            kind = f"window:{arg}" if kind == "window" else kind
-            name = part.spec.id if getattr(part, "spec", None) is not None else type(part).__name__
-            raise ConfigError(
-                f"{engine} keeps its own chat history (or one sequence per episode), so it cannot show the agent the "
-                f"context {name} builds (context={kind!r}); use context='full' with {engine}, or train with "
-                "agentr1_trl, which trains each step on its own context"
-            )
-
-
-def split_turns(history: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """The chat after the first user message, cut into turns: each assistant message with the messages that answer
-    it (tool results, user turns), in order."""
-    turns: list[list[dict[str, Any]]] = []
-    for message in history:
-        if message.get("role") == "assistant" or not turns:
-            turns.append([])
-        turns[-1].append(message)
-    return turns
+        warnings.warn(
+            f"agentr1_gym.env.{name} is now {_MOVED[name]}.{name}; import it from there (until 0.3)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module 'agentr1_gym.env' has no attribute {name!r}")
 
 
 def _check_result(tool: str, result: Any) -> None:
@@ -144,55 +99,6 @@ def _clean_calls(parsed: ParsedAction) -> tuple[ParsedAction, frozenset[int]]:
     return dataclasses.replace(parsed, calls=tuple(calls)), frozenset(deep)
 
 
-class EnvSettings(BaseModel):
-    """The settings every :class:`ToolEnv` takes as keyword arguments (``gym.make(id, max_turns=10)``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-
-    tool_format: str | ToolCallFormat = Field(
-        "hermes", description="How turns call tools and answer: 'hermes', 'search_r1' or a ToolCallFormat."
-    )
-    max_turns: int = Field(
-        6, ge=1, description="Assistant turns per episode; the env truncates (scored) after it."
-    )
-    max_calls_per_turn: int = Field(1, ge=1, description="Tool calls allowed in one turn.")
-    max_action_chars: int = Field(20_000, ge=1, description="Longer turns are a format error.")
-    tool_output_chars: int = Field(
-        4_000, ge=16, description="Tool output beyond it is cut with a '...[truncated N characters]' marker."
-    )
-    max_context_chars: int | None = Field(
-        None, ge=1, description="Truncate the episode once the chat exceeds this many characters."
-    )
-    reward: RewardConfig = Field(
-        default_factory=RewardConfig,
-        description="Reward weights (a RewardConfig, its fields as a dict, or None).",
-    )
-    render_mode: Literal["ansi", "human"] | None = Field(None, description="Gymnasium render mode.")
-    task_split: Literal["all", "train", "test"] = Field(
-        "all",
-        description="Envs with a fixed task list: all tasks, or the training or held-out part (a fixed, seeded "
-        "split: test_fraction of the tasks are held out).",
-    )
-    test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="The held-out share of a fixed task list.")
-    context: str | Callable[..., Any] = Field(
-        "full",
-        description="What the agent sees each step (info['context']): 'full' (the whole chat), 'window:K' (the task "
-        "and the last K turns; a note says how many were left out), 'state' (the task and the world's compact "
-        "state, from the env's state_text()), or a function (task_messages, history) -> messages.",
-    )
-
-    @field_validator("context")
-    @classmethod
-    def _check_context(cls, value: Any) -> Any:
-        parse_context(value)
-        return value
-
-    @field_validator("reward", mode="before")
-    @classmethod
-    def _default_reward(cls, value: Any) -> Any:
-        return RewardConfig() if value is None else value
-
-
 #: subclass hooks that became public (old name -> new name)
 _RENAMED_HOOKS = {
     "_task_prompt": "task_prompt",
@@ -203,71 +109,6 @@ _RENAMED_HOOKS = {
     "_process_caps": "process_reward_caps",
     "_on_reset": "on_reset",
 }
-
-#: keyword arguments renamed since 0.1 (old name -> new name); the old names still work, with a warning
-_RENAMED = {"protocol": "tool_format"}
-
-
-def _own_keywords(init: Any) -> list[inspect.Parameter]:
-    """The keyword parameters of one ``__init__`` (positional-only ones are supplied by subclasses, not users)."""
-    return [
-        p
-        for name, p in inspect.signature(init).parameters.items()
-        if name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-
-
-@functools.cache
-def _accepted(cls: type) -> list[inspect.Parameter]:
-    """Every keyword a concrete env accepts: its own, its env base classes' and :class:`EnvSettings`'."""
-    params: dict[str, inspect.Parameter] = {}
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("_original_init")
-        if init is not None:
-            for p in _own_keywords(init):
-                params.setdefault(p.name, p.replace(kind=p.KEYWORD_ONLY))
-    for name, field in EnvSettings.model_fields.items():
-        default = field.default_factory() if field.default_factory else field.default
-        params.setdefault(
-            name,
-            inspect.Parameter(
-                name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=field.annotation
-            ),
-        )
-    return list(params.values())
-
-
-def _check_kwargs(cls: type, init: Any) -> Any:
-    """Wrap an env ``__init__``: unknown keyword arguments raise :class:`BadArgumentError` with a hint, renamed
-    ones are mapped with a ``DeprecationWarning``, and the signature shows every accepted keyword."""
-
-    @functools.wraps(init)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
-        for old, new in _RENAMED.items():
-            if old in kwargs:
-                warnings.warn(f"{old}= is now {new}=", DeprecationWarning, stacklevel=2)
-                kwargs.setdefault(new, kwargs.pop(old))
-        known = [p.name for p in _accepted(type(self))]
-        unknown = [k for k in kwargs if k not in known]
-        if unknown:
-            hints = []
-            for k in unknown:
-                close = difflib.get_close_matches(k, known, n=1)
-                hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            raise BadArgumentError(
-                f"{type(self).__name__} got unknown keyword argument(s) {', '.join(hints)}; "
-                f"accepted: {', '.join(known)}"
-            )
-        init(self, *args, **kwargs)
-
-    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
-    positional = [
-        p
-        for name, p in inspect.signature(init).parameters.items()
-        if name != "self" and p.kind is p.POSITIONAL_ONLY
-    ]
-    wrapper.__signature__ = inspect.Signature([self_param, *positional, *_accepted(cls)])  # type: ignore[attr-defined]
-    return wrapper
 
 
 def repeat_rate(messages: Sequence[dict[str, Any]]) -> float:
@@ -392,7 +233,7 @@ class ToolEnv(gym.Env[str, str], ABC):
                 )
         if "__init__" in cls.__dict__:
             cls._original_init = cls.__dict__["__init__"]  # type: ignore[attr-defined]
-            cls.__init__ = _check_kwargs(cls, cls._original_init)  # type: ignore[method-assign]
+            cls.__init__ = check_keywords(cls, cls._original_init)  # type: ignore[method-assign]
 
     def __init__(self, tools: Sequence[Tool], /, **settings: Any) -> None:
         settings.setdefault("max_turns", self.default_max_turns)
@@ -424,8 +265,8 @@ class ToolEnv(gym.Env[str, str], ABC):
         self.tool_output_chars = config.tool_output_chars
         self.max_context_chars = config.max_context_chars
         self.render_mode = config.render_mode
-        self.context_policy = parse_context(config.context)
-        if self.context_policy[0] == "state" and not self.has_state_text():
+        self.context_policy = ContextPolicy.parse(config.context)
+        if self.context_policy.kind == "state" and not self.has_state_text():
             raise ConfigError(
                 f"context='state' needs the world's compact state, and {type(self).__name__} has no state_text(); "
                 "use context='window:K' (the task and the last K turns) or 'full'"
@@ -576,49 +417,12 @@ class ToolEnv(gym.Env[str, str], ABC):
         chat (``full``), the task and the last K turns with a note of how many were left out (``window:K``), the
         task and :meth:`state_text` (``state``), or what the user's function returns. The env decides; every
         rollout loop, evaluation and engine adapter that reads ``info["context"]`` shows the same."""
-        kind, arg = self.context_policy
-        if kind == "full" or not self.messages:
-            return list(self.messages)
-        first, history = self.messages[0], self.messages[1:]
-        if kind == "window":
-            turns = split_turns(history)
-            kept = turns[-arg:]
-            dropped = len(turns) - len(kept)
-            head = dict(first)
-            if dropped:
-                head["content"] = (
-                    f"{first['content']}\n\n[{dropped} earlier turn{'s' if dropped > 1 else ''} not shown]"
-                )
-                # a user who speaks more than once: the request being worked on stays in view
-                at = self._user_message_at
-                if at and at <= len(self.messages) - 1 - sum(len(turn) for turn in kept):
-                    head["content"] += f"\n\nThe user's current message:\n{self.messages[at]['content']}"
-            return [head, *(m for turn in kept for m in turn)]
-        if kind == "state":
-            if not history:  # the task message already holds the world's first view
-                return [dict(first)]
-            state = clean_text(str(self.state_text()))
-            return [{**first, "content": f"{first['content']}\n\nCurrent state:\n{state}"}]
-        try:
-            out = arg(task_messages=[dict(first)], history=[dict(m) for m in history])
-        except Exception as exc:
-            raise TaskCodeError(
-                f"the context function {getattr(arg, '__name__', arg)!r} raised {type(exc).__name__}: {exc} "
-                f"(task {self._episode_task_id!r}, turn {self.turn})"
-            ) from exc
-        if (
-            not isinstance(out, list)
-            or not out
-            or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in out
-            )
-        ):
-            raise TaskCodeError(
-                "the context function must return a non-empty list of messages ({'role': str, 'content': str}), "
-                f"got {out!r:.80}"
-            )
-        return out
+        return self.context_policy.view(
+            self.messages,
+            state_text=self.state_text,
+            user_message_at=self._user_message_at,
+            where=f"task {self._episode_task_id!r}, turn {self.turn}",
+        )
 
     def state_key(self) -> Any:
         """A hashable key of the world's current state, equal for equal states (world envs: the room, the
@@ -936,7 +740,7 @@ class ToolEnv(gym.Env[str, str], ABC):
             outcome_reward=outcome,
             messages=list(self.messages),
         )
-        info["context"] = info["messages"] if self.context_policy[0] == "full" else self.context_messages()
+        info["context"] = info["messages"] if not self.context_policy.rewrites else self.context_messages()
         return info
 
     def _run_calls(

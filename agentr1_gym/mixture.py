@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from agentr1_gym.env import EnvSettings, ToolEnv
+from agentr1_gym.env import ToolEnv
 from agentr1_gym.errors import ConfigError
+from agentr1_gym.settings import EnvSettings
 
 __all__ = ["DEFAULT_ENVS", "MixtureEnv", "mixture_components", "parse_mix", "short_name"]
 

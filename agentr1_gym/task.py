@@ -49,7 +49,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agentr1_gym.env import EnvSettings, ToolEnv
+from agentr1_gym.env import ToolEnv
 from agentr1_gym.errors import ConfigError, NoOracleError, RewardRangeError, TaskCodeError
 from agentr1_gym.matching import answer_match
 from agentr1_gym.rewards import (
@@ -60,6 +60,7 @@ from agentr1_gym.rewards import (
     RewardConfig,
     unknown_process_reward_hint,
 )
+from agentr1_gym.settings import EnvSettings
 from agentr1_gym.tools.base import Tool, ToolResult
 from agentr1_gym.tools.function import FunctionTool, from_function, public_methods, to_result, tool_class
 

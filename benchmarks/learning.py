@@ -352,7 +352,8 @@ def _earlier_plain(args: argparse.Namespace, env_id: str) -> dict[str, Any] | No
 
 def prepare(args: argparse.Namespace) -> dict[str, Any]:
     """Plain model eval, warm start, eval again; saves the warm-started adapter to ``WORKDIR/TASK/sft``."""
-    from agentr1_trl.pipeline import lora_config, oracle_warm_start
+    from agentr1_trl.pipeline import lora_config
+    from agentr1_trl.sft import oracle_warm_start
     from peft import get_peft_model
 
     env_id, train_kwargs, _ = task_spec(args)

@@ -154,7 +154,7 @@ class CalculatorEnv(ToolEnv):
     Args:
         kinds: which problem generators to draw from (default all: arithmetic, shopping, rate, discount, average,
             sharing).
-        Other arguments: :class:`~agentr1_gym.env.EnvSettings`.
+        Other arguments: :class:`~agentr1_gym.settings.EnvSettings`.
 
     Metrics: ``correct`` (the answer states the solution; the answer score and the success rule). Tasks are
     generated: ``reset(options={"task_index": i})`` is the task generated from seed ``i``, ``options={"kind": k}``

@@ -117,7 +117,7 @@ class HumanEvalEnv(ToolEnv):
         data_path: a HumanEval-format JSONL file instead of the bundled 164 problems.
         sandbox: :class:`~agentr1_gym.tools.python.SandboxConfig` (or its fields as a dict) for tool runs and
             grading; the worker pool is shared by every env in the process.
-        Other arguments: :class:`~agentr1_gym.env.EnvSettings`.
+        Other arguments: :class:`~agentr1_gym.settings.EnvSettings`.
 
     Metrics: ``pass`` (the hidden tests pass; the answer score and the success rule).
     """

@@ -42,7 +42,7 @@ class QAEnvBase(ToolEnv):
         server_url: the server for ``http``; ``retriever_kwargs`` holds further backend settings (e.g.
             ``{"api": "search_r1"}``, ``{"index_type": "hnsw", "prefixes": "e5"}``, ``{"threads": 4}``).
         top_k: passages per search.
-        Other arguments: :class:`~agentr1_gym.env.EnvSettings`.
+        Other arguments: :class:`~agentr1_gym.settings.EnvSettings`.
     """
 
     process_rewards = (
@@ -163,7 +163,7 @@ class MultiHopQAEnv(QAEnvBase):
         corpus_path: a JSONL corpus (``{"id","contents"}`` or ``{"id","title","text"}``) to search; default: the
             bundled sample's corpus, or the context paragraphs of ``data_path``'s questions.
         Search settings (``retriever``, ``top_k``, ...): see :class:`QAEnvBase`; the rest:
-        :class:`~agentr1_gym.env.EnvSettings`.
+        :class:`~agentr1_gym.settings.EnvSettings`.
 
     Every reset draws a task with ``self.np_random``; ``reset(options={"task_index": i})`` picks task ``i``.
     """

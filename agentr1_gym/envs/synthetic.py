@@ -145,7 +145,7 @@ class SyntheticMultihopEnv(QAEnvBase):
         world_seed: the world; tasks are drawn from it with the reset seed.
         entities_per_type: world size (people, cities, companies, universities; a quarter as many countries).
         Search settings: see :class:`~agentr1_gym.envs.qa.QAEnvBase`; the rest:
-        :class:`~agentr1_gym.env.EnvSettings`.
+        :class:`~agentr1_gym.settings.EnvSettings`.
 
     Tasks are generated: a reset draws one from ``self.np_random``; ``reset(options={"task_index": i})`` is the
     task generated from seed ``i`` (the same task for every env over the same world), ``options={"hops": k}``

@@ -312,7 +312,7 @@ class TextGameEnv(ToolEnv):
             recursively, of compiled TextWorld games (``.z8``/``.ulx``) or ALFWorld games (``.tw-pddl``, as ALFWorld's
             data ships them; needs ``pip install "agentr1-gym[alfworld]"``).
         show_admissible: list the admissible commands after every move (as ALFWorld agents get them).
-        Other arguments: :class:`~agentr1_gym.env.EnvSettings` (default ``max_turns=20``).
+        Other arguments: :class:`~agentr1_gym.settings.EnvSettings` (default ``max_turns=20``).
 
     Metrics: ``won`` (the answer score and the success rule), ``points`` (the best score reached, as a share of
     the maximum), ``lost``.
@@ -356,9 +356,12 @@ class TextGameEnv(ToolEnv):
             self.tasks = game_specs(self.family, levels, split, num_games, pool_seed)
             self.levels = levels
         self.split = split
-        self.game = TextGame(show_admissible, inventory=settings.get("context") == "state")
+        self.game = TextGame(show_admissible)
         # the game's one move as a tool; it answers every input itself, so an exception there is a bug: it raises
         super().__init__([tool(self.game.act, errors="raise")], **settings)
+        # TextWorld tracks the inventory only for the compact state a `state` context shows (asked of the policy
+        # the env parsed, before the first game loads)
+        self.game.inventory = self.context_policy.kind == "state"
         self._intro = ""
 
     def _pick(self, options: dict[str, Any]) -> Any:

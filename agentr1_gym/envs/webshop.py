@@ -299,7 +299,7 @@ class WebShopEnv(ToolEnv):
             0.4, in which buying the first hit with the instruction's options met about half the goals).
         data_path: a directory with WebShop's own ``items_shuffle*.json`` and ``items_ins_v2*.json`` (and
             ``items_human_ins.json`` with ``human_goals=True``) instead of the procedural catalog.
-        Other arguments: :class:`~agentr1_gym.env.EnvSettings` (default ``max_turns=15``, WebShop's budget).
+        Other arguments: :class:`~agentr1_gym.settings.EnvSettings` (default ``max_turns=15``, WebShop's budget).
 
     Metrics: ``full_match`` (the purchase meets the whole instruction: WebShop's reward is 1; the default answer
     score and the success rule), ``reward`` (WebShop's score of the purchase, 0 without one), ``r_type``,

@@ -18,7 +18,7 @@ from typing import Any
 import gem
 
 import agentr1_gym
-from agentr1_gym.env import require_full_context
+from agentr1_gym.context import require_full_context
 
 PREFIX = "agentr1:"
 

@@ -24,7 +24,7 @@ from typing import Any
 import art
 
 import agentr1_gym
-from agentr1_gym.env import require_full_context
+from agentr1_gym.context import require_full_context
 
 
 async def rollout(

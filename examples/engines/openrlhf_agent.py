@@ -31,7 +31,7 @@ import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 import agentr1_gym
-from agentr1_gym.env import require_full_context
+from agentr1_gym.context import require_full_context
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.rollout import observation_delta, render_chat
 

@@ -99,7 +99,7 @@ def test_bad_policies_are_one_line_errors():
 
 
 def test_engines_that_only_append_observations_refuse_a_rewritten_context():
-    from agentr1_gym.env import require_full_context
+    from agentr1_gym.context import require_full_context
 
     require_full_context(agentr1_gym.make("AgentR1/WebShop-v0"), "SkyRL")  # the whole chat: nothing to refuse
     for policy in ("window:2", "state"):

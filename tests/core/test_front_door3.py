@@ -93,7 +93,7 @@ def test_the_trainer_writes_our_card_at_a_checkpoint_never_trls():
 def test_training_says_it_evaluates_only_when_it_does(capsys):
     """Item 4: stdout announced "evaluating on its held-out tasks" when nothing was evaluated."""
     pytest.importorskip("trl")
-    from agentr1_trl.pipeline import split_env_kwargs
+    from agentr1_trl.model_eval import split_env_kwargs
 
     shop = agentr1_gym.make("AgentR1/WebShop-v0").unwrapped
     split_env_kwargs(shop, {}, evaluates=False)

@@ -36,6 +36,8 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.formats": 3,
     "agentr1_gym.data": 4,
     "agentr1_gym.tools": 5,
+    "agentr1_gym.context": 1,  # the context policy: what the agent sees each step (parsed once per env)
+    "agentr1_gym.settings": 4,  # EnvSettings and the keyword check around every env's __init__
     "agentr1_gym.env": 6,
     "agentr1_gym.envs": 7,
     "agentr1_gym.wrappers": 7,

@@ -124,7 +124,7 @@ def test_a_fixed_task_list_splits_into_disjoint_train_and_held_out_parts():
 
 def test_the_cli_trains_on_the_training_part_and_evaluates_on_the_held_out_part():
     pytest.importorskip("trl")
-    from agentr1_trl.pipeline import split_env_kwargs
+    from agentr1_trl.model_eval import split_env_kwargs
 
     fixed = agentr1_gym.make("UserOrg/Capitals-v0").unwrapped
     assert split_env_kwargs(fixed, {"max_turns": 4}) == (

@@ -186,8 +186,7 @@ def test_no_action_mask_ablation_trains_on_tool_tokens(tmp_path):
 def test_warm_start_names_turns_longer_than_the_rollouts_turn_limit(capsys):
     """Oracle turns longer than max_new_tokens_per_turn would teach what rollouts cut off: the warm start says so,
     with the length to raise it to; turns that fit say nothing."""
-    from agentr1_trl.pipeline import oracle_warm_start
-    from agentr1_trl.sft import oracle_samples, turn_lengths
+    from agentr1_trl.sft import oracle_samples, oracle_warm_start, turn_lengths
     from peft import get_peft_model
 
     tok = tiny_tokenizer()

@@ -9,7 +9,7 @@ from skyrl_gym import register, registry
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 import agentr1_gym
-from agentr1_gym.env import require_full_context
+from agentr1_gym.context import require_full_context
 from agentr1_gym.errors import ConfigError
 
 __all__ = ["GENERIC_ID", "AgentR1SkyRLEnv", "register_skyrl_envs", "skyrl_dataset"]

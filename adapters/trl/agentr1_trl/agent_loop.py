@@ -51,6 +51,7 @@ from agentr1_gym.rewards import REWARD_LIMIT, reward_problem
 from agentr1_gym.rollout import Trajectory
 from agentr1_trl.agent_proxy import AgentProxy, EpisodeCalls, calls_to_trajectory
 from agentr1_trl.grpo import AgentGRPOConfig, AgentGRPOTrainer
+from agentr1_trl.model_eval import EVAL_SEED
 
 __all__ = [
     "AgentFailedError",
@@ -600,6 +601,46 @@ class AgentGRPOLoopTrainer(AgentGRPOTrainer):
             self._proxy.close()
             self._proxy = None
         super().close_generation()
+
+    @classmethod
+    def plan_tasks(
+        cls, settings: dict[str, Any], evaluates: bool
+    ) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """The agent loads now (a one-line error if it cannot). A task file (``agent_tasks``) has no env to probe
+        and no oracle to imitate (no warm start); an env's tasks are split as for our rollout."""
+        load_agent(settings["agent"])
+        if settings.get("agent_tasks"):
+            AgentTasks.from_jsonl(settings["agent_tasks"])
+            kwargs = dict(settings["env_kwargs"])
+            return kwargs, kwargs, False
+        return super().plan_tasks(settings, evaluates)
+
+    def held_out(
+        self, label: str, episodes: int, env_kwargs: dict[str, Any], *, save_episodes: str | None, step: int
+    ) -> dict[str, Any] | None:
+        """Greedy evaluation of the agent through its own loop (:func:`evaluate_agent`): the env's held-out seeds,
+        or the ``agent_eval_tasks`` file of a task-file run; None when there is nothing to evaluate."""
+        if episodes <= 0:
+            return None
+        args = self.args
+        if args.agent_tasks:
+            if not args.agent_eval_tasks:
+                print(
+                    f"held-out {label}: none (a task file's run evaluates on --eval-tasks FILE.jsonl)",
+                    flush=True,
+                )
+                return None
+            tasks, seed = AgentTasks.from_jsonl(args.agent_eval_tasks), 0
+        else:
+            tasks, seed = AgentTasks(env_id=args.env_id, env_kwargs=env_kwargs), EVAL_SEED
+        result = evaluate_agent(self, tasks, episodes, seed)
+        where = f"seeds {seed}+" if not args.agent_tasks else tasks.source
+        print(
+            f"held-out {label} ({result['episodes']} agent episodes, {where}, greedy): success "
+            f"{result['success']:.3f}, mean return {result['return']:.3f}, {result['calls']:.1f} calls per episode",
+            flush=True,
+        )
+        return result
 
 
 def evaluate_agent(

@@ -34,6 +34,7 @@ from agentr1_trl.backends.factory import GenerationSettings, make_generator, pol
 from agentr1_trl.config import AgentTrainerConfig
 from agentr1_trl.episodes import advantage_rows, token_stats, trajectory_records
 from agentr1_trl.losses import LossTerms, policy_loss, truncated_is_weights
+from agentr1_trl.model_eval import held_out_eval, split_env_kwargs
 from agentr1_trl.signals import answer_reward, group_signal_metrics, signal_return
 from agentr1_trl.trl_trainer import TRLAgentTrainer
 
@@ -191,6 +192,38 @@ class AgentTrainer(TRLAgentTrainer):
     def describe_generation(self) -> str:
         """Which engine (and weight sync) generates the rollouts."""
         return self.rollout_generator().describe()
+
+    @classmethod
+    def plan_tasks(
+        cls, settings: dict[str, Any], evaluates: bool
+    ) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """What a run trains and evaluates on, checked before any model loads: the env kwargs to train with and to
+        evaluate with (:func:`~agentr1_trl.model_eval.split_env_kwargs`), and whether a warm start can imitate an
+        oracle there. Our rollout plays ``settings["env_id"]``; made once now, the env and its kwargs fail here
+        (the closest id or keyword named), not after the model has loaded."""
+        probe = agentr1_gym.make(settings["env_id"], **settings["env_kwargs"])
+        try:
+            train, held = split_env_kwargs(probe.unwrapped, settings["env_kwargs"], evaluates)
+        finally:
+            probe.close()
+        return train, held, True
+
+    def held_out(
+        self, label: str, episodes: int, env_kwargs: dict[str, Any], *, save_episodes: str | None, step: int
+    ) -> dict[str, Any] | None:
+        """Greedy evaluation of the policy on the held-out seeds (:func:`~agentr1_trl.model_eval.held_out_eval`),
+        through this trainer's generator; None when ``episodes`` is 0."""
+        return held_out_eval(
+            self.args,
+            self.model,
+            self.processing_class,
+            episodes,
+            label,
+            self.rollout_generator(),
+            env_kwargs,
+            save_episodes=save_episodes,
+            step=step,
+        )
 
     def _collect(self, seeds: list[int]) -> list[Trajectory]:
         args: AgentTrainerConfig = self.args

@@ -17,7 +17,8 @@ from typing import Any
 
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.backends.factory import BACKENDS
-from agentr1_trl.pipeline import EVAL_EPISODES, EVAL_SEED, RunPlan, run_training
+from agentr1_trl.model_eval import EVAL_EPISODES, EVAL_SEED
+from agentr1_trl.pipeline import RunPlan, run_training
 from agentr1_trl.presets import MAIN_JOB, MAIN_JOB_ENV
 from agentr1_trl.runs import RUN_FILE, merge_resume_overrides, read_run_file
 
@@ -190,7 +191,7 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, l
 
 def _context(text: str) -> str:
     """``--context``, checked now (one line), before any model loads."""
-    from agentr1_gym.env import parse_context
+    from agentr1_gym.context import parse_context
 
     try:
         parse_context(text)

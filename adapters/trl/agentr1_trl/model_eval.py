@@ -30,7 +30,20 @@ from agentr1_trl.backends import HFGenerator
 from agentr1_trl.backends.factory import GenerationSettings, make_generator, policy_vocab_size
 from agentr1_trl.models import load_policy
 
-__all__ = ["NAIVE_RAG_INSTRUCTION", "EvalSettings", "evaluate_model", "run_eval"]
+__all__ = [
+    "EVAL_EPISODES",
+    "EVAL_SEED",
+    "NAIVE_RAG_INSTRUCTION",
+    "EvalSettings",
+    "evaluate_model",
+    "held_out_eval",
+    "run_eval",
+    "split_env_kwargs",
+]
+
+#: held-out evaluation seeds (training uses seed_offset + [0, num_tasks), the warm start 200000+)
+EVAL_SEED = 100_000
+EVAL_EPISODES = 100
 
 NAIVE_RAG_INSTRUCTION = "Using the search results above, give the final answer inside <answer>...</answer>."
 
@@ -290,3 +303,77 @@ def run_eval(args: argparse.Namespace, env_kwargs: dict[str, Any] | None = None)
 
     print_result({"model": args.model, "adapter": args.adapter, "engine": engine, **summary}, args.json)
     return 0
+
+
+def split_env_kwargs(
+    env: Any, env_kwargs: dict[str, Any], evaluates: bool = True
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The env kwargs to train with and to evaluate with: an env with a fixed task list trains on its training
+    part and is evaluated on its held-out part (``ToolEnv.kwargs_for_split``); a split the user gave is kept for
+    training. Procedural envs train and evaluate on the same kwargs (held-out seeds are held-out tasks).
+    ``evaluates``: whether the run evaluates at all (what it prints says so)."""
+    train = env.kwargs_for_split(env_kwargs, "train")
+    held = env.kwargs_for_split(env_kwargs, "test")
+    if held != train and "envs" not in env_kwargs:
+        own = ", ".join(f"{k}={v}" for k, v in env.split_kwargs("test").items())
+        print(
+            f"training on the env's training tasks, evaluating on its held-out tasks ({own})"
+            if evaluates
+            else "training on the env's training tasks (no held-out evaluation: --eval-episodes 0)",
+            flush=True,
+        )
+    return train, held
+
+
+def held_out_eval(
+    config: Any,
+    model: Any,
+    tokenizer: Any,
+    episodes: int,
+    label: str,
+    generator: Any = None,
+    env_kwargs: dict[str, Any] | None = None,
+    save_episodes: str | None = None,
+    step: int | None = None,
+) -> dict[str, Any] | None:
+    """Greedy evaluation of the policy on the held-out seeds (None when ``episodes`` is 0), with ``env_kwargs``
+    (default: the training env's), which for envs with a fixed task list select its held-out part."""
+    if episodes <= 0:
+        return None
+    kwargs = config.env_kwargs if env_kwargs is None else env_kwargs
+    from agentr1_gym.mixture import mixture_components
+
+    # a mixture: each env on its own held-out seeds, reported apart
+    runs = mixture_components(kwargs) or [("", config.env_id, kwargs)]
+    was_training = model.training
+    model.eval()
+    results = {}
+    settings = EvalSettings(
+        episodes=episodes,
+        seed=EVAL_SEED,
+        max_new_tokens=config.max_new_tokens_per_turn,
+        max_episode_tokens=config.max_episode_tokens,
+        save_episodes=save_episodes,
+        save_step=step,
+    )
+    for name, env_id, env_kw in runs:
+        source = f"held-out {label}{' on ' + name if name else ''}"
+        result = evaluate_model(
+            env_id, model, tokenizer, settings, env_kwargs=env_kw, save_source=source, generator=generator
+        )
+        results[name] = result
+        print(
+            f"held-out {label}{' on ' + name if name else ''} ({episodes} episodes, seeds {EVAL_SEED}+, greedy): "
+            f"success {result['success']:.3f}, format-valid {result.get('format_ok', 0.0):.3f}, mean return "
+            f"{result['return']:.3f}",
+            flush=True,
+        )
+    if was_training:
+        model.train()
+    if len(runs) == 1:
+        return results[""]
+    from agentr1_gym.evaluation import summarize
+
+    keys = ("success", "score", "format_ok", "return", "turns")  # the mean over the envs, each counted once
+    mean = summarize([{k: r.get(k, 0.0) for k in keys} for r in results.values()])
+    return {**mean, "episodes": episodes * len(results), "per_env": results}

@@ -1,8 +1,14 @@
-"""One training pipeline: settings -> trainer (the warm start included) -> held-out evaluations -> outputs.
+"""The recipe of one run: settings -> trainer (the warm start included) -> held-out evaluations -> outputs. It
+orchestrates only: the warm start is :func:`agentr1_trl.sft.oracle_warm_start`, the held-out evaluation the
+trainer's own (``held_out``: our rollout through :func:`agentr1_trl.model_eval.held_out_eval`, a user's agent
+through its loop), the curve :func:`agentr1_trl.run_outputs.plot_reward_curve`; the trainer class (from
+:mod:`agentr1_trl.algorithms`) says what the run trains on (``plan_tasks``), so the recipe never asks whether
+the agent is ours or the user's.
 
 ``agentr1 train`` (:mod:`agentr1_trl.cli`) turns flags, a YAML config and ``--set`` into a :class:`RunPlan`
 and calls :func:`run_training`; ``benchmarks/learning.py`` (and ``benchmarks/table3.py`` through it) build their
-adapters with the same pieces: :func:`lora_config`, :func:`oracle_warm_start` and :func:`held_out_eval`.
+adapters with the same pieces: :func:`lora_config`, :func:`~agentr1_trl.sft.oracle_warm_start` and
+:func:`~agentr1_trl.model_eval.held_out_eval`.
 Writes ``OUTPUT_DIR/adapter`` (the LoRA adapter, the tokenizer and, for PPO, the value head), ``metrics.jsonl``
 (the trainer's log history), ``reward_curve.png``, ``eval_before_rl.json``/``eval_after_rl.json`` and the run
 record ``--resume`` reads.
@@ -19,45 +25,24 @@ from pathlib import Path
 from typing import Any
 
 from agentr1_gym.episodes import EPISODES_FILE, RunFiles
-from agentr1_gym.errors import ConfigError, NoOracleError
+from agentr1_gym.errors import ConfigError
 from agentr1_trl.algorithms import trainer_classes
+from agentr1_trl.model_eval import EVAL_EPISODES, EVAL_SEED
 from agentr1_trl.presets import build_config, check_field_types
 from agentr1_trl.run_outputs import (
     OUTPUTS,
     closing_lines,
     describe_hardware,
     model_card,
+    plot_reward_curve,
     quiet_progress,
     step_clock,
 )
 from agentr1_trl.runs import RUN_FILE, check_checkpoint_matches, write_run_file
+from agentr1_trl.sft import oracle_warm_start
 
-__all__ = [
-    "EVAL_EPISODES",
-    "EVAL_SEED",
-    "LORA_TARGETS",
-    "WARM_START_EPOCHS",
-    "WARM_START_LR",
-    "WARM_START_SEED",
-    "RunPlan",
-    "build_config",
-    "check_field_types",
-    "held_out_eval",
-    "lora_config",
-    "oracle_warm_start",
-    "plot_reward_curve",
-    "run_training",
-    "split_env_kwargs",
-]
+__all__ = ["LORA_TARGETS", "RunPlan", "lora_config", "run_training"]
 
-WARM_START_EPOCHS = 3
-#: the warm start's learning rate (fixed: a stronger fit leaves RL nothing to learn on the 1-hop task, a weaker
-#: one leaves the format broken)
-WARM_START_LR = 2e-4
-#: held-out evaluation seeds (training uses seed_offset + [0, num_tasks), the warm start 200000+)
-EVAL_SEED = 100_000
-EVAL_EPISODES = 100
-WARM_START_SEED = 200_000
 #: the modules the LoRA adapter trains
 LORA_TARGETS = ("q_proj", "v_proj")
 
@@ -67,186 +52,6 @@ def lora_config(r: int) -> Any:
     from peft import LoraConfig
 
     return LoraConfig(r=r, lora_alpha=2 * r, target_modules=list(LORA_TARGETS), task_type="CAUSAL_LM")
-
-
-def oracle_warm_start(
-    model: Any,
-    tokenizer: Any,
-    env_id: str,
-    env_kwargs: dict[str, Any],
-    episodes: int,
-    *,
-    epochs: int = WARM_START_EPOCHS,
-    lr: float = WARM_START_LR,
-    seed: int = WARM_START_SEED,
-    progress: bool = True,
-    bf16: bool = False,
-    max_new_tokens: int | None = None,
-) -> list[float]:
-    """Fit ``model`` (a peft model: its adapter trains) to ``episodes`` oracle transcripts of the env (seeds
-    ``seed``+, masked NLL, :mod:`agentr1_trl.sft`); the loss per epoch. A ConfigError for an env without an
-    oracle. ``max_new_tokens``: the rollouts' turn limit; a warning names it when oracle turns are longer (the
-    warm start would teach turns the rollouts cut off)."""
-    from agentr1_trl.sft import oracle_samples, turn_lengths, warm_start
-
-    try:
-        samples = oracle_samples(env_id, range(seed, seed + episodes), tokenizer, env_kwargs=env_kwargs)
-    except (AttributeError, NoOracleError) as exc:
-        raise ConfigError(
-            f"a warm start needs an env with oracle_action() ({exc}); use --warm-start 0"
-        ) from None
-    lengths = turn_lengths(samples)
-    longer = [n for n in lengths if max_new_tokens is not None and n > max_new_tokens]
-    if lengths and not longer:  # the figure to size max_new_tokens_per_turn by, said once per run
-        print(f"warm start: {len(lengths)} oracle turns, the longest {max(lengths)} tokens", flush=True)
-    if longer:  # the rollouts would cut these turns off: the warm start teaches what RL cannot sample
-        print(
-            f"warning: {len(longer)} of {len(lengths)} oracle turns are longer than max_new_tokens_per_turn="
-            f"{max_new_tokens} (the longest {max(longer)} tokens): rollouts cut such turns off; raise "
-            f"max_new_tokens_per_turn to at least {max(longer)}",
-            flush=True,
-        )
-    return warm_start(
-        model,
-        tokenizer,
-        samples,
-        epochs=epochs,
-        lr=lr,
-        micro_batch_size=1,  # bounded memory on long transcripts (same step as the full batch)
-        progress=progress,
-        bf16=bf16,
-    )
-
-
-def split_env_kwargs(
-    env: Any, env_kwargs: dict[str, Any], evaluates: bool = True
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The env kwargs to train with and to evaluate with: an env with a fixed task list trains on its training
-    part and is evaluated on its held-out part (``ToolEnv.kwargs_for_split``); a split the user gave is kept for
-    training. Procedural envs train and evaluate on the same kwargs (held-out seeds are held-out tasks).
-    ``evaluates``: whether the run evaluates at all (what it prints says so)."""
-    train = env.kwargs_for_split(env_kwargs, "train")
-    held = env.kwargs_for_split(env_kwargs, "test")
-    if held != train and "envs" not in env_kwargs:
-        own = ", ".join(f"{k}={v}" for k, v in env.split_kwargs("test").items())
-        print(
-            f"training on the env's training tasks, evaluating on its held-out tasks ({own})"
-            if evaluates
-            else "training on the env's training tasks (no held-out evaluation: --eval-episodes 0)",
-            flush=True,
-        )
-    return train, held
-
-
-def held_out_eval(
-    config: Any,
-    model: Any,
-    tokenizer: Any,
-    episodes: int,
-    label: str,
-    generator: Any = None,
-    env_kwargs: dict[str, Any] | None = None,
-    save_episodes: str | None = None,
-    step: int | None = None,
-) -> dict[str, Any] | None:
-    """Greedy evaluation of the policy on the held-out seeds (None when ``episodes`` is 0), with ``env_kwargs``
-    (default: the training env's), which for envs with a fixed task list select its held-out part."""
-    if episodes <= 0:
-        return None
-    from agentr1_trl.model_eval import EvalSettings, evaluate_model
-
-    kwargs = config.env_kwargs if env_kwargs is None else env_kwargs
-    from agentr1_gym.mixture import mixture_components
-
-    # a mixture: each env on its own held-out seeds, reported apart
-    runs = mixture_components(kwargs) or [("", config.env_id, kwargs)]
-    was_training = model.training
-    model.eval()
-    results = {}
-    settings = EvalSettings(
-        episodes=episodes,
-        seed=EVAL_SEED,
-        max_new_tokens=config.max_new_tokens_per_turn,
-        max_episode_tokens=config.max_episode_tokens,
-        save_episodes=save_episodes,
-        save_step=step,
-    )
-    for name, env_id, env_kw in runs:
-        source = f"held-out {label}{' on ' + name if name else ''}"
-        result = evaluate_model(
-            env_id, model, tokenizer, settings, env_kwargs=env_kw, save_source=source, generator=generator
-        )
-        results[name] = result
-        print(
-            f"held-out {label}{' on ' + name if name else ''} ({episodes} episodes, seeds {EVAL_SEED}+, greedy): "
-            f"success {result['success']:.3f}, format-valid {result.get('format_ok', 0.0):.3f}, mean return "
-            f"{result['return']:.3f}",
-            flush=True,
-        )
-    if was_training:
-        model.train()
-    if len(runs) == 1:
-        return results[""]
-    from agentr1_gym.evaluation import summarize
-
-    keys = ("success", "score", "format_ok", "return", "turns")  # the mean over the envs, each counted once
-    mean = summarize([{k: r.get(k, 0.0) for k in keys} for r in results.values()])
-    return {**mean, "episodes": episodes * len(results), "per_env": results}
-
-
-def _moving_average(values: Sequence[float], window: int) -> list[float]:
-    """Trailing mean over up to ``window`` values (NaNs skipped)."""
-    out = []
-    for i in range(len(values)):
-        seen = [v for v in values[max(0, i - window + 1) : i + 1] if v == v]
-        out.append(sum(seen) / len(seen) if seen else float("nan"))
-    return out
-
-
-def plot_reward_curve(
-    log_history: list[dict[str, Any]],
-    path: str | Path,
-    title: str = "",
-    held_out: dict[str, tuple[int, dict[str, Any] | None]] | None = None,
-) -> None:
-    """Reward (and env success / format rates where logged) per logged step, as a PNG; ``held_out`` adds the
-    held-out success before and after RL as ``{"before": (step, result), "after": (step, result)}``."""
-    held_out = held_out or {}
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    logs = [h for h in log_history if "reward" in h]
-    fig, ax = plt.subplots(figsize=(9, 4.2))
-    steps = [h["step"] for h in logs]
-    for key, label in (
-        ("reward", "mean episode return"),
-        ("env/success", "success rate"),
-        ("env/format_ok", "format-valid rate"),
-    ):
-        if any(key in h for h in logs):
-            values = [h.get(key, float("nan")) for h in logs]
-            # the raw per-step points (a step is a few episodes: noisy), and their moving average as the line
-            (points,) = ax.plot(steps, values, marker="o", markersize=3, linestyle="none", alpha=0.35)
-            ax.plot(
-                steps, _moving_average(values, 5), color=points.get_color(), label=f"{label} (5-step mean)"
-            )
-    for label, marker, (step, result) in (
-        ("held-out success before RL", "s", held_out.get("before", (None, None))),
-        ("held-out success after RL", "D", held_out.get("after", (None, None))),
-    ):
-        if result is not None:
-            ax.plot([step], [result["success"]], marker=marker, markersize=9, linestyle="none", label=label)
-            ax.annotate(f"{result['success']:.2f}", (step, result["success"]), textcoords="offset points",
-                        xytext=(6, 6))  # fmt: skip
-    ax.set_xlabel("optimizer step")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)  # beside the data
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
 
 
 @dataclass
@@ -389,31 +194,12 @@ def _make_trainer(
 def run_training(plan: RunPlan) -> int:
     """Run a plan: check it (the env and its kwargs included) before any model loads, then train it with its
     held-out evaluations and write its outputs. 0 when done (or already done)."""
-    import agentr1_gym
-
     config_cls, trainer_cls = plan.trainer_classes()
-    task_file = plan.settings.get("agent_tasks")
-    if task_file:  # an agent's task file: no env to probe, no oracle to warm-start on
-        from agentr1_trl.agent_loop import AgentTasks, load_agent
-
-        load_agent(plan.settings["agent"])
-        AgentTasks.from_jsonl(task_file)
-        if plan.warm_start:
-            print(f"no warm start: a task file has no oracle to imitate (warm_start {plan.warm_start} -> 0)")
-            plan.warm_start = 0
-        train_kwargs = eval_kwargs = dict(plan.settings["env_kwargs"])
-    else:
-        if plan.settings.get("agent"):
-            from agentr1_trl.agent_loop import load_agent
-
-            load_agent(plan.settings["agent"])
-        # the env id and its kwargs are checked now (UnknownEnvError with the closest ids, BadArgumentError with
-        # the closest keyword), not after the model has loaded
-        probe = agentr1_gym.make(plan.settings["env_id"], **plan.settings["env_kwargs"])
-        train_kwargs, eval_kwargs = split_env_kwargs(
-            probe.unwrapped, plan.settings["env_kwargs"], plan.eval_episodes > 0
-        )
-        probe.close()
+    # our rollout or the user's agent: the trainer class knows what it trains on (checked before any model loads)
+    train_kwargs, eval_kwargs, imitable = trainer_cls.plan_tasks(plan.settings, plan.eval_episodes > 0)
+    if plan.warm_start and not imitable:
+        print(f"no warm start: a task file has no oracle to imitate (warm_start {plan.warm_start} -> 0)")
+        plan.warm_start = 0
     config = build_config(config_cls, plan.settings)
     config.env_kwargs = train_kwargs  # a fixed task list trains on its training part, evaluates on the rest
     resume_from, finished = _resume_point(plan)
@@ -437,45 +223,10 @@ def run_training(plan: RunPlan) -> int:
     return 0
 
 
-def _evaluate(trainer: Any, config: Any, plan: RunPlan, label: str, env_kwargs: Any, step: int) -> Any:
-    if getattr(config, "agent", ""):
-        return _evaluate_agent(trainer, config, plan, label, env_kwargs)
-    return held_out_eval(
-        config,
-        trainer.model,
-        trainer.processing_class,
-        plan.eval_episodes,
-        label,
-        trainer.rollout_generator(),
-        env_kwargs,
-        save_episodes=str(plan.output_dir / EPISODES_FILE),
-        step=step,
+def _evaluate(trainer: Any, plan: RunPlan, label: str, env_kwargs: Any, step: int) -> Any:
+    return trainer.held_out(
+        label, plan.eval_episodes, env_kwargs, save_episodes=str(plan.output_dir / EPISODES_FILE), step=step
     )
-
-
-def _evaluate_agent(trainer: Any, config: Any, plan: RunPlan, label: str, env_kwargs: Any) -> Any:
-    """Greedy evaluation of the agent through its own loop: an env's held-out seeds, or the --eval-tasks file."""
-    from agentr1_trl.agent_loop import AgentTasks, evaluate_agent
-
-    if plan.eval_episodes <= 0:
-        return None
-    if config.agent_tasks:
-        if not config.agent_eval_tasks:
-            print(
-                f"held-out {label}: none (a task file's run evaluates on --eval-tasks FILE.jsonl)", flush=True
-            )
-            return None
-        tasks, seed = AgentTasks.from_jsonl(config.agent_eval_tasks), 0
-    else:
-        tasks, seed = AgentTasks(env_id=config.env_id, env_kwargs=env_kwargs), EVAL_SEED
-    result = evaluate_agent(trainer, tasks, plan.eval_episodes, seed)
-    where = f"seeds {seed}+" if not config.agent_tasks else tasks.source
-    print(
-        f"held-out {label} ({result['episodes']} agent episodes, {where}, greedy): success {result['success']:.3f}, "
-        f"mean return {result['return']:.3f}, {result['calls']:.1f} calls per episode",
-        flush=True,
-    )
-    return result
 
 
 def _train_and_report(
@@ -498,7 +249,7 @@ def _train_and_report(
             print(f"no {before_file.name} in {output_dir}: the RL start cannot be measured after training began; "
                   "the run reports no before-RL figure")  # fmt: skip
     else:
-        before = _evaluate(trainer, config, plan, "before RL", eval_kwargs, 0)
+        before = _evaluate(trainer, plan, "before RL", eval_kwargs, 0)
         if before is not None:
             before_file.write_text(json.dumps(before, indent=1), encoding="utf-8")
     trainer.card_writer = lambda: _write_card(trainer, plan, (before, None), finished=False)
@@ -508,7 +259,7 @@ def _train_and_report(
     _save_model_and_metrics(
         trainer, output_dir
     )  # first: an evaluation that fails cannot lose the trained model
-    after = _evaluate(trainer, config, plan, "after RL", eval_kwargs, trainer.state.global_step)
+    after = _evaluate(trainer, plan, "after RL", eval_kwargs, trainer.state.global_step)
     if after is not None:
         (output_dir / RunFiles.eval_after).write_text(json.dumps(after, indent=1), encoding="utf-8")
         if before is not None:

@@ -7,6 +7,7 @@ import math
 import os
 import shlex
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,12 @@ __all__ = [
     "closing_lines",
     "describe_hardware",
     "model_card",
+    "plot_reward_curve",
     "quiet_progress",
     "step_clock",
     "wilson_interval",
 ]
+
 
 #: every file and directory a finished run leaves in its output dir, with what it is
 OUTPUTS = {
@@ -240,3 +243,58 @@ def closing_lines(
     if episodes > 0 and not agent:
         lines.append(f"  {eval_command(run_dir, env_id, model, episodes, seed)}")
     return lines
+
+
+def _moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean over up to ``window`` values (NaNs skipped)."""
+    out = []
+    for i in range(len(values)):
+        seen = [v for v in values[max(0, i - window + 1) : i + 1] if v == v]
+        out.append(sum(seen) / len(seen) if seen else float("nan"))
+    return out
+
+
+def plot_reward_curve(
+    log_history: list[dict[str, Any]],
+    path: str | Path,
+    title: str = "",
+    held_out: dict[str, tuple[int, dict[str, Any] | None]] | None = None,
+) -> None:
+    """Reward (and env success / format rates where logged) per logged step, as a PNG; ``held_out`` adds the
+    held-out success before and after RL as ``{"before": (step, result), "after": (step, result)}``."""
+    held_out = held_out or {}
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    logs = [h for h in log_history if "reward" in h]
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    steps = [h["step"] for h in logs]
+    for key, label in (
+        ("reward", "mean episode return"),
+        ("env/success", "success rate"),
+        ("env/format_ok", "format-valid rate"),
+    ):
+        if any(key in h for h in logs):
+            values = [h.get(key, float("nan")) for h in logs]
+            # the raw per-step points (a step is a few episodes: noisy), and their moving average as the line
+            (points,) = ax.plot(steps, values, marker="o", markersize=3, linestyle="none", alpha=0.35)
+            ax.plot(
+                steps, _moving_average(values, 5), color=points.get_color(), label=f"{label} (5-step mean)"
+            )
+    for label, marker, (step, result) in (
+        ("held-out success before RL", "s", held_out.get("before", (None, None))),
+        ("held-out success after RL", "D", held_out.get("after", (None, None))),
+    ):
+        if result is not None:
+            ax.plot([step], [result["success"]], marker=marker, markersize=9, linestyle="none", label=label)
+            ax.annotate(f"{result['success']:.2f}", (step, result["success"]), textcoords="offset points",
+                        xytext=(6, 6))  # fmt: skip
+    ax.set_xlabel("optimizer step")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)  # beside the data
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)

@@ -14,12 +14,26 @@ from typing import Any
 import torch
 
 import agentr1_gym
-from agentr1_gym.errors import ConfigError
+from agentr1_gym.errors import ConfigError, NoOracleError
 from agentr1_gym.generation import SamplingConfig
 from agentr1_gym.rollout import Sample, collect_rollouts
 from agentr1_trl.backends import ScriptedGenerator
 
-__all__ = ["oracle_samples", "turn_lengths", "warm_start"]
+__all__ = [
+    "WARM_START_EPOCHS",
+    "WARM_START_LR",
+    "WARM_START_SEED",
+    "oracle_samples",
+    "oracle_warm_start",
+    "turn_lengths",
+    "warm_start",
+]
+
+WARM_START_EPOCHS = 3
+#: the warm start's learning rate (fixed: a stronger fit leaves RL nothing to learn on the 1-hop task, a weaker
+#: one leaves the format broken)
+WARM_START_LR = 2e-4
+WARM_START_SEED = 200_000
 
 
 def turn_lengths(samples: Sequence[Sample]) -> list[int]:
@@ -147,3 +161,50 @@ def _masked_nll(model: Any, batch: Sequence[Sample], pad: int, device: Any) -> t
         mask = torch.tensor(s.action_mask, dtype=torch.bool)
         labels[row, len(s.prompt_ids) : len(seq)] = torch.where(mask, comp, torch.tensor(-100))
     return model(input_ids=ids.to(device), attention_mask=att.to(device), labels=labels.to(device)).loss
+
+
+def oracle_warm_start(
+    model: Any,
+    tokenizer: Any,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    episodes: int,
+    *,
+    epochs: int = WARM_START_EPOCHS,
+    lr: float = WARM_START_LR,
+    seed: int = WARM_START_SEED,
+    progress: bool = True,
+    bf16: bool = False,
+    max_new_tokens: int | None = None,
+) -> list[float]:
+    """Fit ``model`` (a peft model: its adapter trains) to ``episodes`` oracle transcripts of the env (seeds
+    ``seed``+, masked NLL, :mod:`agentr1_trl.sft`); the loss per epoch. A ConfigError for an env without an
+    oracle. ``max_new_tokens``: the rollouts' turn limit; a warning names it when oracle turns are longer (the
+    warm start would teach turns the rollouts cut off)."""
+    try:
+        samples = oracle_samples(env_id, range(seed, seed + episodes), tokenizer, env_kwargs=env_kwargs)
+    except (AttributeError, NoOracleError) as exc:
+        raise ConfigError(
+            f"a warm start needs an env with oracle_action() ({exc}); use --warm-start 0"
+        ) from None
+    lengths = turn_lengths(samples)
+    longer = [n for n in lengths if max_new_tokens is not None and n > max_new_tokens]
+    if lengths and not longer:  # the figure to size max_new_tokens_per_turn by, said once per run
+        print(f"warm start: {len(lengths)} oracle turns, the longest {max(lengths)} tokens", flush=True)
+    if longer:  # the rollouts would cut these turns off: the warm start teaches what RL cannot sample
+        print(
+            f"warning: {len(longer)} of {len(lengths)} oracle turns are longer than max_new_tokens_per_turn="
+            f"{max_new_tokens} (the longest {max(longer)} tokens): rollouts cut such turns off; raise "
+            f"max_new_tokens_per_turn to at least {max(longer)}",
+            flush=True,
+        )
+    return warm_start(
+        model,
+        tokenizer,
+        samples,
+        epochs=epochs,
+        lr=lr,
+        micro_batch_size=1,  # bounded memory on long transcripts (same step as the full batch)
+        progress=progress,
+        bf16=bf16,
+    )

@@ -12,7 +12,7 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 import agentr1_gym
-from agentr1_gym.env import require_full_context
+from agentr1_gym.context import require_full_context
 from agentr1_gym.errors import ConfigError
 
 

@@ -18,7 +18,7 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 
 import agentr1_gym
-from agentr1_gym.env import require_full_context
+from agentr1_gym.context import require_full_context
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.rollout import EpisodeRecorder
 
