@@ -22,6 +22,7 @@ window bounds a row's length, and so the update's memory, whatever the episode's
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -62,8 +63,8 @@ class Trajectory:
     ``turn_ends[t]`` is the completion index of the last generated token of turn ``t`` and ``rewards[t]`` the env's
     step reward for it (process rewards, plus the outcome on the last step).
 
-    When the chat template is not prefix-stable (``prefix_stable`` False), there is no single sequence the policy
-    saw: ``completion_ids`` is then the episode's *action timeline* (the turns' generated ids back to back, all
+    When the chat template is not prefix-stable or the env rewrites the context (``one_sequence`` False), there
+    is no single sequence the policy saw: ``completion_ids`` is then the episode's *action timeline* (the turns' generated ids back to back, all
     with ``action_mask`` 1, ``turn_ends`` indexing it) and ``turns`` holds the context each turn was generated
     from; :meth:`samples` gives one training sample per turn.
     """
@@ -82,7 +83,10 @@ class Trajectory:
     truncated_reason: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
     task_id: str = ""
-    prefix_stable: bool = True
+    #: the episode is one token sequence the policy saw (each turn's context a prefix of the next) and trains as
+    #: one row; False when the template re-rendered an earlier turn or the env rewrote the context (a window, a
+    #: state view): then each turn trains as its own row (:meth:`samples`)
+    one_sequence: bool = True
     #: per turn: (context ids the turn was generated from, generated ids, logprobs)
     turns: list[tuple[list[int], list[int], list[float]]] = field(default_factory=list)
     #: per turn, when recorded (``collect_rollouts(record_state_keys=True)``): the env's ``state_key()`` before
@@ -99,6 +103,14 @@ class Trajectory:
     question: str = ""
     gold: tuple[str, ...] = ()
     answer: str | None = None
+
+    @property
+    def prefix_stable(self) -> bool:
+        """Deprecated (until 0.3): :attr:`one_sequence` (context policies set it too, not only templates)."""
+        warnings.warn(
+            "Trajectory.prefix_stable is now Trajectory.one_sequence", DeprecationWarning, stacklevel=2
+        )
+        return self.one_sequence
 
     @property
     def episode_return(self) -> float:
@@ -124,7 +136,7 @@ class Trajectory:
     def samples(self) -> list[Sample]:
         """Training samples: the whole episode as one sequence when the template is prefix-stable, else one sample
         per turn (its own rendered context as prompt, the turn's generation as completion, its reward at the end)."""
-        if self.prefix_stable:
+        if self.one_sequence:
             return [
                 Sample(
                     self.prompt_ids,
@@ -336,16 +348,16 @@ class EpisodeRecorder:
             nxt = render_chat(
                 self.tokenizer, messages, self.tools, add_generation_prompt=True, chat_template_kwargs=self.kw
             )
-        if traj.prefix_stable and delta is not None:
+        if traj.one_sequence and delta is not None:
             obs_ids = self.tokenizer.encode(delta, add_special_tokens=False)
             traj.completion_ids += obs_ids
             traj.action_mask += [0] * len(obs_ids)
             traj.logprobs += [0.0] * len(obs_ids)
             self.context_ids = traj.prompt_ids + traj.completion_ids
         else:
-            if traj.prefix_stable:
+            if traj.one_sequence:
                 _to_action_timeline(traj)
-            traj.prefix_stable = False  # re-render the context each turn; train on per-turn samples
+            traj.one_sequence = False  # re-render the context each turn; train on per-turn samples
             self.context_ids = self.tokenizer.encode(nxt, add_special_tokens=False)
         self.rendered = nxt
         self.messages = messages

@@ -166,7 +166,7 @@ def _contexts(tok, policy: str, turns: int) -> list[int]:
     assert traj.num_turns == turns
     if policy == "full":
         return [len(traj.prompt_ids) + traj.turn_ends[t] for t in range(turns)]
-    assert not traj.prefix_stable  # one row per step
+    assert not traj.one_sequence  # one row per step
     samples = traj.samples()
     assert len(samples) == turns and all(sum(s.action_mask) == len(s.completion_ids) for s in samples)
     return [len(s.prompt_ids) for s in samples]

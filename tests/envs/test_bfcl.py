@@ -163,7 +163,7 @@ def test_users_speak_several_times_and_the_rollout_renders_them_as_user_turns():
     gen = ScriptedGenerator.oracle(tok, envs)
     # the tiny test tokenizer spends about one token per 2 characters: the tool listing alone is ~17k tokens
     (traj,) = collect_rollouts(envs, gen, tok, options=[{"task_index": 0}], max_episode_tokens=60_000)
-    assert traj.terminated and traj.prefix_stable and traj.metrics["success"] == 1.0
+    assert traj.terminated and traj.one_sequence and traj.metrics["success"] == 1.0
     masked = tok.decode([t for t, m in zip(traj.completion_ids, traj.action_mask) if m == 0])
     assert question[1][0]["content"] in masked and "<|im_start|>user" in masked
     acted = tok.decode([t for t, m in zip(traj.completion_ids, traj.action_mask) if m == 1])

@@ -100,7 +100,7 @@ def test_openai_client_episode_is_token_exact(tok):
         episode, dropped = _one(proxy, chat_agent, {"word": "Paris"})
     assert not dropped and episode.splits == 0
     traj = episode.trajectory
-    assert traj.prefix_stable and traj.rewards == [0.0, 0.0, 1.0] and traj.terminated
+    assert traj.one_sequence and traj.rewards == [0.0, 0.0, 1.0] and traj.terminated
     # every call's prompt is the previous prompt + the completion as sampled + the new tokens
     sampled = [ids for ids in gen.history]
     completions = [traj.completion_ids[s : e + 1] for s, e in zip(_starts(traj), traj.turn_ends)]
@@ -134,7 +134,7 @@ def test_template_that_drops_think_splits_and_counts(tok):
     with AgentProxy(gen, copy, SAMPLING) as proxy:
         episode, _ = _one(proxy, chat_agent, {"word": "Oslo"})
     traj = episode.trajectory
-    assert episode.splits == 2 and not traj.prefix_stable  # each later prompt lost the earlier <think>
+    assert episode.splits == 2 and not traj.one_sequence  # each later prompt lost the earlier <think>
     rows = traj.samples()
     assert len(rows) == 3 and [r.completion_ids for r in rows] == gen.history
     assert "<think>step 0</think>" not in copy.decode(rows[2].prompt_ids)
@@ -154,7 +154,7 @@ def test_calls_to_trajectory_merges_only_extensions():
     split.rewards = [0.0, 1.0]
     assert (
         splits == 1
-        and not split.prefix_stable
+        and not split.one_sequence
         and [s.prompt_ids for s in split.samples()] == [[1, 2], [1, 9, 3, 4]]
     )
 

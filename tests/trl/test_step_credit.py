@@ -152,7 +152,7 @@ def test_the_per_turn_baseline_is_unbiased_when_episode_lengths_differ():
 
 
 # ---- the trajectory side ------------------------------------------------------------------------------------
-def _traj(prefix_stable=True):
+def _traj(one_sequence=True):
     # prompt [9]; turn 0 = [1, 2], observation [7], turn 1 = [3]
     t = Trajectory(prompt_ids=[9], completion_ids=[1, 2, 7, 3], action_mask=[1, 1, 0, 1], turn_ends=[1, 3])
     t.rewards = [0.5, 1.0]
@@ -178,7 +178,7 @@ def test_a_history_has_one_key_on_both_timelines():
     that drops earlier thinking): the same prompt must still be the same state, or GiGPO finds no step group."""
     whole = Trajectory(prompt_ids=[9, 8], completion_ids=[1, 2], action_mask=[1, 1], turn_ends=[1])
     rows = Trajectory(prompt_ids=[9, 8], completion_ids=[1, 3, 4], action_mask=[1, 1, 1], turn_ends=[1, 2],
-                      prefix_stable=False, turns=[([9, 8], [1, 3], []), ([9, 8, 1, 7], [4], [])])  # fmt: skip
+                      one_sequence=False, turns=[([9, 8], [1, 3], []), ([9, 8, 1, 7], [4], [])])  # fmt: skip
     assert turn_state_keys(whole)[0] == turn_state_keys(rows)[0]
     longer = Trajectory(prompt_ids=[9, 8], completion_ids=[1, 7, 4], action_mask=[1, 0, 1], turn_ends=[0, 2])
     assert turn_state_keys(longer)[1] == turn_state_keys(rows)[1]  # the same ids before the turn
@@ -262,7 +262,7 @@ def _train_one_step(tmp_path, estimator, timeline):
 
     trainer.score_batch = recording
     trainer.train()
-    assert any(not t.prefix_stable for t in seen) == (timeline == "per-turn rows")
+    assert any(not t.one_sequence for t in seen) == (timeline == "per-turn rows")
     return trainer, before, seen, advantages[0]
 
 

@@ -59,7 +59,7 @@ def test_template_is_prefix_stable_in_rollouts(tok):
     envs = [gym.make(ENV, min_hops=2, max_hops=2) for _ in range(2)]
     trajs = collect_rollouts(envs, ScriptedGenerator.oracle(tok, envs), tok, seeds=[0, 1])
     for t in trajs:
-        assert t.prefix_stable and t.terminated and t.metrics["em"] == 1.0
+        assert t.one_sequence and t.terminated and t.metrics["em"] == 1.0
 
 
 @pytest.mark.slow
@@ -83,7 +83,7 @@ def test_smollm2_loader_and_one_trainer_step(tmp_path):
     assert tokenizer.decode([top]).strip() == "Paris"  # real weights, not random ones
     envs = [gym.make(ENV, max_hops=1)]
     (traj,) = collect_rollouts(envs, ScriptedGenerator.oracle(tokenizer, envs), tokenizer, seeds=[3])
-    assert traj.prefix_stable and traj.metrics["em"] == 1.0
+    assert traj.one_sequence and traj.metrics["em"] == 1.0
     args = AgentGRPOConfig(
         output_dir=str(tmp_path / "out"),
         per_device_train_batch_size=2,

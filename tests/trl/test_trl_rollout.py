@@ -66,7 +66,7 @@ def test_mask_provenance_with_malformed_call(tok):
         turn_idx += 1
         active = [k for k in active if turn_idx < trajs[k].num_turns]
     for k, traj in enumerate(trajs):
-        assert traj.terminated and traj.prefix_stable and traj.metrics["em"] == 1.0
+        assert traj.terminated and traj.one_sequence and traj.metrics["em"] == 1.0
         _check_provenance(traj, per_ep[k], tok)
     assert trajs[1].action_errors[0] and trajs[1].rewards[0] == pytest.approx(-0.05)
     # the token sequence decodes to exactly the chat template's rendering of the final conversation
@@ -102,7 +102,7 @@ def test_non_prefix_stable_template_falls_back_to_per_turn_samples():
     envs = [gym.make(ENV, min_hops=2, max_hops=2)]
     gen = ScriptedGenerator(tok, _oracle_script(envs))
     (t,) = collect_rollouts(envs, gen, tok, seeds=[1])
-    assert not t.prefix_stable and t.terminated
+    assert not t.one_sequence and t.terminated
     samples = t.samples()
     assert len(samples) == t.num_turns == 3
     for sample, generated in zip(samples, gen.history):

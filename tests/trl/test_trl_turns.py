@@ -82,7 +82,7 @@ def test_expand_turn_rows_cuts_each_episode_into_its_turns(tok):
     (stable,) = collect_rollouts(
         envs[1:], ScriptedGenerator(tiny_tokenizer(), _script(tok)), tiny_tokenizer(), seeds=[3]
     )
-    assert not unstable.prefix_stable and unstable.num_turns == 3 and stable.prefix_stable
+    assert not unstable.one_sequence and unstable.num_turns == 3 and stable.one_sequence
     # the action timeline: only generated ids, turn ends indexing it
     assert all(unstable.action_mask) and len(unstable.completion_ids) == sum(
         len(g) for _, g, _ in unstable.turns
@@ -162,7 +162,7 @@ def test_grpo_trains_on_per_turn_rows(tmp_path, tok, algo):
     batches = _capture_loss_batches(trainer, lambda model, batch: _reference_checks(trainer, model, batch))
     lora = {k: v.detach().clone() for k, v in trainer.model.named_parameters() if "lora_" in k}
     trainer.train()
-    assert any(not t.prefix_stable for t in seen)
+    assert any(not t.one_sequence for t in seen)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
     assert any(h.get("signal/per_turn_rows", 0) > 0 for h in trainer.state.log_history)
@@ -173,7 +173,7 @@ def test_grpo_trains_on_per_turn_rows(tmp_path, tok, algo):
     assert torch.allclose(batch["ref_per_token_logps"][mask], ref[mask], atol=1e-5)
     # one row per turn of each episode that is not prefix-stable, one row per other episode
     first = seen[: args.per_device_train_batch_size]
-    assert batch["completion_ids"].size(0) == sum(1 if t.prefix_stable else t.num_turns for t in first)
+    assert batch["completion_ids"].size(0) == sum(1 if t.one_sequence else t.num_turns for t in first)
     if algo == "grpo":  # an episode-level advantage, repeated on each of the episode's rows
         assert batch["advantages"].dim() == 1 and len(set(batch["advantages"].tolist())) == 2
 

@@ -148,7 +148,7 @@ def test_multi_turn_rollouts_are_token_exact(engines, tok, tiny_dir):
                              seeds=[0, 0, 1, 1], max_episode_tokens=2048)  # fmt: skip
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     for t in trajs:
-        assert t.prefix_stable and t.num_turns >= 1 and len(t.action_mask) == len(t.completion_ids)
+        assert t.one_sequence and t.num_turns >= 1 and len(t.action_mask) == len(t.completion_ids)
         # every generated token's sampler log-prob equals the trainer's on the full sequence
         ids = torch.tensor([t.prompt_ids + t.completion_ids])
         with torch.no_grad():

@@ -282,9 +282,9 @@ def calls_to_trajectory(calls: Sequence[CallRecord]) -> tuple[Trajectory, int]:
         seq = prev.prompt_ids + prev.completion_ids
         if call.prompt_ids[: len(seq)] != seq:
             splits += 1
-    traj = Trajectory(prompt_ids=list(calls[0].prompt_ids), prefix_stable=splits == 0)
+    traj = Trajectory(prompt_ids=list(calls[0].prompt_ids), one_sequence=splits == 0)
     for k, call in enumerate(calls):
-        if k > 0 and traj.prefix_stable:
+        if k > 0 and traj.one_sequence:
             prev = calls[k - 1]
             new = call.prompt_ids[len(prev.prompt_ids) + len(prev.completion_ids) :]
             traj.completion_ids += new

@@ -275,7 +275,7 @@ class AgentTrainer(TRLAgentTrainer):
                         temperature=self.temperature,
                         mask=t.action_mask,
                     )
-                    if t.prefix_stable and t.completion_ids
+                    if t.one_sequence and t.completion_ids
                     else None
                     for t in trajectories[:n]
                 ]

@@ -116,7 +116,7 @@ def trajectory_records(
                     **({"user": True} if k < len(t.user_spoke) and t.user_spoke[k] else {}),
                     # one row per step (a context policy, a template that rewrites history): what this turn saw
                     **({"context": tokenizer.decode(t.turns[k][0], skip_special_tokens=False)}
-                       if not t.prefix_stable and k < len(t.turns) else {}),
+                       if not t.one_sequence and k < len(t.turns) else {}),
                 }
             )  # fmt: skip
         records.append(
@@ -143,7 +143,7 @@ def trajectory_records(
                     "action_mask": list(t.action_mask),
                     "special": [int(i in special) for i in t.completion_ids],
                     "turn_ends": list(t.turn_ends),
-                    "timeline": not t.prefix_stable,  # the turns' generated ids only (no single sequence)
+                    "timeline": not t.one_sequence,  # the turns' generated ids only (no single sequence)
                     "logprob": list(t.logprobs),
                     "advantage": list(adv)[:n] if adv is not None else None,
                     "ratio": ratio,

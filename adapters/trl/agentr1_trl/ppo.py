@@ -142,7 +142,7 @@ class AgentPPOTrainer(AgentTrainer):
         with torch.no_grad():  # values only: no token needs a log-prob
             _, values = self._logps_and_values(self.model, input_ids, attention, n, torch.zeros_like(mask))
         rewards = token_reward_matrix(trajectories, n, args.reward_signal).to(values)
-        if not all(t.prefix_stable for t in trajectories):
+        if not all(t.one_sequence for t in trajectories):
             values = self._turn_values(values, trajectories)
         values = values * mask
         batch["old_values"] = values
@@ -199,7 +199,7 @@ class AgentPPOTrainer(AgentTrainer):
         values = values.clone()
         where, seqs, gens = [], [], []
         for i, traj in enumerate(trajectories):
-            if traj.prefix_stable:
+            if traj.one_sequence:
                 continue
             for (context, gen, _), (start, end) in zip(traj.turns, turn_spans(traj)):
                 where.append((i, start, end))

@@ -146,7 +146,7 @@ def turn_state_keys(traj: Trajectory) -> list[Any]:
     envs, whose state is the history: two turns share a state only after identical histories)."""
     recorded = traj.state_keys
     keys: list[Any] = []
-    starts = turn_starts(traj) if traj.prefix_stable else []
+    starts = turn_starts(traj) if traj.one_sequence else []
     for t in range(traj.num_turns):
         key = recorded[t] if t < len(recorded) else None
         if key is not None:
@@ -154,7 +154,7 @@ def turn_state_keys(traj: Trajectory) -> list[Any]:
             continue
         # the token sequence the turn was generated from, in one form on both timelines: a one-turn episode is
         # prefix-stable beside its group's per-turn-row episodes, and the same prompt must give the same key
-        if traj.prefix_stable:
+        if traj.one_sequence:
             history = tuple(traj.prompt_ids) + tuple(traj.completion_ids[: starts[t]])
         else:
             history = tuple(traj.turns[t][0])

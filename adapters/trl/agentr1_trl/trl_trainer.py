@@ -445,7 +445,7 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         output["action_mask"] = output.pop("tool_mask")
         output = self.score_batch(output, trajectories)
         self.on_scored(output, trajectories, [seed_of_prompt(row["prompt"]) for row in inputs])
-        if not all(t.prefix_stable for t in trajectories):
+        if not all(t.one_sequence for t in trajectories):
             output = self._per_turn_rows(output, trajectories)
         return output
 

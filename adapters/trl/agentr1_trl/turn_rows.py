@@ -62,7 +62,7 @@ def expand_turn_rows(
     prompt_lens, completion_lens = row_lengths(batch)
     for i, traj in enumerate(trajectories):
         prompt_len, completion_len = int(prompt_lens[i]), int(completion_lens[i])
-        if traj.prefix_stable:
+        if traj.one_sequence:
             prompt = batch["prompt_ids"][i, batch["prompt_ids"].size(1) - prompt_len :].tolist()
             prompts.append(prompt)
             completions.append(batch["completion_ids"][i, :completion_len].tolist())

@@ -132,7 +132,7 @@ class AgentR1AgentLoop(AgentLoopBase):
             timing["tool_calls"] += time.perf_counter() - t
             rec.add_step(reward, terminated, truncated, step_info)
         traj = rec.traj
-        if not traj.prefix_stable:
+        if not traj.one_sequence:
             raise ConfigError(
                 "the tokenizer's chat template is not prefix-stable (it rewrites earlier turns, e.g. drops "
                 "<think> blocks), so an episode is no single sequence verl can train on; use a prefix-stable "
