@@ -19,6 +19,7 @@ The CLI: ``agentr1 train --mix AgentR1/RG-ChainSum-v0=1,AgentR1/Calculator-v0=1`
 
 from __future__ import annotations
 
+import abc
 import difflib
 import math
 from typing import Any
@@ -204,47 +205,7 @@ class MixtureEnv(ToolEnv):
         for env in self.components:
             env.close()
 
-    # ---- the ToolEnv API, delegated ----------------------------------------------------------------------------
-    def task_prompt(self, task: Any) -> str:
-        return self.current.task_prompt(task)
-
-    def score_answer(self, answer: str | None) -> dict[str, float]:
-        return self.current.score_answer(answer)
-
-    def task_answers(self, task: Any) -> tuple[str, ...]:
-        return self.current.task_answers(task)
-
-    def oracle_action(self) -> str:
-        return self.current.oracle_action()
-
-    def random_action(self) -> str:
-        return self.current.random_action()
-
-    def max_episode_reward(self) -> float:
-        return self.current.max_episode_reward()
-
-    def is_success(self, metrics: dict[str, float]) -> bool:
-        return self.current.is_success(metrics)
-
-    def task_text(self) -> str:
-        return self.current.task_text()
-
-    def task_id(self) -> str:
-        return f"{self.names[self.current_index]}:{self.current.task_id()}"
-
-    def state_key(self) -> Any:
-        key = self.current.state_key()
-        return None if key is None else (self.current_index, key)
-
-    def call_text(self, name: str, **arguments: Any) -> str:
-        return self.current.call_text(name, **arguments)
-
-    def answer_text(self, answer: str) -> str:
-        return self.current.answer_text(answer)
-
-    def render(self) -> str | None:
-        return self.current.render()
-
+    # ---- the ToolEnv API: the mixture's own answers (the rest is forwarded, see FORWARDED below) ----------
     def split_kwargs(self, split: str) -> dict[str, Any]:
         """Each component's own split, in the ``envs`` list (the CLI merges what the user gave into it)."""
         envs = []
@@ -261,58 +222,51 @@ class MixtureEnv(ToolEnv):
     def num_tasks(self) -> int | None:
         return None
 
-    @property
-    def gold_answers(self) -> tuple[str, ...]:
-        return self.current.gold_answers
+    def task_id(self) -> str:
+        return f"{self.names[self.current_index]}:{self.current.task_id()}"
 
-    @property
-    def done(self) -> bool:
-        return self.current.done
+    def state_key(self) -> Any:
+        key = self.current.state_key()
+        return None if key is None else (self.current_index, key)
 
-    @property
-    def task(self) -> Any:  # type: ignore[override]
-        return self.current.task
 
-    @property
-    def messages(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        return self.current.messages
+#: the ToolEnv methods a mixture answers with its current component's
+FORWARDED_METHODS = (
+    "task_prompt", "score_answer", "task_answers", "oracle_action", "random_action", "max_episode_reward",
+    "is_success", "task_text", "call_text", "answer_text", "render", "context_messages", "has_state_text",
+    "state_text", "next_user_message",
+)  # fmt: skip
+#: the ToolEnv attributes a mixture reads from its current component
+FORWARDED_ATTRIBUTES = (
+    "gold_answers", "done", "task", "messages", "turn", "tools", "tool_format", "max_turns", "reward_config",
+    "final_answer", "answer_metric", "answer_metrics", "success_metric", "process_rewards", "user_turns",
+    "context_policy",
+)  # fmt: skip
+#: the ToolEnv names that belong to a component's own step (its hooks, its task list, its resources), which the
+#: mixture never runs itself; tests/core/test_env_api.py fails on a public ToolEnv name in none of these sets or
+#: the mixture's own, so a new one is forwarded (or declared) here, not forgotten
+COMPONENT_MACHINERY = (
+    "checked_action", "close_resources", "default_max_turns", "finish_info", "generate_task", "last_feedback",
+    "listed_tools", "on_reset", "on_tool_calls", "open_resources", "ordered_calls", "process_local",
+    "process_reward_caps", "process_reward_units", "tasks", "user_turn_units",
+)  # fmt: skip
 
-    @property
-    def turn(self) -> int:  # type: ignore[override]
-        return self.current.turn
 
-    @property
-    def tools(self) -> dict[str, Any]:  # type: ignore[override]
-        return self.current.tools
+def _forward_method(name: str) -> Any:
+    def method(self: MixtureEnv, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.current, name)(*args, **kwargs)
 
-    @property
-    def tool_format(self) -> Any:  # type: ignore[override]
-        return self.current.tool_format
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"The current component's ``{name}``."
+    return method
 
-    @property
-    def max_turns(self) -> int:  # type: ignore[override]
-        return self.current.max_turns
 
-    @property
-    def reward_config(self) -> Any:  # type: ignore[override]
-        return self.current.reward_config
+def _forward_attribute(name: str) -> property:
+    return property(lambda self: getattr(self.current, name), doc=f"The current component's ``{name}``.")
 
-    @property
-    def final_answer(self) -> bool:  # type: ignore[override]
-        return self.current.final_answer
 
-    @property
-    def answer_metric(self) -> str:
-        return self.current.answer_metric
-
-    @property
-    def answer_metrics(self) -> tuple[str, ...]:  # type: ignore[override]
-        return self.current.answer_metrics
-
-    @property
-    def success_metric(self) -> str:  # type: ignore[override]
-        return self.current.success_metric
-
-    @property
-    def process_rewards(self) -> tuple[Any, ...]:  # type: ignore[override]
-        return self.current.process_rewards
+for _name in FORWARDED_METHODS:
+    setattr(MixtureEnv, _name, _forward_method(_name))
+for _name in FORWARDED_ATTRIBUTES:
+    setattr(MixtureEnv, _name, _forward_attribute(_name))
+abc.update_abstractmethods(MixtureEnv)  # task_prompt and score_answer are forwarded, so implemented

@@ -335,3 +335,28 @@ def test_free_text_shared_memory_round_trips_any_text():
     assert view[0] == "new"  # a live view, as Gymnasium's shared arrays are
     with pytest.raises(ValueError, match="at most 20"):
         write_to_shared_memory(space, 1, "y" * 21, memory)
+
+
+def test_a_mixture_forwards_a_declared_set_of_names_and_no_public_toolenv_name_is_forgotten():
+    """Every public ToolEnv name is the mixture's own, forwarded to the current component, or declared a part of
+    a component's own step: a new ToolEnv method fails here until it is placed (it would otherwise run on the
+    mixture's own, empty state)."""
+    from agentr1_gym import mixture
+    from agentr1_gym.env import ToolEnv
+
+    declared = {*mixture.FORWARDED_METHODS, *mixture.FORWARDED_ATTRIBUTES, *mixture.COMPONENT_MACHINERY}
+    own = {name for name in vars(mixture.MixtureEnv) if not name.startswith("_")} - declared
+    public = {name for name in dir(ToolEnv) if not name.startswith("_")} - set(dir(gym.Env))
+    assert not public - own - declared, sorted(public - own - declared)
+    env = agentr1_gym.make(
+        "AgentR1/Mixture-v0",
+        envs=["AgentR1/Calculator-v0", {"id": "AgentR1/WebShop-v0", "kwargs": {"context": "state"}}],
+    )
+    for seed in range(8):  # both components: each answer is the current one's
+        env.reset(seed=seed)
+        current = env.unwrapped.current
+        assert env.unwrapped.messages is current.messages and env.unwrapped.tools is current.tools
+        assert env.unwrapped.has_state_text() == current.has_state_text()
+        assert env.unwrapped.context_messages() == current.context_messages()
+        assert env.unwrapped.context_policy == current.context_policy
+    env.close()
