@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from _paths import REPO
 
+pytestmark = pytest.mark.interpreter  # CI runs these again from a virtualenv
+
 #: an answer a policy could give for any task: find the bundled file, run the task's reference solution
 EXPLOIT = """```python
 import gzip, json, os, sys
@@ -42,8 +44,6 @@ PROBE = r"""
 import json, os, sys
 import gymnasium as gym
 import agentr1_gym
-
-pytestmark = pytest.mark.interpreter  # CI runs these again from a virtualenv
 
 env = gym.make("AgentR1/HumanEval-v0", max_turns=3).unwrapped
 out = {"package": agentr1_gym.__file__, "passed": 0, "tasks": 0}
