@@ -15,6 +15,9 @@ RENAMED = [
     ),
     ("agentr1_trl.generation.vllm", "agentr1_trl.backends.vllm", ["VLLMGenerator"]),
     ("agentr1_trl.generation.factory", "agentr1_trl.backends.factory", ["make_generator"]),
+    ("agentr1_trl.runs", "agentr1_trl.run_dir", ["read_run_file", "write_run_file", "IDENTITY"]),
+    ("agentr1_trl.checkpoints", "agentr1_trl.run_dir", ["resolve_resume", "COMPLETE_MARKER"]),
+    ("agentr1_trl.run_outputs", "agentr1_trl.run_report", ["model_card", "closing_lines"]),
 ]
 
 

@@ -61,7 +61,7 @@ def test_the_card_of_an_agent_run_tells_the_truth():
     """Item 4: the --agent run's card said "Greedy, 0 episodes on seeds 100000+" with both results "not
     measured", suggested `agentr1 eval ... --episodes 0`, never named the agent and said "1 optimizer steps"."""
     pytest.importorskip("trl")
-    from agentr1_trl.run_outputs import closing_lines, model_card
+    from agentr1_trl.run_report import closing_lines, model_card
 
     settings = {"env_id": "MyOrg/SQL-v0", "env_kwargs": {}, "max_steps": 1, "agent": "my_sql_agent:rollout"}
     card = model_card(Path("runs/x"), algo="grpo", model="smollm2", settings=settings, evals=(None, None),

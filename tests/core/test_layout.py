@@ -58,10 +58,9 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.advantages": 22,
     "agentr1_trl.turn_rows": 23,
     "agentr1_trl.forward": 20,  # the one log-prob forward (shared prompts once); the value head reads its states
-    "agentr1_trl.checkpoints": 22,
-    "agentr1_trl.runs": 22,
+    "agentr1_trl.run_dir": 22,  # one room for the run directory: record, resume rules, checkpoints, checks
     "agentr1_trl.presets": 22,  # a new run's defaults (the main job) and the settings' checks, without TRL
-    "agentr1_trl.run_outputs": 23,  # what a run prints and writes for a person (card, closing lines, clock)
+    "agentr1_trl.run_report": 23,  # what a run prints and writes for a person (card, closing lines, clock)
     "agentr1_trl.losses": 23,
     "agentr1_trl.signals": 23,
     "agentr1_trl.episodes": 23,
@@ -76,6 +75,9 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.stock_trl": 25,
     "agentr1_trl.agent_trainer": 26,
     "agentr1_trl.generation": 27,  # deprecated alias of agentr1_trl.backends (until 0.3)
+    "agentr1_trl.runs": 27,  # deprecated alias of agentr1_trl.run_dir (until 0.3)
+    "agentr1_trl.checkpoints": 27,  # deprecated alias of agentr1_trl.run_dir (until 0.3)
+    "agentr1_trl.run_outputs": 27,  # deprecated alias of agentr1_trl.run_report (until 0.3)
     "agentr1_trl.grpo": 27,
     "agentr1_trl.ppo": 27,
     "agentr1_trl.agent_loop": 28,  # a user's own agent loop through the endpoint, trained with GRPO

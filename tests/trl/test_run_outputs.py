@@ -84,7 +84,7 @@ def test_a_run_says_what_it_runs_on_lists_its_outputs_and_writes_its_own_card(tm
 
 
 def test_the_reward_curve_smooths_and_labels(tmp_path):
-    from agentr1_trl.run_outputs import _moving_average, plot_reward_curve
+    from agentr1_trl.run_report import _moving_average, plot_reward_curve
 
     assert _moving_average([1.0, 3.0, float("nan"), 5.0], 2) == [1.0, 2.0, 3.0, 5.0]
     history = [{"step": i, "reward": float(i % 3), "env/success": 0.1 * i} for i in range(1, 31)]

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from agentr1_trl.checkpoints import COMPLETE_MARKER, is_complete, latest_complete_checkpoint, resolve_resume
+from agentr1_trl.run_dir import COMPLETE_MARKER, is_complete, latest_complete_checkpoint, resolve_resume
 
 from agentr1_gym.cli import main
 from agentr1_gym.errors import ConfigError

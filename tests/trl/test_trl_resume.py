@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from agentr1_trl.checkpoints import latest_complete_checkpoint
+from agentr1_trl.run_dir import latest_complete_checkpoint
 from test_trl_durable import TINY_FLAGS  # the same tiny runs: no warm start, no evaluations, LoRA r=2
 
 from agentr1_gym.cli import main

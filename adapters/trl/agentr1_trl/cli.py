@@ -20,7 +20,7 @@ from agentr1_trl.backends.factory import BACKENDS
 from agentr1_trl.model_eval import EVAL_EPISODES, EVAL_SEED
 from agentr1_trl.pipeline import RunPlan, run_training
 from agentr1_trl.presets import MAIN_JOB, MAIN_JOB_ENV
-from agentr1_trl.runs import RUN_FILE, merge_resume_overrides, read_run_file
+from agentr1_trl.run_dir import RUN_FILE, merge_resume_overrides, read_run_file
 
 #: the trainer config's defaults of a new run (the main job's; :data:`agentr1_trl.presets.MAIN_JOB`)
 DEFAULTS: dict[str, Any] = dict(MAIN_JOB.trainer)

@@ -235,7 +235,7 @@ def _run_settings(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> tuple
     and per episode, under what the command gives (said on stderr). Otherwise the command's, or the defaults."""
     import sys
 
-    from agentr1_trl.runs import RUN_FILE, read_run_file
+    from agentr1_trl.run_dir import RUN_FILE, read_run_file
 
     defaults = (env_kwargs, 128 if args.max_new_tokens is None else args.max_new_tokens, 4096)
     record = Path(args.adapter).parent / RUN_FILE if args.adapter else None

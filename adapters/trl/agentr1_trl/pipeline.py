@@ -1,7 +1,7 @@
 """The recipe of one run: settings -> trainer (the warm start included) -> held-out evaluations -> outputs. It
 orchestrates only: the warm start is :func:`agentr1_trl.sft.oracle_warm_start`, the held-out evaluation the
 trainer's own (``held_out``: our rollout through :func:`agentr1_trl.model_eval.held_out_eval`, a user's agent
-through its loop), the curve :func:`agentr1_trl.run_outputs.plot_reward_curve`; the trainer class (from
+through its loop), the curve :func:`agentr1_trl.run_report.plot_reward_curve`; the trainer class (from
 :mod:`agentr1_trl.algorithms`) says what the run trains on (``plan_tasks``), so the recipe never asks whether
 the agent is ours or the user's.
 
@@ -17,8 +17,6 @@ record ``--resume`` reads.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +27,16 @@ from agentr1_gym.errors import ConfigError
 from agentr1_trl.algorithms import trainer_classes
 from agentr1_trl.model_eval import EVAL_EPISODES, EVAL_SEED
 from agentr1_trl.presets import build_config, check_field_types
-from agentr1_trl.run_outputs import (
+from agentr1_trl.run_dir import (
     OUTPUTS,
+    RUN_FILE,
+    check_checkpoint_matches,
+    check_writable,
+    clear_or_refuse,
+    resolve_resume,
+    write_run_file,
+)
+from agentr1_trl.run_report import (
     closing_lines,
     describe_hardware,
     model_card,
@@ -38,7 +44,6 @@ from agentr1_trl.run_outputs import (
     quiet_progress,
     step_clock,
 )
-from agentr1_trl.runs import RUN_FILE, check_checkpoint_matches, write_run_file
 from agentr1_trl.sft import oracle_warm_start
 
 __all__ = ["LORA_TARGETS", "RunPlan", "lora_config", "run_training"]
@@ -97,48 +102,8 @@ class RunPlan:
         return classes
 
 
-def _check_writable(output_dir: Path) -> None:
-    """The output dir exists (made if needed) and takes files: one line if not, before any model loads."""
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        probe = output_dir / f".agentr1-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise ConfigError(f"cannot write to the output dir {output_dir}: {exc.strerror or exc}") from None
-
-
-def _earlier_run(output_dir: Path) -> list[Path]:
-    """What an earlier run left in ``output_dir``: its checkpoints and outputs."""
-    if not output_dir.is_dir():
-        return []
-    found = sorted(output_dir.glob("checkpoint-*"))
-    return found + [output_dir / name for name in OUTPUTS if (output_dir / name).exists()]
-
-
-def _clear_or_refuse(plan: RunPlan, *, remove: bool) -> None:
-    """A new run into a directory holding another: refused (one line saying what to do); with ``overwrite`` the
-    earlier run's checkpoints and outputs are removed when ``remove`` (once the policy has loaded: a command that
-    fails never costs the earlier run anything), and said so."""
-    earlier = _earlier_run(plan.output_dir)
-    if not earlier:
-        return
-    names = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
-    if not plan.overwrite:
-        raise ConfigError(
-            f"{plan.output_dir} holds an earlier run ({names}): --resume continues it, --overwrite starts it over, "
-            "--output-dir DIR trains elsewhere"
-        )
-    if remove:
-        for path in earlier:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-        print(f"--overwrite: removed the earlier run in {plan.output_dir} ({names})", flush=True)
-
-
 def _resume_point(plan: RunPlan) -> tuple[str | None, bool]:
     """The checkpoint to resume from (None: from the start) and whether the run already reached max_steps."""
-    from agentr1_trl.checkpoints import resolve_resume
-
     output_dir = plan.output_dir
     resume_from = resolve_resume(plan.resume, output_dir)
     if plan.resume is not None and resume_from is None:
@@ -166,7 +131,7 @@ def _make_trainer(
     model, tokenizer, _ = load_policy(plan.model)  # after every check: a bad flag fails in a second
     model.train()
     if not plan.resume:
-        _clear_or_refuse(plan, remove=True)
+        clear_or_refuse(plan.output_dir, overwrite=plan.overwrite, remove=True)
     # written only now that the model loaded: a failed invocation never overwrites an earlier run's config,
     # which `--resume` reads
     run = {"algo": plan.algo, "model": plan.model, "lora_r": plan.lora_r, "warm_start": plan.warm_start}
@@ -206,8 +171,8 @@ def run_training(plan: RunPlan) -> int:
     if finished:
         return 0
     if not plan.resume:
-        _clear_or_refuse(plan, remove=False)
-    _check_writable(plan.output_dir)
+        clear_or_refuse(plan.output_dir, overwrite=plan.overwrite, remove=False)
+    check_writable(plan.output_dir)
     if not resume_from:  # a new run's saved episodes start empty (a resumed run appends to its own)
         (plan.output_dir / EPISODES_FILE).unlink(missing_ok=True)
     for change in plan.changes:

@@ -35,9 +35,9 @@ from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model, use_a
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.generation import GenerationError
 from agentr1_gym.rollout import Trajectory
-from agentr1_trl.checkpoints import mark_complete, resolve_resume
 from agentr1_trl.config import CPU_UPDATE_TOKENS
 from agentr1_trl.forward import completion_logps, select_rows, update_passes
+from agentr1_trl.run_dir import mark_complete, resolve_resume
 from agentr1_trl.signals import advantage_mask, check_rewards, env_return
 from agentr1_trl.turn_rows import CONTEXT_DEPENDENT, expand_turn_rows
 
@@ -100,7 +100,7 @@ def _with_seed_prompts(dataset: Any) -> Any:
 
 class DurableCheckpointsMixin:
     """Mix into a transformers ``Trainer`` subclass (before it in the bases) for complete-or-ignored checkpoints
-    (see :mod:`agentr1_trl.checkpoints`): rotation waits until the new checkpoint is marked complete, and
+    (see :mod:`agentr1_trl.run_dir`): rotation waits until the new checkpoint is marked complete, and
     ``train(resume_from_checkpoint=...)`` resolves to the newest complete checkpoint."""
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
