@@ -136,10 +136,10 @@ class AgentGRPOTrainer(AgentTrainer):
         return batch
 
     # ---- loss ---------------------------------------------------------------------------------------------
-    def loss(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:
+    def loss(self, model: Any, batch: dict[str, Any], whole: dict[str, Any] | None = None) -> torch.Tensor:
         rows = batch["completion_ids"].size(0)
         # over the whole micro-batch, so that skipping rows below leaves the gradient unchanged
-        denominators = self.loss_denominators(batch, advantage_mask(batch, True))
+        denominators = self.loss_denominators(batch, advantage_mask(batch, True), whole=whole)
         if self.args.skip_zero_advantage and self.beta == 0.0:
             keep = (batch["advantages"].reshape(rows, -1) != 0).any(dim=1)
             self.log_metric("signal/skipped_rows", 1.0 - keep.float().mean().item())

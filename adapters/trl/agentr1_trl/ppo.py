@@ -219,7 +219,7 @@ class AgentPPOTrainer(AgentTrainer):
         return values
 
     # ---- loss ---------------------------------------------------------------------------------------------
-    def loss(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:
+    def loss(self, model: Any, batch: dict[str, Any], whole: dict[str, Any] | None = None) -> torch.Tensor:
         args: AgentPPOConfig = self.args
         mask = advantage_mask(batch, True)  # the loss mask: action tokens
         input_ids, attention, n = self._inputs(batch)
@@ -227,10 +227,12 @@ class AgentPPOTrainer(AgentTrainer):
         terms = self.policy_terms(logps, mask, batch)
         returns = batch["returns"]
         value = clipped_value_loss(values, batch["old_values"], returns, args.cliprange_value) * mask
-        policy = aggregate(terms.per_token, mask, self.loss_type, self.loss_denominators(batch, mask))
+        policy = aggregate(
+            terms.per_token, mask, self.loss_type, self.loss_denominators(batch, mask, whole=whole)
+        )
         # a token mean over the generation batch (as dapo's): the same loss however the batch is split into
         # micro-batches or processes
-        vf_loss = aggregate(value, mask, "dapo", self.loss_denominators(batch, mask, "dapo"))
+        vf_loss = aggregate(value, mask, "dapo", self.loss_denominators(batch, mask, "dapo", whole=whole))
         warming = self.state.global_step < args.critic_warmup_steps
         loss = (0.0 if warming else 1.0) * policy + args.vf_coef * vf_loss
         self.log_metric("loss/policy", policy.item())

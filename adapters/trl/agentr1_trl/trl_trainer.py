@@ -255,8 +255,10 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         advantages are already there."""
         return batch
 
-    def loss(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:
-        """The loss of one micro-batch (before gradient-accumulation scaling, see :meth:`scale_for_accumulation`)."""
+    def loss(self, model: Any, batch: dict[str, Any], whole: dict[str, Any] | None = None) -> torch.Tensor:
+        """The loss of one micro-batch (before gradient-accumulation scaling, see :meth:`scale_for_accumulation`);
+        ``whole``: the micro-batch ``batch`` is one pass of, whose denominators it takes (see
+        :meth:`loss_denominators`)."""
         raise NotImplementedError
 
     def multi_process_blocker(self) -> str | None:
@@ -339,14 +341,18 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         )
 
     def loss_denominators(
-        self, batch: dict[str, Any], mask: torch.Tensor, loss_type: str | None = None
+        self,
+        batch: dict[str, Any],
+        mask: torch.Tensor,
+        loss_type: str | None = None,
+        whole: dict[str, Any] | None = None,
     ) -> tuple[int, float, int]:
         """``(rows, action tokens, width)`` for :func:`~agentr1_trl.losses.aggregate` on this micro-batch, chosen
         so that a step's micro-batches add up to the loss of the whole batch, as TRL's do: ``dapo`` divides by
         this micro-batch's share of the whole generation batch's action tokens (a token mean over the batch, not
         over each micro-batch), ``dr_grpo`` by the constant ``max_episode_tokens`` (not the micro-batch's
-        padded width), ``bnpo`` by this micro-batch's tokens. ``loss_type`` defaults to the config's."""
-        whole = getattr(self, "_denominators_of", None)
+        padded width), ``bnpo`` by this micro-batch's tokens. ``loss_type`` defaults to the config's. ``whole``:
+        when ``batch`` is one of several passes over a micro-batch, that micro-batch (its rows and tokens count)."""
         if whole is not None:  # one pass of several over a micro-batch: the micro-batch's rows and tokens
             batch, mask = whole, advantage_mask(whole, True)
         tokens = float(mask.sum().clamp(min=1))
@@ -496,17 +502,13 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         # several forward/backward passes, each with the whole micro-batch's denominators: their gradients add up
         # to the micro-batch's. All but the last are backpropagated here; the last goes back to TRL's
         # training_step, plus the others' (constant) values, so that the loss it logs is the micro-batch's.
-        self._denominators_of = inputs
-        try:
-            done = None
-            for idx in passes[:-1]:
-                part = self.loss(model, select_rows(inputs, idx))
-                if part.requires_grad:  # not under TRL's evaluation (no_grad): there the passes only add up
-                    self.accelerator.backward(part)
-                done = part.detach() if done is None else done + part.detach()
-            last = self.loss(model, select_rows(inputs, passes[-1]))
-        finally:
-            self._denominators_of = None
+        done = None
+        for idx in passes[:-1]:
+            part = self.loss(model, select_rows(inputs, idx), whole=inputs)
+            if part.requires_grad:  # not under TRL's evaluation (no_grad): there the passes only add up
+                self.accelerator.backward(part)
+            done = part.detach() if done is None else done + part.detach()
+        last = self.loss(model, select_rows(inputs, passes[-1]), whole=inputs)
         return last + done
 
     def update_token_budget(self) -> int:
