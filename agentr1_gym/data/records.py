@@ -61,9 +61,9 @@ def read_records_with_location(path: str | Path) -> Iterator[tuple[str, dict[str
         records = parse_json(text, f"{path}")
         located = [(f"record {i}", r) for i, r in enumerate(records)]
     else:
-        located = [
+        located = [  # split on newlines only, not splitlines(): U+2028 and U+0085 are text inside a JSON string
             (f"line {n}", parse_json(line, f"{path}, line {n}"))
-            for n, line in enumerate(text.splitlines(), 1)
+            for n, line in enumerate(text.split("\n"), 1)
             if line.strip()
         ]
     for where, r in located:

@@ -113,7 +113,7 @@ def _read_jsonl(*parts: str) -> list[dict[str, Any]]:
     from importlib import resources
 
     path = resources.files("bfcl_eval").joinpath("data", *parts)
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
 
 @cache

@@ -133,3 +133,21 @@ def test_env_on_user_files_with_flashrag_corpus(tmp_path):
     obs, _info = env.reset(seed=0)
     obs, *_ = env.step(env.unwrapped.call_text("search", query="lobbyist Genentech Washington"))
     assert "Doc 1 (Title: Evan Morris)" in obs
+
+
+def test_jsonl_lines_split_on_newlines_only(tmp_path):
+    """U+2028, U+2029 and U+0085 are text inside a JSON string (str.splitlines() splits there): every JSONL
+    reader keeps them, and the record reads back whole."""
+    from agentr1_gym.data.records import read_records
+
+    text = "a\u2028b\u2029c\x85d"
+    path = tmp_path / "rows.jsonl"
+    path.write_text(
+        json.dumps({"question": text}, ensure_ascii=False) + "\n" + json.dumps({"question": "x"}) + "\n",
+        encoding="utf-8",
+    )
+    assert [r["question"] for r in read_records(path)] == [text, "x"]
+    pytest.importorskip("trl")
+    from agentr1_trl.agent_loop import AgentTasks
+
+    assert [t["question"] for t in AgentTasks.from_jsonl(path).tasks] == [text, "x"]

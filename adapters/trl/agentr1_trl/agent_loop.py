@@ -171,7 +171,8 @@ class AgentTasks:
         if not file.is_file():
             raise ConfigError(f"task file not found: {path}")
         tasks = []
-        for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+        # split on newlines only, not splitlines(): U+2028 and U+0085 are text inside a JSON string
+        for n, line in enumerate(file.read_text(encoding="utf-8").split("\n"), 1):
             if not line.strip():
                 continue
             try:
