@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import re
-import string
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,19 +27,40 @@ __all__ = [
     "GENERIC_PROCESS_KEYS",
     "OUTCOME_KEYS",
     "REWARD_LIMIT",
-    "SUB_EM_EXTRA_WORDS",
     "UNEARNED_REWARD_BOUND",
     "NeededValues",
     "ProcessReward",
     "RewardConfig",
+    "reward_problem",
+    "unknown_process_reward_hint",
+]
+
+#: names that moved to :mod:`agentr1_gym.matching` (0.2): importing them from here still works, with a warning,
+#: until 0.3
+_MOVED = (
+    "SUB_EM_EXTRA_WORDS",
     "exact_match",
     "f1_score",
     "normalize_answer",
     "qa_metrics",
-    "reward_problem",
     "sub_exact_match",
-    "unknown_process_reward_hint",
-]
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import warnings
+
+        from agentr1_gym import matching
+
+        warnings.warn(
+            f"agentr1_gym.rewards.{name} is now agentr1_gym.matching.{name}; import it from there (until 0.3)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(matching, name)
+    raise AttributeError(f"module 'agentr1_gym.rewards' has no attribute {name!r}")
+
 
 #: The one finiteness rule for rewards, at every door (an env's components, a user's reward function and weights,
 #: an OpenEnv server's answers, an agent's result, a trainer's batch): a reward is a finite number with
@@ -64,81 +82,6 @@ def reward_problem(value: Any) -> str | None:
     if abs(number) > REWARD_LIMIT:
         return f"{number:g} is beyond +-{REWARD_LIMIT:g} (it overflows float32 once summed or normalised)"
     return None
-
-
-_PUNCT = str.maketrans("", "", string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_SPECIAL = ("yes", "no", "noanswer")
-
-
-def normalize_answer(text: str) -> str:
-    """Official HotpotQA/SQuAD normalisation: lower, strip punctuation and articles, collapse whitespace."""
-    text = text.lower().translate(_PUNCT)
-    return " ".join(_ARTICLES.sub(" ", text).split())
-
-
-def _as_list(gold: str | Iterable[str]) -> list[str]:
-    return [gold] if isinstance(gold, str) else list(gold)
-
-
-def exact_match(prediction: str, gold: str | Iterable[str]) -> float:
-    """1.0 if the normalised prediction equals a normalised gold answer (HotpotQA's official EM: punctuation is
-    stripped, so "1.5" matches "15" and "-3" matches "3"; for numbers and your own tasks use
-    :mod:`agentr1_gym.matching`)."""
-    pred = normalize_answer(prediction)
-    return float(any(pred == normalize_answer(g) for g in _as_list(gold)))
-
-
-#: sub-EM counts a prediction at most this many words longer than the gold answer (see :func:`sub_exact_match`)
-SUB_EM_EXTRA_WORDS = 5
-
-
-def sub_exact_match(
-    prediction: str, gold: str | Iterable[str], max_extra_words: int | None = SUB_EM_EXTRA_WORDS
-) -> float:
-    """1.0 if a normalised gold answer occurs in the normalised prediction (Agent-R1's and FlashRAG's sub-EM), as
-    whole words, in a prediction at most ``max_extra_words`` words longer than that gold answer.
-
-    The length bound is ours: without it (``max_extra_words=None``, FlashRAG's metric) answering with a whole
-    retrieved passage, or echoing a comparison question that names both candidates, scores 1 without answering
-    (under ``RewardConfig.agent_r1()`` that earned 0.58 of the maximum reward on HotpotQA with EM 0)."""
-    pred = normalize_answer(prediction)
-    padded, words = f" {pred} ", len(pred.split())
-    for x in _as_list(gold):
-        g = normalize_answer(x)
-        if not g or f" {g} " not in padded:
-            continue
-        if max_extra_words is None or words <= len(g.split()) + max_extra_words:
-            return 1.0
-    return 0.0
-
-
-def _f1_single(prediction: str, gold: str) -> tuple[float, float, float]:
-    pred, ref = normalize_answer(prediction), normalize_answer(gold)
-    if (pred in _SPECIAL or ref in _SPECIAL) and pred != ref:
-        return 0.0, 0.0, 0.0
-    pred_tokens, ref_tokens = pred.split(), ref.split()
-    same = sum((Counter(pred_tokens) & Counter(ref_tokens)).values())
-    if same == 0:
-        return 0.0, 0.0, 0.0
-    precision, recall = same / len(pred_tokens), same / len(ref_tokens)
-    return 2 * precision * recall / (precision + recall), precision, recall
-
-
-def f1_score(prediction: str, gold: str | Iterable[str]) -> float:
-    """Token-level F1 of the official HotpotQA script (max over gold aliases)."""
-    return max((_f1_single(prediction, g)[0] for g in _as_list(gold)), default=0.0)
-
-
-def qa_metrics(prediction: str | None, gold: str | Iterable[str]) -> dict[str, float]:
-    """``{"em", "sub_em", "f1"}`` for a prediction (``None``: no answer given, all zero)."""
-    if prediction is None:
-        return {"em": 0.0, "sub_em": 0.0, "f1": 0.0}
-    return {
-        "em": exact_match(prediction, gold),
-        "sub_em": sub_exact_match(prediction, gold),
-        "f1": f1_score(prediction, gold),
-    }
 
 
 #: what the test suite holds every shipped reward preset to: a policy that never solves a task earns at most this

@@ -15,7 +15,8 @@ from agentr1_gym.data import Corpus, QATask, bundled_corpus, bundled_tasks, corp
 from agentr1_gym.env import ToolEnv
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.formats import ToolCall
-from agentr1_gym.rewards import ProcessReward, qa_metrics
+from agentr1_gym.matching import qa_metrics
+from agentr1_gym.rewards import ProcessReward
 from agentr1_gym.tools.base import ToolResult
 from agentr1_gym.tools.search import Retriever, SearchTool, make_retriever
 

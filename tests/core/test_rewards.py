@@ -5,14 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentr1_gym.errors import RewardRangeError
-from agentr1_gym.rewards import (
-    RewardConfig,
-    exact_match,
-    f1_score,
-    normalize_answer,
-    qa_metrics,
-    sub_exact_match,
-)
+from agentr1_gym.matching import exact_match, f1_score, normalize_answer, qa_metrics, sub_exact_match
+from agentr1_gym.rewards import RewardConfig
 
 
 def test_normalize_answer():
@@ -106,3 +100,10 @@ def test_needed_values_pay_each_value_once_up_to_their_count():
     assert progress.caps() == {"progress": 2.0} and 3 in progress
     assert [progress.pay(v) for v in (3, 3, None, 5, 7)] == [{"progress": 1.0}, {}, {}, {}, {"progress": 1.0}]
     assert 3 not in progress and progress.caps() == {"progress": 2.0}  # the cap stays the episode's
+
+
+def test_the_qa_metrics_old_path_warns_until_0_3():
+    import agentr1_gym.rewards as rewards
+
+    with pytest.warns(DeprecationWarning, match="agentr1_gym.matching.exact_match"):
+        assert rewards.exact_match is exact_match

@@ -228,7 +228,7 @@ def test_numeric_match(prediction, gold, expected):
 
 def test_text_and_answer_match():
     assert (
-        agentr1_gym.rewards.exact_match("1.5", "15") == 1.0
+        agentr1_gym.matching.exact_match("1.5", "15") == 1.0
     )  # HotpotQA's official metric, kept for QA parity
     assert text_match("1.5", "15") == 0.0 and text_match(' "Paris". ', "paris") == 1.0
     assert text_match("Paris", "paris", case_sensitive=True) == 0.0
