@@ -74,11 +74,18 @@ class PolicyServer:
     def __exit__(self, *exc):
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        if hasattr(self.policy, "close"):
+            self.policy.close()
 
 
 class ReplayOracle:
     """Replays the conversation in a shadow env (the row found by its first user message; tasks with the same
-    prompt have the same oracle) and answers with the env's oracle action."""
+    prompt have the same oracle) and answers with the env's oracle action.
+
+    The shadow env of each conversation stays live between requests, so a request that extends the conversation
+    by one turn costs one step, not a replay from the start (a fresh env, and a BFCL worker process, per turn made
+    a 4-episode BFCL check take minutes). A request that does not extend it (a retry, a forked conversation) is
+    replayed in a fresh env."""
 
     def __init__(self, env_id, seeds, **env_kwargs):
         self.env_id, self.kwargs = env_id, env_kwargs
@@ -88,12 +95,23 @@ class ReplayOracle:
             _, info = env.reset(seed=seed)
             self.seeds[next(m["content"] for m in info["messages"] if m["role"] == "user")] = seed
         env.close()
+        self._live: dict[str, tuple] = {}  # first user message -> (env, the assistant turns it has stepped)
 
     def __call__(self, messages):
         first = text_of(next(m for m in messages if m["role"] == "user")["content"])
-        env = agentr1_gym.make(self.env_id, **self.kwargs)
-        env.reset(seed=self.seeds[first])
-        for m in messages:
-            if m["role"] == "assistant":
-                env.step(text_of(m["content"]))
+        turns = [text_of(m["content"]) for m in messages if m["role"] == "assistant"]
+        env, done = self._live.pop(first, (None, []))
+        if env is None or done != turns[: len(done)]:
+            if env is not None:
+                env.close()
+            env, done = agentr1_gym.make(self.env_id, **self.kwargs), []
+            env.reset(seed=self.seeds[first])
+        for turn in turns[len(done) :]:
+            env.step(turn)
+        self._live[first] = (env, turns)
         return env.unwrapped.oracle_action()
+
+    def close(self):
+        for env, _ in self._live.values():
+            env.close()
+        self._live.clear()
