@@ -91,8 +91,10 @@ def test_the_python_blocks_and_the_eval_command_run_as_written(tmp_path):
         assert '"success": 1.0' in done.stdout
 
 
-@pytest.mark.slow  # SmolLM2-135M for real (2-3 minutes a command on 2 cores): .ci/run runs it after the default suite
-@pytest.mark.timeout(2000)  # a guard against a hang, not a deadline: CI installs the engines' virtualenvs meanwhile
+# SmolLM2-135M for real (2-3 minutes a command on 2 cores): .ci/run runs it after the default suite; the timeout
+# guards against a hang, it is no deadline (CI installs the engines' virtualenvs meanwhile)
+@pytest.mark.slow
+@pytest.mark.timeout(2000)
 def test_the_train_command_runs_as_written(tmp_path):
     """The tutorial's `agentr1 train` (SmolLM2-135M, one step) from the directory holding capitals.py."""
     pytest.importorskip("trl")
