@@ -51,6 +51,7 @@ SCRIPTS = {
     "trainer_step": ("trainer_step.py", "Trainer step against TRL's GRPOTrainer (tiny model)"),
     "trainer_step_smollm2": ("trainer_step.py", "Trainer step against TRL's GRPOTrainer (SmolLM2)"),
     "update_step": ("update_step.py", "What one update costs, per setting"),
+    "step_cost": ("step_cost.py", "What an RL step costs in each world, part by part"),
     "shop_shortcuts": (
         "shop_shortcuts.py",
         "Shortcuts in the shop: the first hit against reading prices and options",
@@ -591,7 +592,32 @@ def _bfcl_learning(t: dict[str, Any]) -> str:
     )
 
 
+def _step_cost(data: dict[str, Any]) -> str:
+    """Per world and precision: the step's parts, its tokens, and the update's rate against the matrix peak."""
+    peak = data.get("matmul_gflops", {})
+    rows = []
+    for run in data["runs"].values():
+        if "error" in run:
+            rows.append([run["world"], run["variant"], f"failed: {run['error']}", *[""] * 11])
+            continue
+        split = run["split_s"]
+        rows.append([run["world"], run["variant"], run["sec_per_step"], split["score"], split["forward"],
+                     split["backward"], split["optimizer"], run["update_share_of_step"], run["tokens_per_step"],
+                     run["padding_fraction"], run["update_tokens_per_s"], run["update_gflops_achieved"],
+                     run["share_of_matmul_peak"], run.get("update_speed_vs_fp32", "")])  # fmt: skip
+    header = ["world", "update", "s/step", "score s", "forward s", "backward s", "optimizer s", "update share",
+              "tokens/step", "padding", "update tokens/s", "GFLOP/s", "of matmul peak", "vs fp32"]  # fmt: skip
+    return (
+        f"Matrix-product peak on this machine, same run: {peak.get('float32')} GFLOP/s fp32, "
+        f"{peak.get('bfloat16')} GFLOP/s bf16 ({data.get('threads')} threads). Seconds are the mean of "
+        f"{data.get('steps')} timed steps after a warm-up one; *update share* is the update and optimizer's share "
+        "of a step whose turns are scripted (no generation); *of matmul peak* compares the update's counted FLOPs "
+        "per second with the peak of its precision.\n\n" + _table(header, rows)
+    )
+
+
 HIGHLIGHTS = {
+    "step_cost": _step_cost,
     "bfcl": _bfcl,
     "agent_proxy": _agent_proxy,
     "context_update": _context_update,
@@ -755,6 +781,29 @@ def headline_rows() -> list[list[str]]:
             rows.append([
                 "[context policies in the update](docs/results/context_update.md)", text,
                 "one run per policy, SmolLM2-135M + LoRA, " + ("bf16 autocast" if full["bf16"] else "float32"),
+            ])  # fmt: skip
+    if (RESULTS / "step_cost.json").is_file():
+        cost = _load("step_cost")
+        runs = cost["runs"]
+        worlds = list(dict.fromkeys(r["world"] for r in runs.values()))
+        base = [runs[f"{w}/fp32"] for w in worlds if "sec_per_step" in runs.get(f"{w}/fp32", {})]
+        if base:
+            text = "the update's share of a step (fp32, turns scripted): " + ", ".join(
+                f"{r['world']} {r['sec_per_step']:.1f} s/step, {100 * r['update_share_of_step']:.0f}% update, "
+                f"{100 * r['share_of_matmul_peak']:.0f}% of the fp32 matmul peak"
+                for r in base
+            )
+            for variant in ("bf16-autocast", "bf16-weights", "fp32-lora-top-third"):
+                ratios = [runs[f"{w}/{variant}"].get("update_speed_vs_fp32") for w in worlds
+                          if f"{w}/{variant}" in runs]  # fmt: skip
+                ratios = [x for x in ratios if x is not None]
+                if ratios:
+                    text += f"; `{variant}` update {min(ratios):.2f}-{max(ratios):.2f}x fp32's tokens/s"
+            machine = cost.get("machine", {})
+            flags = ", ".join(machine.get("cpu_vector") or []) or "no AVX2"
+            rows.append([
+                "[what an RL step costs](docs/results/step_cost.md)", text,
+                f"SmolLM2-135M + LoRA, {cost['threads']} threads ({flags})",
             ])  # fmt: skip
     if (RESULTS / "context_learning.json").is_file():
         tasks = _load("context_learning")["tasks"]

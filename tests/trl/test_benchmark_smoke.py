@@ -242,3 +242,26 @@ def test_repeats_benchmark_smoke(tmp_path):
     row = json.loads(out.read_text())["runs"]["webshop@state"]["after_sft"]
     assert row["episodes"] == 4 and row["saved_by"] == "repeats.py" and row["evaluated_now"] is True
     assert 0.0 <= row["repeat_rate"] <= 1.0 and row["success"] == row["recorded_success"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_step_cost_benchmark_smoke(tmp_path):
+    """benchmarks/step_cost.py's whole path on a tiny model: every row trained (scripted turns whose returns differ
+    within each group), the step split into its parts, the update's counted FLOPs and rate, bf16 against fp32."""
+    pytest.importorskip("trl")
+    out = tmp_path / "step_cost.json"
+    script = REPO / "benchmarks" / "step_cost.py"
+    subprocess.run([sys.executable, str(script), "--smoke", "--threads", "1", "--json", str(out)], check=True,
+                   capture_output=True, timeout=500)  # fmt: skip
+    result = json.loads(out.read_text())
+    assert set(result["runs"]) == {"main/fp32", "main/bf16-autocast"}
+    assert result["matmul_gflops"]["float32"] > 0 and result["machine"]["cpu_model"] is not None
+    for run in result["runs"].values():
+        assert run["rows_trained"] > 0 and run["grad_norm_first_step"] > 0
+        split = run["split_s"]
+        assert split["forward"] > 0 and split["backward"] > 0 and split["optimizer"] >= 0
+        assert sum(split.values()) <= run["sec_per_step"] * 1.05
+        assert run["tokens_per_step"] > 0 and 0 <= run["padding_fraction"] < 1
+        assert run["update_gflops_achieved"] > 0 and run["flops_per_token_warmup"] > 0
+    assert result["runs"]["main/bf16-autocast"]["update_speed_vs_fp32"] > 0
