@@ -330,3 +330,49 @@ def test_a_value_head_file_runs_no_pickle(tmp_path):
         load_value_head(tmp_path)
     torch.save({"weight": torch.zeros(1, 4), "bias": torch.zeros(1)}, tmp_path / VALUE_HEAD_FILE)
     assert load_value_head(tmp_path).weight.shape == (1, 4)
+
+
+def test_lora_on_the_top_layers_only_trains_those_and_resumes(tmp_path, tiny_dir, capsys):
+    """``--lora-layers K``: the adapter covers the top K decoder layers (PEFT's layers_to_transform), the record
+    keeps K, a resume loads the checkpoint; more layers than the model has is one line before anything is written;
+    a record from before the field resumes as every layer."""
+    import torch
+    from agentr1_trl.pipeline import lora_config
+    from agentr1_trl.testing import tiny_model, tiny_tokenizer
+
+    from agentr1_gym.errors import ConfigError
+
+    model = tiny_model(tiny_tokenizer(), hidden_size=64)
+    total = model.config.num_hidden_layers
+    assert (
+        lora_config(2).layers_to_transform is None
+        and lora_config(2, total, model).layers_to_transform is None
+    )
+    assert lora_config(2, 1, model).layers_to_transform == [total - 1]
+    with pytest.raises(ConfigError, match=f"the model has {total} decoder layers"):
+        lora_config(2, total + 1, model)
+    out = tmp_path / "run"
+    flags = ["--model", tiny_dir, "--lora-r", "2", "--warm-start", "2", "--eval-episodes", "0", "--output-dir",
+             str(out), "--set", "per_device_train_batch_size=2", "--set", "num_generations=2", "--set",
+             "max_new_tokens_per_turn=8", "--set", "use_cpu=true"]  # fmt: skip
+    assert main(["train", *flags, "--max-steps", "1", "--lora-layers", str(total + 1)]) == 2
+    assert f"lora_layers={total + 1}, but the model has {total}" in capsys.readouterr().err
+    assert not (out / "run_config.json").exists()
+    assert main(["train", *flags, "--max-steps", "1", "--lora-layers", "1"]) == 0
+    adapter = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert adapter["layers_to_transform"] == [total - 1]
+    from safetensors.torch import load_file
+
+    weights = load_file(out / "adapter" / "adapter_model.safetensors")
+    assert weights and all(f"layers.{total - 1}." in name for name in weights)
+    assert all(torch.count_nonzero(w) for name, w in weights.items() if "lora_A" in name)
+    record = json.loads((out / "run_config.json").read_text())
+    assert record["lora_layers"] == 1
+    assert main(["train", "--resume", str(out), "--set", "max_steps=2"]) == 0
+    del record["lora_layers"]  # a record from before the field: every layer, which this checkpoint is not
+    (out / "run_config.json").write_text(json.dumps(record))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--set", "max_steps=3"]) == 2
+    assert (
+        "holds a LoRA adapter on the top 1 layer, but the run's lora_layers is 0" in capsys.readouterr().err
+    )

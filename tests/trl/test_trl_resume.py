@@ -63,6 +63,7 @@ def test_a_moved_run_resumes_where_it_now_is(trained, tmp_path, capsys):
     [
         (["--set", "lora_r=4"], "lora_r"),
         (["--lora-r", "4"], "lora_r"),
+        (["--lora-layers", "1"], "lora_layers"),
         (["--set", "algo=ppo"], "algo"),
         (["--algo", "ppo"], "algo"),
         (["--model", "smollm2"], "model"),
@@ -94,7 +95,11 @@ def test_an_edited_record_cannot_load_a_checkpoint_of_another_shape(run, capsys)
     assert main(["train", "--resume", str(run), "--set", "max_steps=3"]) == 2
     err = capsys.readouterr().err
     assert "holds a LoRA adapter of rank 2, but the run's lora_r is 4" in err
-    record["lora_r"], record["algo"] = 2, "ppo"
+    record["lora_r"], record["lora_layers"] = 2, 1
+    (run / "run_config.json").write_text(json.dumps(record))
+    assert main(["train", "--resume", str(run), "--set", "max_steps=3"]) == 2
+    assert "holds a LoRA adapter on every layer, but the run's lora_layers is 1" in capsys.readouterr().err
+    record["lora_layers"], record["algo"] = 0, "ppo"
     (run / "run_config.json").write_text(json.dumps(record))
     assert main(["train", "--resume", str(run), "--set", "max_steps=3"]) == 2
     assert "written by GRPO (it has no value head), but the run's algo is ppo" in capsys.readouterr().err

@@ -75,6 +75,7 @@ def _given_flags(args: argparse.Namespace) -> dict[str, Any]:
         ("algo", "algo"),
         ("model", "model"),
         ("lora_r", "lora_r"),
+        ("lora_layers", "lora_layers"),
         ("warm_start", "warm_start"),
         ("max_steps", "max_steps"),
         ("env", "env_id"),
@@ -154,8 +155,9 @@ def _apply_credit(args: argparse.Namespace, overrides: dict[str, Any], algo: Any
 
 
 def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, list[str]]:
-    """The run's flat settings (config fields plus algo, model, lora_r, warm_start), what to resume from (None,
-    True or a checkpoint path), the record it resumes (None for a new run) and the changes applied to it."""
+    """The run's flat settings (config fields plus algo, model, lora_r, lora_layers, warm_start), what to resume
+    from (None, True or a checkpoint path), the record it resumes (None for a new run) and the changes applied to
+    it."""
     overrides = _overrides(args)
     resume = overrides.pop("resume_from_checkpoint", None)
     if args.resume is None:
@@ -176,6 +178,7 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Path | None, l
     saved = read_run_file(run_file)
     _apply_credit(args, overrides, overrides.get("algo", saved["algo"]))
     flat = {**saved["settings"], **{k: saved[k] for k in ("algo", "model", "lora_r", "warm_start")}}
+    flat["lora_layers"] = saved.get("lora_layers", 0)  # records from before the field: every layer
     if getattr(args, "context", None) is not None:  # a change is refused below, as any env_kwargs change is
         base = overrides.get("env_kwargs", saved["settings"]["env_kwargs"])
         overrides["env_kwargs"] = {**base, "context": _context(args.context)}
@@ -218,6 +221,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         algo=settings.pop("algo"),
         model=settings.pop("model"),
         lora_r=settings.pop("lora_r"),
+        lora_layers=settings.pop("lora_layers", 0),
         warm_start=settings.pop("warm_start"),
         settings=settings,
         resume=resume,
@@ -397,6 +401,13 @@ def _run_flags(p: Any) -> None:
     p.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default 30)")
     p.add_argument("--lora-r", type=int, default=None, help="LoRA rank (default 16, on q_proj and v_proj)")
     p.add_argument(
+        "--lora-layers",
+        type=int,
+        default=None,
+        metavar="K",
+        help="LoRA on the top K decoder layers only; the backward pass stops below them (default 0: every layer)",
+    )
+    p.add_argument(
         "--warm-start",
         type=int,
         default=None,
@@ -407,7 +418,7 @@ def _run_flags(p: Any) -> None:
         "--config",
         default=None,
         help="YAML file of AgentGRPOConfig/AgentPPOConfig fields (and algo, "
-        "model, lora_r, warm_start); its fields win over the flags, --set wins over both",
+        "model, lora_r, lora_layers, warm_start); its fields win over the flags, --set wins over both",
     )
     p.add_argument(
         "--set",
@@ -446,5 +457,6 @@ def _run_flags(p: Any) -> None:
         "wherever it was moved; default runs/agentr1-grpo), with the settings it was started with. Flags, "
         "--config and --set change what can change (e.g. --set max_steps=60, --set learning_rate=1e-4, "
         "--vllm-server URL; each change is printed) and are refused, before anything is written, where they "
-        "would change what the run is (--algo, --model, --lora-r, --warm-start, --env, --env-arg/--env-kwargs)",
+        "would change what the run is (--algo, --model, --lora-r, --lora-layers, --warm-start, --env, "
+        "--env-arg/--env-kwargs)",
     )

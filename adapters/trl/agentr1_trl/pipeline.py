@@ -52,11 +52,24 @@ __all__ = ["LORA_TARGETS", "RunPlan", "lora_config", "run_training"]
 LORA_TARGETS = ("q_proj", "v_proj")
 
 
-def lora_config(r: int) -> Any:
-    """The adapter every run trains: rank ``r`` (alpha ``2r``) on :data:`LORA_TARGETS`."""
+def lora_config(r: int, layers: int = 0, model: Any = None) -> Any:
+    """The adapter every run trains: rank ``r`` (alpha ``2r``) on :data:`LORA_TARGETS`, in every decoder layer of
+    ``model``, or with ``layers`` > 0 in its top ``layers`` only (PEFT's ``layers_to_transform``): nothing below the
+    lowest adapted layer then needs a gradient, so the backward pass stops there."""
     from peft import LoraConfig
 
-    return LoraConfig(r=r, lora_alpha=2 * r, target_modules=list(LORA_TARGETS), task_type="CAUSAL_LM")
+    config = LoraConfig(r=r, lora_alpha=2 * r, target_modules=list(LORA_TARGETS), task_type="CAUSAL_LM")
+    if layers:
+        total = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+        if not isinstance(total, int):
+            raise ConfigError(
+                "lora_layers needs the model, to know its layer count: lora_config(r, layers, model)"
+            )
+        if layers > total:
+            raise ConfigError(f"lora_layers={layers}, but the model has {total} decoder layers")
+        if layers < total:
+            config.layers_to_transform = list(range(total - layers, total))
+    return config
 
 
 @dataclass
@@ -72,6 +85,8 @@ class RunPlan:
     lora_r: int
     warm_start: int
     settings: dict[str, Any]
+    #: LoRA on the top K decoder layers only (0: every layer)
+    lora_layers: int = 0
     resume: Any = None
     run_file: Path | None = None
     changes: list[str] = field(default_factory=list)
@@ -88,7 +103,11 @@ class RunPlan:
     def trainer_classes(self) -> tuple[Any, Any]:
         """The config and trainer classes of ``algo``, after checking the plan's own fields."""
         where = f"{self.run_file}: " if self.run_file is not None else ""
-        for key, value in (("lora_r", self.lora_r), ("warm_start", self.warm_start)):
+        for key, value in (
+            ("lora_r", self.lora_r),
+            ("warm_start", self.warm_start),
+            ("lora_layers", self.lora_layers),
+        ):
             low = 1 if key == "lora_r" else 0
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"{where}{key} must be a whole number >= {low}, got {value!r}")
@@ -110,7 +129,7 @@ def _resume_point(plan: RunPlan) -> tuple[str | None, bool]:
         print(f"no complete checkpoint in {output_dir} yet: starting from the beginning")
     if not resume_from:
         return None, False
-    check_checkpoint_matches(resume_from, plan.algo, plan.lora_r)
+    check_checkpoint_matches(resume_from, plan.algo, plan.lora_r, plan.lora_layers)
     state = json.loads((Path(resume_from) / "trainer_state.json").read_text(encoding="utf-8"))
     if state["global_step"] >= int(plan.settings["max_steps"]):
         # transformers would run one more step past max_steps; the run's outputs stay as they are
@@ -130,11 +149,13 @@ def _make_trainer(
 
     model, tokenizer, _ = load_policy(plan.model)  # after every check: a bad flag fails in a second
     model.train()
+    adapter = lora_config(plan.lora_r, plan.lora_layers, model)  # refuses more layers than the model has
     if not plan.resume:
         clear_or_refuse(plan.output_dir, overwrite=plan.overwrite, remove=True)
     # written only now that the model loaded: a failed invocation never overwrites an earlier run's config,
     # which `--resume` reads
     run = {"algo": plan.algo, "model": plan.model, "lora_r": plan.lora_r, "warm_start": plan.warm_start}
+    run["lora_layers"] = plan.lora_layers
     run["eval_episodes"] = plan.eval_episodes  # a resume evaluates as many as the run started with
     run["settings"] = plan.settings
     if plan.run_file is not None:  # a resumed run keeps what it recorded about itself (its engine, ...)
@@ -143,10 +164,10 @@ def _make_trainer(
     if resume_from:
         print(f"resuming from {resume_from} (the warm start is in its adapter)")
     if plan.warm_start == 0 or resume_from:
-        return trainer_cls(model, config, tokenizer, peft_config=lora_config(plan.lora_r)), run
+        return trainer_cls(model, config, tokenizer, peft_config=adapter), run
     from peft import get_peft_model
 
-    model = get_peft_model(model, lora_config(plan.lora_r))
+    model = get_peft_model(model, adapter)
     losses = oracle_warm_start(model, tokenizer, config.env_id, config.env_kwargs, plan.warm_start,
                                max_new_tokens=config.max_new_tokens_per_turn)  # fmt: skip
     print(

@@ -19,9 +19,9 @@ __all__ = ["MAIN_JOB", "MAIN_JOB_ENV", "RunPreset", "build_config", "check_field
 @dataclass(frozen=True)
 class RunPreset:
     """The defaults of a new ``agentr1 train`` run, in one place: the trainer config's fields (``trainer``), the
-    run's own choices (``run``: algo, model, lora_r, warm_start, max_steps, env_id) and the env settings of its
-    default env (``env_kwargs``; another env starts from its own defaults). Flags, a YAML config and ``--set`` go
-    on top (:func:`agentr1_trl.cli.cmd_train`)."""
+    run's own choices (``run``: algo, model, lora_r, lora_layers, warm_start, max_steps, env_id) and the env
+    settings of its default env (``env_kwargs``; another env starts from its own defaults). Flags, a YAML config
+    and ``--set`` go on top (:func:`agentr1_trl.cli.cmd_train`)."""
 
     trainer: Mapping[str, Any]
     run: Mapping[str, Any]
@@ -78,6 +78,8 @@ MAIN_JOB = RunPreset(
             "algo": "grpo",
             "model": "smollm2",
             "lora_r": 16,
+            # LoRA on every decoder layer (K > 0: the top K only; benchmarks/results/step_cost.json)
+            "lora_layers": 0,
             "warm_start": 32,
             "max_steps": 30,
             "env_id": MAIN_JOB_ENV,

@@ -90,6 +90,7 @@ IDENTITY: dict[str, str] = {
     "algo": "its checkpoints hold that algorithm's optimizer state (and PPO's value head)",
     "model": "its adapter was trained on that base model",
     "lora_r": "its adapter and optimizer state have that rank",
+    "lora_layers": "its adapter and optimizer state cover those layers",
     "warm_start": "the warm start ran before step 1 and is in the adapter",
     "env_id": "its metrics and its held-out evaluation before RL are on that env",
     "env_kwargs": "its metrics and its held-out evaluation before RL are on those env settings",
@@ -141,6 +142,9 @@ def read_run_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: field 'algo' must be 'grpo' or 'ppo', got {run['algo']!r}")
     if run["lora_r"] < 1 or run["warm_start"] < 0:
         raise ConfigError(f"{path}: fields 'lora_r' >= 1 and 'warm_start' >= 0 expected")
+    layers = run.get("lora_layers", 0)  # absent from records written before the field: every layer
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 0:
+        raise ConfigError(f"{path}: field 'lora_layers' must be a whole number >= 0, got {layers!r}")
     settings = run["settings"]
     for key, kind in (("env_id", str), ("env_kwargs", dict), ("max_steps", int)):
         if key not in settings:
@@ -188,20 +192,28 @@ def merge_resume_overrides(
     return merged, changes
 
 
-def check_checkpoint_matches(checkpoint: str | Path, algo: str, lora_r: int) -> None:
-    """Refuse, in one line, a checkpoint that the run's algorithm or LoRA rank cannot load (a record edited by
-    hand, or a checkpoint copied in from another run)."""
+def check_checkpoint_matches(checkpoint: str | Path, algo: str, lora_r: int, lora_layers: int = 0) -> None:
+    """Refuse, in one line, a checkpoint that the run's algorithm, LoRA rank or adapted layers cannot load (a
+    record edited by hand, or a checkpoint copied in from another run)."""
     ckpt = Path(checkpoint)
     adapter_config = ckpt / "adapter_config.json"
     if adapter_config.is_file():
         try:
-            rank = json.loads(adapter_config.read_text(encoding="utf-8")).get("r")
+            saved = json.loads(adapter_config.read_text(encoding="utf-8"))
+            rank, layers = saved.get("r"), saved.get("layers_to_transform")
         except (ValueError, OSError, AttributeError):
             raise ConfigError(f"{adapter_config}: not a readable adapter config") from None
         if rank != lora_r:
             raise ConfigError(
                 f"{ckpt} holds a LoRA adapter of rank {rank}, but the run's lora_r is {lora_r}; "
                 f"fix lora_r in {ckpt.parent / RUN_FILE} or start a new run"
+            )
+        held = len(layers) if isinstance(layers, list) else (1 if isinstance(layers, int) else 0)
+        if held != lora_layers:
+            where = f"the top {held} layer{'s' if held > 1 else ''}" if held else "every layer"
+            raise ConfigError(
+                f"{ckpt} holds a LoRA adapter on {where}, but the run's lora_layers is {lora_layers}; "
+                f"fix lora_layers in {ckpt.parent / RUN_FILE} or start a new run"
             )
     has_value_head = (ckpt / "value_head.pt").is_file()
     if has_value_head != (algo == "ppo"):
