@@ -356,3 +356,90 @@ def test_every_log_prob_reader_goes_through_the_one_forward_and_agrees_with_trl(
         assert torch.allclose(values, torch.cat(alone), atol=1e-5)
     with pytest.raises(ValueError, match="at least one prompt token"):
         completion_logps(model, pid[:, :0], pm[:, :0], cid, cm)
+
+
+def _groups_batch(tok, seed=0):
+    """8 rows of 2 GRPO groups (prompts of 9 and 40 tokens), completions of 2-30 tokens, in the shuffled order
+    TRL cuts micro-batches from; padded to the batch's longest prompt and completion, as TRL pads them."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(10, 200, (n,), generator=g).tolist() for n in (9, 40)]
+    rows = [1, 0, 0, 1, 0, 1, 1, 0]
+    lengths = [30, 2, 11, 4, 25, 17, 9, 6]
+    pad = tok.pad_token_id
+    wp, wc = 40, 30
+    pid, pm = torch.full((8, wp), pad), torch.zeros((8, wp), dtype=torch.long)
+    cid, cm = torch.full((8, wc), pad), torch.zeros((8, wc), dtype=torch.long)
+    for r, (p, n) in enumerate(zip(rows, lengths)):
+        pid[r, wp - len(prompts[p]) :], pm[r, wp - len(prompts[p]) :] = torch.tensor(prompts[p]), 1
+        cid[r, :n], cm[r, :n] = torch.randint(10, 200, (n,), generator=g), 1
+    action = cm * (torch.rand(cm.shape, generator=g) > 0.3)
+    return {"prompt_ids": pid, "prompt_mask": pm, "completion_ids": cid, "completion_mask": cm,
+            "action_mask": action, "advantages": torch.randn(8, generator=g),
+            "episode": list(range(8)), "num_items_in_batch": torch.tensor(float(action.sum()))}  # fmt: skip
+
+
+def test_regrouped_micro_batches_hold_the_same_rows_a_group_together_trimmed():
+    from agentr1_trl.forward import regroup_micro_batches
+    from trl.trainer.utils import split_tensor_dict
+
+    batch = _groups_batch(tiny_tokenizer())
+    chunks = regroup_micro_batches(split_tensor_dict(batch, 2))
+    assert [c["prompt_ids"].size(0) for c in chunks] == [4, 4]
+    seen = sorted(e for c in chunks for e in c["episode"])
+    assert seen == list(range(8))  # every row once, lists travel with their rows
+    for c in chunks:
+        assert len({tuple(r[m.bool()].tolist()) for r, m in zip(c["prompt_ids"], c["prompt_mask"])}) == 1
+        assert c["num_items_in_batch"] is batch["num_items_in_batch"]
+        for i, e in enumerate(c["episode"]):  # each row's tokens and per-row values are its own
+            n = int(batch["completion_mask"][e].sum())
+            assert torch.equal(c["completion_ids"][i, :n], batch["completion_ids"][e, :n])
+            assert torch.equal(c["action_mask"][i, :n], batch["action_mask"][e, :n])
+            assert c["advantages"][i] == batch["advantages"][e]
+    # each micro-batch is as wide as its own rows: the short prompt's group drops 31 prompt columns
+    widths = sorted(c["prompt_ids"].size(1) + c["completion_ids"].size(1) for c in chunks)
+    assert widths == [9 + 25, 40 + 30]
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_regrouped_micro_batches_give_the_steps_loss_and_gradient(tmp_path, algo, loss_type):
+    """A step's micro-batches as TRL cuts them and regrouped: the summed loss and the gradient are the same."""
+    from agentr1_trl.forward import regroup_micro_batches
+    from trl.trainer.utils import split_tensor_dict
+
+    if algo == "grpo":
+        trainer = _trainer(AgentGRPOTrainer, AgentGRPOConfig, tmp_path, loss_type=loss_type)
+    else:
+        trainer = _trainer(AgentPPOTrainer, AgentPPOConfig, tmp_path, loss_type=loss_type)
+        torch.nn.init.normal_(trainer.value_head.weight, std=0.5)
+    model = trainer.model
+    model.train()
+    trainer.current_gradient_accumulation_steps = 2
+    batch = _groups_batch(trainer.processing_class)
+    del batch["episode"]
+    cm = batch["completion_mask"]
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        batch["old_per_token_logps"] = trainer.token_logps(
+            model, torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1),
+            torch.cat([batch["prompt_mask"], cm], 1), cm.size(1)) - 0.05  # fmt: skip
+    if algo == "ppo":
+        batch["advantages"] = torch.randn(cm.shape, generator=g) * cm
+        batch["returns"] = torch.randn(cm.shape, generator=g) * cm
+        batch["old_values"] = torch.randn(cm.shape, generator=g) * cm
+
+    def run(chunks):
+        model.zero_grad()
+        total = 0.0
+        for chunk in chunks:
+            loss = trainer._compute_loss(model, dict(chunk))
+            loss.backward()
+            total += float(loss.detach())
+        return total, _grads(model)
+
+    shuffled_loss, shuffled = run(split_tensor_dict(batch, 2))
+    regrouped_loss, regrouped = run(regroup_micro_batches(split_tensor_dict(batch, 2)))
+    assert regrouped_loss == pytest.approx(shuffled_loss, rel=1e-5, abs=1e-6)
+    assert shuffled.keys() == regrouped.keys() and any("lora_" in k for k in shuffled)
+    for k in shuffled:
+        assert torch.allclose(regrouped[k], shuffled[k], atol=1e-6, rtol=1e-4), k

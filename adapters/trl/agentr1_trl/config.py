@@ -141,6 +141,16 @@ class AgentTrainerConfig(GRPOConfig):
             f"{CPU_UPDATE_TOKENS} on a CPU, 0 on a GPU."
         },
     )
+    regroup_micro_batches: bool = field(
+        default=True,
+        metadata={
+            "help": "Cut each optimizer step's rows into micro-batches by group and length instead of TRL's "
+            "shuffle: a GRPO group's episodes share a micro-batch (their prompt runs once), rows of similar "
+            "length share one, and each micro-batch is trimmed to its own rows' width (TRL pads every "
+            "micro-batch to the generation batch's longest row). Same loss for every row, so the same gradient "
+            "(tested); False: TRL's shuffled micro-batches."
+        },
+    )
     generation_backend: str = field(
         default="auto",
         metadata={

@@ -26,6 +26,13 @@ micro-batch's rows into passes of at most a token budget (what each pass's forwa
 counted once) and :func:`select_rows` gives each pass its rows with the padding they do not need trimmed; the
 trainer runs forward and backward per pass with the whole micro-batch's loss denominators, so the gradient is the
 same as one pass's (tested). Memory then follows the budget (and the longest row), not the episodes' length.
+
+Which rows share a micro-batch is :func:`regroup_micro_batches`'s choice, not a shuffle's: TRL pads a whole
+generation batch to its longest row and cuts it, shuffled, into micro-batches, so a micro-batch pays for the
+batch's longest row and holds a group's episodes only by chance. Regrouped, each optimizer step's rows keep a
+GRPO group together (its prompt then runs once per micro-batch) and rows of similar length together, and each
+micro-batch is trimmed to its own rows' width. The loss of every row, and so the step's gradient, is unchanged
+(tested): the loss denominators are the whole step's or per row, never "whoever shares my micro-batch".
 """
 
 from __future__ import annotations
@@ -40,9 +47,11 @@ __all__ = [
     "common_prefix",
     "completion_logps",
     "completion_states",
+    "micro_batch_order",
     "pass_tokens",
     "projected_logps",
     "prompt_groups",
+    "regroup_micro_batches",
     "row_lengths",
     "select_rows",
     "sequence_states",
@@ -346,16 +355,60 @@ def update_passes(batch: dict[str, Any], budget: int, shared: bool = False) -> l
     return [torch.tensor(sorted(p), device=every.device) for p in passes]
 
 
+def micro_batch_order(batch: dict[str, Any]) -> torch.Tensor:
+    """An order of ``batch``'s rows (a row permutation) for cutting them into micro-batches: the rows of each
+    distinct prompt (a GRPO group) consecutive, so that a micro-batch holding several of them runs the prompt
+    once; groups by their longest row, longest first, and each group's rows longest first, so that rows of
+    similar length share a micro-batch. Rows whose prompts all differ (step rows) come out longest first."""
+    prompt, completion = row_lengths(batch)
+    length = (prompt + completion).tolist()
+    _, group = prompt_groups(batch["prompt_ids"], batch["prompt_mask"])
+    group = group.tolist()
+    longest: dict[int, int] = {}
+    for g, n in zip(group, length):
+        longest[g] = max(longest.get(g, 0), n)
+    order = sorted(range(len(length)), key=lambda r: (-longest[group[r]], group[r], -length[r], r))
+    return torch.tensor(order, dtype=torch.long, device=batch["prompt_ids"].device)
+
+
+def regroup_micro_batches(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same rows in the same number of micro-batches of the same sizes, regrouped by
+    :func:`micro_batch_order` and each trimmed (:func:`select_rows`) to the width its own rows need. ``chunks``:
+    the micro-batches of one optimizer step, cut from one padded batch (TRL's ``split_tensor_dict``: per-row
+    tensors and lists, scalars repeated in each)."""
+    if len(chunks) == 0:
+        return chunks
+    first = chunks[0]
+    sizes = [c["prompt_ids"].size(0) for c in chunks]
+    merged: dict[str, Any] = {}
+    for key, value in first.items():
+        if torch.is_tensor(value) and value.dim() > 0:
+            merged[key] = torch.cat([c[key] for c in chunks])
+        elif isinstance(value, list) and len(value) == sizes[0]:
+            merged[key] = [x for c in chunks for x in c[key]]
+        else:  # a scalar or None: the same in every micro-batch
+            merged[key] = value
+    order = micro_batch_order(merged)
+    out, start = [], 0
+    for size in sizes:
+        out.append(select_rows(merged, order[start : start + size]))
+        start += size
+    return out
+
+
 def select_rows(batch: dict[str, Any], idx: torch.Tensor) -> dict[str, Any]:
     """The micro-batch's rows ``idx``: every per-row tensor indexed, the prompt columns that are padding in all of
     them dropped on the left and the completion columns after their last real token on the right (per-token
-    entries are the completion's width); anything else (scalars such as ``num_items_in_batch``) as it is."""
+    entries are the completion's width), per-row lists indexed; anything else (scalars such as
+    ``num_items_in_batch``) as it is."""
     rows, width = batch["completion_ids"].shape
     prompt, completion = row_lengths({k: batch[k][idx] for k in ("prompt_mask", "completion_mask")})
     keep_p, keep_c = int(prompt.max()), max(int(completion.max()), 1)
     out: dict[str, Any] = {}
     for key, value in batch.items():
-        if not (torch.is_tensor(value) and value.dim() > 0 and value.size(0) == rows):
+        if isinstance(value, list) and len(value) == rows:
+            out[key] = [value[i] for i in idx.tolist()]
+        elif not (torch.is_tensor(value) and value.dim() > 0 and value.size(0) == rows):
             out[key] = value
         elif key in ("prompt_ids", "prompt_mask"):
             out[key] = value[idx][:, value.size(1) - keep_p :]

@@ -36,7 +36,7 @@ from agentr1_gym.errors import ConfigError
 from agentr1_gym.generation import GenerationError
 from agentr1_gym.rollout import Trajectory
 from agentr1_trl.config import CPU_UPDATE_TOKENS
-from agentr1_trl.forward import completion_logps, select_rows, update_passes
+from agentr1_trl.forward import completion_logps, regroup_micro_batches, select_rows, update_passes
 from agentr1_trl.run_dir import mark_complete, resolve_resume
 from agentr1_trl.signals import advantage_mask, check_rewards, env_return
 from agentr1_trl.turn_rows import CONTEXT_DEPENDENT, expand_turn_rows
@@ -402,7 +402,8 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
     # ---- TRL hooks -------------------------------------------------------------------------------------
     def _trl_rollout(self, prompts: list, trainer: Any) -> dict[str, list]:
         start = time.perf_counter()
-        trajs = self.rollout([seed_of_prompt(p) for p in prompts])
+        seeds = [seed_of_prompt(p) for p in prompts]
+        trajs = self.rollout(seeds)  # may play other seeds for some groups (updated in place)
         self._rollout_s = time.perf_counter() - start
         for t in trajs:
             if not t.completion_ids:  # TRL cannot train on an empty completion (it fails with an IndexError)
@@ -420,7 +421,27 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
             "env_mask": [self.loss_mask(t) for t in trajs],  # TRL's name for the action mask
             "episode_return": [self.episode_return(t) for t in trajs],
             "trajectory": trajs,  # merged into the rows by TRL: travels with the batch
+            "task_seed": seeds,  # the seeds played
         }
+
+    def _prepare_inputs(self, generation_batch: Any) -> Any:
+        """TRL's buffering, with each optimizer step's micro-batches regrouped (``regroup_micro_batches``:
+        :func:`~agentr1_trl.forward.regroup_micro_batches`) when a generation batch has just been buffered."""
+        steps = self.args.steps_per_generation
+        fresh = self._buffered_inputs is None or self._step % (steps * self.num_iterations) == 0
+        inputs = super()._prepare_inputs(generation_batch)
+        if not (self.model.training and fresh and getattr(self.args, "regroup_micro_batches", False)):
+            return inputs
+        per_update = self.args.gradient_accumulation_steps
+        if steps % per_update != 0:  # an optimizer step would straddle two blocks: leave TRL's order
+            return inputs
+        buffered = self._buffered_inputs
+        self._buffered_inputs = [
+            chunk
+            for start in range(0, steps, per_update)  # rows stay in the optimizer step TRL drew them for
+            for chunk in regroup_micro_batches(buffered[start : start + per_update])
+        ]
+        return self._buffered_inputs[self._step % steps]
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         start = time.perf_counter()
@@ -447,10 +468,12 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
     def _score(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
         trajectories = [row.pop("trajectory") for row in inputs]
+        seeds = [row.pop("task_seed", None) for row in inputs]
         check_rewards(trajectories)
         output["action_mask"] = output.pop("tool_mask")
         output = self.score_batch(output, trajectories)
-        self.on_scored(output, trajectories, [seed_of_prompt(row["prompt"]) for row in inputs])
+        played = [seed_of_prompt(row["prompt"]) if s is None else s for s, row in zip(seeds, inputs)]
+        self.on_scored(output, trajectories, played)
         if not all(t.one_sequence for t in trajectories):
             output = self._per_turn_rows(output, trajectories)
         return output
