@@ -11,7 +11,11 @@ import sys
 #: every trainer and estimator: GRPO's estimators and PPO at token and step level
 ALGOS = ("grpo", "grpo-rloo", "grpo-reinforce_pp", "grpo-gigpo", "grpo-turn_rloo", "ppo", "ppo-step")
 #: the settings that keep a trainer on one process, with the word their refusal names
-REFUSED = {"dynamic": {"dynamic_sampling": True}, "curriculum": {"curriculum": [{"min_success": 0.5}, {}]}}
+REFUSED = {
+    "dynamic": {"dynamic_sampling": True},
+    "selective": {"skip_flat_tasks": 0.5},
+    "curriculum": {"curriculum": [{"min_success": 0.5}, {}]},
+}
 #: episodes per optimizer step in all: one group, which the two processes split (4 episodes each)
 BATCH = 8
 

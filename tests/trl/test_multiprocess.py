@@ -71,6 +71,10 @@ def test_every_trainer_in_two_processes_trains_what_one_process_trains(tmp_path)
 def test_settings_that_read_one_process_alone_refuse_with_the_reason(tmp_path):
     run = _launch("refusals", tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
-    for name, word in (("dynamic", "dynamic_sampling"), ("curriculum", "min_success")):
+    for name, word in (
+        ("dynamic", "dynamic_sampling"),
+        ("selective", "skip_flat_tasks"),
+        ("curriculum", "min_success"),
+    ):
         reasons = [(tmp_path / f"refused-{name}-{rank}.txt").read_text() for rank in (0, 1)]
         assert all(word in r and "one process" in r for r in reasons), (name, reasons)

@@ -198,14 +198,72 @@ def test_dynamic_sampling_replaces_only_flat_groups_within_budget(tmp_path):
     varied = [_traj(1.0, 0.0), _traj(0.0, 0.0), _traj(1.0, 0.0), _traj(1.0, 0.0)]
     flat = [_traj(0.0, 0.3), _traj(0.0, 0.0), _traj(0.0, 0.1), _traj(0.0, 0.0)]  # varies only by shaping
     trainer._collect = rollout  # the generation step, scripted
-    trajs = trainer._dynamic_sampling(varied + flat)
-    assert trajs[:4] == varied  # a group with outcome variance is never touched
+    played = [100] * 4 + [101] * 4
+    trajs = trainer._dynamic_sampling(varied + flat, played)
+    assert trajs[:4] == varied and played[:4] == [100] * 4  # a group with outcome variance is never touched
     assert len(calls) <= 2 and all(len(c) == 4 for c in calls)  # only the flat group is regenerated
     group = trajs[4:]
     replaced = group is not flat and [answer_reward(t) for t in group] != [0.0] * 4
     assert replaced == any(c[0] % 2 == 1 for c in calls)
+    assert played[4:] == ([next(c[0] for c in calls if c[0] % 2 == 1)] * 4 if replaced else [101] * 4)
     assert all(0 <= c[0] - trainer.args.seed_offset < trainer.args.num_tasks for c in calls)
     assert trainer._metrics["train"]["signal/resample_rounds"][-1] == len(calls)
+
+
+def test_selective_rollouts_replace_tasks_whose_last_group_was_flat(tmp_path):
+    """skip_flat_tasks: a task whose last group was flat is replaced before its rollout (here with probability 1)
+    by a seed not known to be flat; a varied group clears its task; the state survives a checkpoint."""
+    trainer = _grpo(tmp_path, skip_flat_tasks=1.0, num_tasks=6, per_device_train_batch_size=8)
+    trainer.model.train()
+    played = []
+
+    def collect(seeds):  # seeds 0-3 always flat (every episode fails), 4 and 5 varied
+        played.append(list(seeds))
+        return [_traj(float(s >= 4 and i % 2 == 0), 0.0) for i, s in enumerate(seeds)]
+
+    trainer._collect = collect
+    seeds = [0] * 4 + [4] * 4
+    trainer.rollout(seeds)
+    assert played[-1] == [0] * 4 + [4] * 4 and trainer._flat_tasks == {0: 1}  # nothing known yet: as drawn
+    assert trainer._metrics["train"]["signal/skipped_flat_groups"][-1] == 0.0
+    seeds = [0] * 4 + [1] * 4
+    trainer.rollout(seeds)  # 0 was flat: replaced by a seed not flat and not in the batch (2, 3, 4 or 5)
+    assert played[-1] == seeds and seeds[4:] == [1] * 4
+    assert seeds[0] in (2, 3, 4, 5) and seeds[:4] == [seeds[0]] * 4
+    assert trainer._metrics["train"]["signal/skipped_flat_groups"][-1] == 0.5
+    trainer._flat_tasks = {0: 1, 1: 2, 2: 1, 3: 1}
+    seeds = [5] * 4 + [0] * 4
+    trainer.rollout(seeds)
+    assert seeds == [5] * 4 + [4] * 4  # the only seed left that is neither flat nor taken
+    assert 4 not in trainer._flat_tasks and 5 not in trainer._flat_tasks  # varied groups clear their task
+    trainer.save_extra(str(tmp_path))
+    other = _grpo(tmp_path / "other", skip_flat_tasks=1.0, num_tasks=6, per_device_train_batch_size=8)
+    other.load_extra(str(tmp_path))
+    assert other._flat_tasks == trainer._flat_tasks
+    every = {0: 1, 1: 1, 2: 1, 3: 1, 4: 1, 5: 1}
+    trainer._flat_tasks = dict(every)
+    seeds = [0] * 4 + [1] * 4
+    trainer.rollout(seeds)  # every task flat: nothing to replace them with, they are played
+    assert seeds == [0] * 4 + [1] * 4
+    off = _grpo(tmp_path / "off", num_tasks=6, per_device_train_batch_size=8)
+    off.model.train()
+    off._collect, off._flat_tasks = collect, dict(every)
+    seeds = [0] * 4 + [1] * 4
+    off.rollout(seeds)  # off by default: no state kept, nothing replaced
+    assert seeds == [0] * 4 + [1] * 4 and off._flat_tasks == every
+    with pytest.raises(ConfigError, match="skip_flat_tasks"):
+        AgentGRPOConfig(output_dir=str(tmp_path), **BASE, skip_flat_tasks=1.5)
+
+
+@pytest.mark.slow
+def test_selective_rollouts_train_and_log_what_they_skipped(tmp_path):
+    trainer = _grpo(
+        tmp_path, skip_flat_tasks=0.9, num_tasks=2, max_steps=3, save_strategy="steps", save_steps=1
+    )
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 3 and all("signal/skipped_flat_groups" in h for h in logs)
+    assert os.path.exists(tmp_path / "checkpoint-3" / "flat_tasks.json")
 
 
 @pytest.mark.slow

@@ -45,6 +45,10 @@ logger = logging.getLogger(__name__)
 #: curriculum: a stage's min_success is checked on the mean training success of this many recent steps
 CURRICULUM_WINDOW = 3
 CURRICULUM_FILE = "curriculum.json"
+#: skip_flat_tasks: each task seed's count of consecutive flat groups, kept with each checkpoint
+FLAT_TASKS_FILE = "flat_tasks.json"
+#: skip_flat_tasks: random draws of a replacement seed before the training seeds are scanned for one
+REPLACEMENT_DRAWS = 16
 #: episode metrics logged as ``env/<name>`` (the mean over a step's episodes, where the episodes report them);
 #: ``repeat_rate`` rising towards 1 is the sign of a policy collapsing into a loop (benchmarks/repeats.py)
 ENV_METRICS = ("success", "score", "format_ok", "repeat_rate", "em", "f1", "pass", "correct")
@@ -123,6 +127,9 @@ class AgentTrainer(TRLAgentTrainer):
         self._sampler_logprobs = True
         #: curriculum position: stage index, the step it started at, recent training success rates
         self._stage, self._stage_start, self._recent_success = 0, 0, []
+        #: skip_flat_tasks: task seed -> its consecutive flat groups (the seeds with none are left out)
+        self._flat_tasks: dict[int, int] = {}
+        self._task_seeds: list[int] | None = None
         super().__init__(
             model,
             args,
@@ -297,6 +304,11 @@ class AgentTrainer(TRLAgentTrainer):
 
     def multi_process_blocker(self) -> str | None:
         args = self.args
+        if args.skip_flat_tasks > 0:
+            return (
+                "skip_flat_tasks replaces a group's task seed before its rollout, and a group's episodes may lie "
+                "on several processes; train it on one process"
+            )
         if args.dynamic_sampling:
             return (
                 "dynamic_sampling regenerates the groups whose outcome is flat on each process, and a group's "
@@ -314,10 +326,18 @@ class AgentTrainer(TRLAgentTrainer):
         return False
 
     def rollout(self, seeds: list[int]) -> list[Trajectory]:
+        """The episodes of ``seeds`` (a group's ``num_generations`` seeds consecutive). In training,
+        ``skip_flat_tasks`` and ``dynamic_sampling`` may play other seeds for some groups: ``seeds`` is updated
+        in place to the seeds played."""
         self._advance_curriculum()
+        training = self.model.training
+        if training and self.args.skip_flat_tasks > 0:
+            self._skip_flat_tasks(seeds)
         trajs = self._collect(seeds)
-        if self.args.dynamic_sampling and self.model.training:
-            trajs = self._dynamic_sampling(trajs)
+        if self.args.dynamic_sampling and training:
+            trajs = self._dynamic_sampling(trajs, seeds)
+        if training and self.args.skip_flat_tasks > 0:
+            self._record_flat_tasks(seeds, trajs)
         self._log_episode_metrics(trajs)
         if self.args.curriculum and self.model.training:
             self.log_metric("curriculum/stage", float(self._stage))
@@ -354,6 +374,9 @@ class AgentTrainer(TRLAgentTrainer):
             self._recent_success = []
 
     def save_extra(self, output_dir: str) -> None:
+        if self.args.skip_flat_tasks > 0:
+            with open(os.path.join(output_dir, FLAT_TASKS_FILE), "w", encoding="utf-8") as f:
+                json.dump({str(k): v for k, v in sorted(self._flat_tasks.items())}, f)
         if self.args.curriculum:
             state = {
                 "stage": self._stage,
@@ -364,6 +387,10 @@ class AgentTrainer(TRLAgentTrainer):
                 json.dump(state, f)
 
     def load_extra(self, checkpoint: str) -> None:
+        flat = os.path.join(checkpoint, FLAT_TASKS_FILE)
+        if self.args.skip_flat_tasks > 0 and os.path.exists(flat):
+            with open(flat, encoding="utf-8") as f:
+                self._flat_tasks = {int(k): int(v) for k, v in json.load(f).items()}
         path = os.path.join(checkpoint, CURRICULUM_FILE)
         if self.args.curriculum and os.path.exists(path):
             with open(path, encoding="utf-8") as f:
@@ -433,8 +460,62 @@ class AgentTrainer(TRLAgentTrainer):
         for key, value in group_signal_metrics(trajs, self.num_generations).items():
             self.log_metric(key, value)
 
-    def _dynamic_sampling(self, trajs: list[Trajectory]) -> list[Trajectory]:
-        """Replace groups whose outcome does not vary by fresh groups (new training seeds) whose outcome does."""
+    # ---- selective rollouts (skip_flat_tasks) ------------------------------------------------------------
+    def _training_seeds(self) -> list[int]:
+        if self._task_seeds is None:
+            self._task_seeds = [int(s) for s in self.train_dataset["seed"]]
+        return self._task_seeds
+
+    def _skip_flat_tasks(self, seeds: list[int]) -> None:
+        """Before the rollout: each group whose task was flat last time is, with probability ``skip_flat_tasks``,
+        given a training seed not known to be flat (and not already in this batch) instead; in place."""
+        args: AgentTrainerConfig = self.args
+        size = self.num_generations
+        groups = len(seeds) // size
+        rng = random.Random(args.seed * 1_000_033 + self.state.global_step)
+        pool, taken = self._training_seeds(), set(seeds)
+        skipped = 0
+        for g in range(groups):
+            if self._flat_tasks.get(seeds[g * size], 0) == 0 or rng.random() >= args.skip_flat_tasks:
+                continue
+            fresh = self._replacement_seed(pool, taken, rng)
+            if fresh is not None:
+                seeds[g * size : (g + 1) * size] = [fresh] * size
+                taken.add(fresh)
+                skipped += 1
+        self.log_metric("signal/skipped_flat_groups", skipped / max(groups, 1))
+
+    def _replacement_seed(self, pool: list[int], taken: set[int], rng: random.Random) -> int | None:
+        """A training seed not known to be flat and not in ``taken``: a few random draws, then a scan of the pool
+        from a random start (None when every seed is flat or taken)."""
+
+        def usable(seed: int) -> bool:
+            return seed not in taken and self._flat_tasks.get(seed, 0) == 0
+
+        for _ in range(REPLACEMENT_DRAWS):
+            seed = pool[rng.randrange(len(pool))]
+            if usable(seed):
+                return seed
+        start = rng.randrange(len(pool))
+        rotated = pool[start:] + pool[:start]
+        return next((seed for seed in rotated if usable(seed)), None)
+
+    def _record_flat_tasks(self, seeds: list[int], trajs: list[Trajectory]) -> None:
+        """After the rollout: each played task's count of consecutive flat groups."""
+        size = self.num_generations
+        for g in range(len(trajs) // size):
+            outcomes = [answer_reward(t) for t in trajs[g * size : (g + 1) * size]]
+            seed = seeds[g * size]
+            if max(outcomes) - min(outcomes) <= 1e-9:
+                self._flat_tasks[seed] = self._flat_tasks.get(seed, 0) + 1
+            else:
+                self._flat_tasks.pop(seed, None)
+        flagged = len(self._flat_tasks)
+        self.log_metric("signal/flat_tasks_known", float(flagged))
+
+    def _dynamic_sampling(self, trajs: list[Trajectory], played: list[int]) -> list[Trajectory]:
+        """Replace groups whose outcome does not vary by fresh groups (new training seeds) whose outcome does;
+        ``played`` (the seeds of ``trajs``) is updated in place."""
         args: AgentTrainerConfig = self.args
         size = self.num_generations
         rng = random.Random(args.seed * 1_000_003 + self.state.global_step)
@@ -455,6 +536,7 @@ class AgentTrainer(TRLAgentTrainer):
                 group = fresh[j * size : (j + 1) * size]
                 if not flat(group):
                     trajs[g * size : (g + 1) * size] = group
+                    played[g * size : (g + 1) * size] = [seeds[j]] * size
                     replaced += 1
         self.log_metric("signal/resample_rounds", float(rounds))
         self.log_metric("signal/resampled_groups", replaced / max(len(trajs) // size, 1))

@@ -97,6 +97,18 @@ class AgentTrainerConfig(GRPOConfig):
         default=2,
         metadata={"help": "Generation budget of dynamic sampling: extra rounds over the flat groups."},
     )
+    skip_flat_tasks: float = field(
+        default=0.0,
+        metadata={
+            "help": "Selective rollouts: before a group is rolled out, a task seed whose last group in this run "
+            "had a flat outcome (every episode's answer reward equal: all solved or all failed, so its advantages "
+            "carry nothing about the outcome) is replaced, with this probability, by a training seed not known to be flat. The "
+            "other 1 - p of the time it is rolled out anyway, so a task the policy has come to fail or solve "
+            "differently is found again. Saves the rollouts (and, with skip_zero_advantage off, the update) of "
+            "groups that cannot teach; the share replaced is logged as signal/skipped_flat_groups. Acts only "
+            "where task seeds repeat (num_tasks small against the steps). 0 (default): off."
+        },
+    )
     curriculum: list[dict[str, Any]] = field(
         default_factory=list,
         metadata={
@@ -283,6 +295,8 @@ class AgentTrainerConfig(GRPOConfig):
             )
         if self.importance_correction not in {"tis", "none"} or self.tis_cap < 1.0:
             raise ConfigError("importance_correction must be 'tis' or 'none', and tis_cap >= 1")
+        if not 0.0 <= self.skip_flat_tasks <= 1.0:
+            raise ConfigError(f"skip_flat_tasks is a probability in [0, 1], got {self.skip_flat_tasks}")
         if self.reward_signal not in {"return", "outcome"}:
             raise ConfigError(f"reward_signal must be 'return' or 'outcome', got {self.reward_signal!r}")
         self._refuse_unsupported()
