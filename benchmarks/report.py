@@ -598,21 +598,26 @@ def _step_cost(data: dict[str, Any]) -> str:
     rows = []
     for run in data["runs"].values():
         if "error" in run:
-            rows.append([run["world"], run["variant"], f"failed: {run['error']}", *[""] * 11])
+            rows.append([run["world"], run["variant"], f"failed: {run['error']}", *[""] * 12])
             continue
         split = run["split_s"]
         rows.append([run["world"], run["variant"], run["sec_per_step"], split["score"], split["forward"],
                      split["backward"], split["optimizer"], run["update_share_of_step"], run["tokens_per_step"],
-                     run["padding_fraction"], run["update_tokens_per_s"], run["update_gflops_achieved"],
-                     run["share_of_matmul_peak"], run.get("update_speed_vs_fp32", "")])  # fmt: skip
-    header = ["world", "update", "s/step", "score s", "forward s", "backward s", "optimizer s", "update share",
-              "tokens/step", "padding", "update tokens/s", "GFLOP/s", "of matmul peak", "vs fp32"]  # fmt: skip
+                     run["padding_fraction"], run["update_gflop_per_step"], run["update_tokens_per_s"],
+                     run["update_gflops_achieved"], run["share_of_matmul_peak"],
+                     run.get("update_speed_vs_fp32", "")])  # fmt: skip
+    header = ["world", "variant", "s/step", "score s", "forward s", "backward s", "optimizer s", "update share",
+              "tokens/step", "padding", "update GFLOP/step", "update tokens/s", "GFLOP/s", "of matmul peak",
+              "update speed vs fp32"]  # fmt: skip
     return (
         f"Matrix-product peak on this machine, same run: {peak.get('float32')} GFLOP/s fp32, "
         f"{peak.get('bfloat16')} GFLOP/s bf16 ({data.get('threads')} threads). Seconds are the mean of "
         f"{data.get('steps')} timed steps after a warm-up one; *update share* is the update and optimizer's share "
-        "of a step whose turns are scripted (no generation); *of matmul peak* compares the update's counted FLOPs "
-        "per second with the peak of its precision.\n\n" + _table(header, rows)
+        "of a step whose turns are scripted (no generation); *tokens/step* counts every row's real tokens (a prompt "
+        "a group shares counts once per row), *update GFLOP/step* the work actually done (a shared prompt that "
+        "runs once counts once); *of matmul peak* compares the update's counted FLOPs per second with the peak of its precision; "
+        "*update speed vs fp32* is the same tokens' update time, fp32 on TRL's micro-batches over this variant's."
+        "\n\n" + _table(header, rows)
     )
 
 
@@ -788,17 +793,17 @@ def headline_rows() -> list[list[str]]:
         worlds = list(dict.fromkeys(r["world"] for r in runs.values()))
         base = [runs[f"{w}/fp32"] for w in worlds if "sec_per_step" in runs.get(f"{w}/fp32", {})]
         if base:
-            text = "the update's share of a step (fp32, turns scripted): " + ", ".join(
-                f"{r['world']} {r['sec_per_step']:.1f} s/step, {100 * r['update_share_of_step']:.0f}% update, "
-                f"{100 * r['share_of_matmul_peak']:.0f}% of the fp32 matmul peak"
+            text = "update seconds per step on TRL's micro-batches, fp32, turns scripted: " + ", ".join(
+                f"{r['world']} {r['sec_per_step']:.0f} s ({100 * r['share_of_matmul_peak']:.0f}% of the measured "
+                "fp32 matmul peak)"
                 for r in base
             )
-            for variant in ("bf16-autocast", "bf16-weights", "fp32-lora-top-third"):
+            for variant in ("bf16-autocast", "bf16-weights", "fp32-regrouped", "regrouped-lora-top-third"):
                 ratios = [runs[f"{w}/{variant}"].get("update_speed_vs_fp32") for w in worlds
                           if f"{w}/{variant}" in runs]  # fmt: skip
                 ratios = [x for x in ratios if x is not None]
                 if ratios:
-                    text += f"; `{variant}` update {min(ratios):.2f}-{max(ratios):.2f}x fp32's tokens/s"
+                    text += f"; `{variant}` {min(ratios):.2f}-{max(ratios):.2f}x as fast"
             machine = cost.get("machine", {})
             flags = ", ".join(machine.get("cpu_vector") or []) or "no AVX2"
             rows.append([

@@ -1,8 +1,8 @@
 """What an RL step costs, part by part, in each world the learning runs train on: the main job, the shop, Coin
 Collector and BFCL base, each at its learning protocol's settings, under each update precision, on identical tokens.
 
-    python benchmarks/step_cost.py --json benchmarks/results/step_cost.json        # SmolLM2-135M, every world
-    python benchmarks/step_cost.py --worlds main shop --variants fp32 bf16-autocast --steps 2
+    python benchmarks/step_cost.py --jobs 2 --json benchmarks/results/step_cost.json   # SmolLM2-135M, every world
+    python benchmarks/step_cost.py --worlds main shop --variants fp32 fp32-regrouped --steps 2
     python benchmarks/step_cost.py --smoke       # a tiny random model, the main job, one timed step (a minute)
 
 The policy is SmolLM2-135M-Instruct with the CLI's LoRA (r=16), GRPO with 2 task seeds x 4 episodes a step, the
@@ -15,21 +15,28 @@ speed-up), and the token load is an oracle-like policy's, which is what the warm
 therefore not measured here (``benchmarks/learning.py`` splits a sampled step into generation, env, scoring and
 update); everything after it is.
 
-Each (world, variant) runs in its own process (its own peak memory); one warm-up step, then ``--steps`` timed
+Each (world, variant) runs in its own process (its own peak memory), pinned to its own ``--threads`` cores (``--jobs``
+runs side by side: the learning runs train one core each); one warm-up step, then ``--steps`` timed
 ones. Per step: ``score`` (TRL's old/reference log-probs and our advantages, between rollout and loss),
 ``forward`` (the loss's forward passes), ``backward``, ``optimizer``; the tokens through the update (real and
 padding), the update passes; the update's FLOPs (counted by ``torch.utils.flop_counter`` on the warm-up step, per
 update token, times each timed step's tokens) and its achieved GFLOP/s against this CPU's matrix-product peak
 measured in the same run, fp32 and bf16; peak RSS; the CPU's model and vector flags. Variants:
 
-* ``fp32``: the update in float32 (every CPU without native bf16 runs this);
+* ``fp32``: the update in float32 (every CPU without native bf16 runs this), on TRL's micro-batches (the step's
+  rows shuffled, each micro-batch padded to the step's longest row);
 * ``bf16-autocast``: ``bf16=True`` (autocast around the forward pass; the weights stay fp32);
 * ``bf16-weights``: the frozen base model's weights stored in bf16, the LoRA adapter and its optimizer state in
   fp32 (peft keeps them so), no autocast;
-* ``fp32-lora-top-half``, ``fp32-lora-top-third``: fp32 with LoRA on the top half or third of the layers only
-  (PEFT's ``layers_to_transform``; the others adapt every layer): nothing below the lowest adapted layer needs a
-  gradient, so the backward pass stops there. Fewer adapted layers may learn less per step: this measures the
-  cost side only.
+* ``fp32-regrouped``: fp32 on regrouped micro-batches (``regroup_micro_batches``: a group's rows together, so its
+  prompt runs once; rows of similar length together; each micro-batch trimmed to its rows' width);
+* ``regrouped-lora-top-half``, ``regrouped-lora-top-third``: that, with LoRA on the top half or third of the
+  layers only (``--lora-layers``, PEFT's ``layers_to_transform``; the others adapt every layer): nothing below the
+  lowest adapted layer needs a gradient, so the backward pass stops there. Fewer adapted layers may learn less
+  per step: this measures the cost side only.
+
+The viewer's saved episodes (``save_episodes_steps``: a forward pass per saved episode every 10th step) are off:
+they are not part of the step.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 #: the worlds, each at its learning runs' settings: env, env kwargs, turn and episode budgets, episodes per pass
@@ -76,13 +84,17 @@ WORLDS: dict[str, dict[str, Any]] = {
     },
 }
 VARIANTS: dict[str, dict[str, Any]] = {
-    "fp32": {"bf16": False, "bf16_weights": False, "lora_layers": 1.0},
-    "bf16-autocast": {"bf16": True, "bf16_weights": False, "lora_layers": 1.0},
-    "bf16-weights": {"bf16": False, "bf16_weights": True, "lora_layers": 1.0},
-    # LoRA on the top half / third of the layers only (PEFT's layers_to_transform): below the lowest adapted
+    # TRL's micro-batches: the step's rows shuffled, every micro-batch padded to the step's longest row
+    "fp32": {"bf16": False, "bf16_weights": False, "lora_layers": 1.0, "regroup": False},
+    "bf16-autocast": {"bf16": True, "bf16_weights": False, "lora_layers": 1.0, "regroup": False},
+    "bf16-weights": {"bf16": False, "bf16_weights": True, "lora_layers": 1.0, "regroup": False},
+    # micro-batches regrouped (regroup_micro_batches): a group's rows together, similar lengths together, each
+    # trimmed to its own rows' width
+    "fp32-regrouped": {"bf16": False, "bf16_weights": False, "lora_layers": 1.0, "regroup": True},
+    # and LoRA on the top half / third of the layers only (PEFT's layers_to_transform): below the lowest adapted
     # layer nothing requires a gradient, so the backward pass stops there
-    "fp32-lora-top-half": {"bf16": False, "bf16_weights": False, "lora_layers": 1 / 2},
-    "fp32-lora-top-third": {"bf16": False, "bf16_weights": False, "lora_layers": 1 / 3},
+    "regrouped-lora-top-half": {"bf16": False, "bf16_weights": False, "lora_layers": 1 / 2, "regroup": True},
+    "regrouped-lora-top-third": {"bf16": False, "bf16_weights": False, "lora_layers": 1 / 3, "regroup": True},
 }
 GENERATIONS, GROUPS = 4, 2
 MALFORMED = "I am not sure which tool to use, so I will think about it first."
@@ -142,6 +154,8 @@ def worker(world: str, variant: str, steps: int, threads: int, model_name: str) 
         disable_tqdm=True,
         gradient_checkpointing=False,
         bf16=settings["bf16"],
+        regroup_micro_batches=settings["regroup"],
+        save_episodes_steps=0,  # the viewer's episodes (a forward pass each, every 10th step) are not the step
         env_id=spec["env"],
         env_kwargs=spec["env_kwargs"],
         max_new_tokens_per_turn=spec["max_new_tokens_per_turn"],
@@ -277,11 +291,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--worlds", nargs="+", default=list(WORLDS), choices=list(WORLDS))
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--steps", type=int, default=2, help="timed steps per run (after one warm-up step)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads per run")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads per run (the learning protocol: 1)"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="runs side by side, each pinned to its own --threads cores"
+    )
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="a tiny random model, the main job, fp32 and bf16 autocast, 1 timed step",
+        help="a tiny random model, the main job, fp32, regrouped and bf16 autocast, 1 timed step",
     )
     parser.add_argument("--json", default=None, help="also write the JSON result here")
     parser.add_argument("--worker", nargs=2, metavar=("WORLD", "VARIANT"), help=argparse.SUPPRESS)
@@ -297,7 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.steps < 1:
         raise SystemExit("step_cost.py: --steps must be at least 1")
     if args.smoke:
-        args.worlds, args.variants, args.steps, args.model = ["main"], ["fp32", "bf16-autocast"], 1, "tiny"
+        args.worlds, args.steps, args.model = ["main"], 1, "tiny"
+        args.variants = ["fp32", "fp32-regrouped", "bf16-autocast"]
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _common import emit, machine_info
     from tqdm.auto import tqdm
@@ -307,24 +327,52 @@ def main(argv: list[str] | None = None) -> None:
         "machine": machine_info("agentr1-gym", "torch", "transformers", "trl", "peft"),
         "matmul_gflops": matmul_gflops(args.threads),
         "threads": args.threads,
+        "jobs_side_by_side": args.jobs,
         "steps": args.steps,
         "runs": {},
     }
     jobs = [(w, v) for w in args.worlds for v in args.variants]
-    for world, variant in tqdm(jobs, desc="step_cost", unit="run"):
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", world, variant, "--steps", str(args.steps),
-               "--threads", str(args.threads), "--model", args.model]  # fmt: skip
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:  # a failed run is reported, never a silent zero; the others still run
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            result["runs"][f"{world}/{variant}"] = {"world": world, "variant": variant, "error": last}
-            print(f"step_cost: {world}/{variant} failed: {last}", file=sys.stderr)
-            continue
-        run = json.loads(done.stdout.strip().splitlines()[-1])
-        peak = result["matmul_gflops"]["bfloat16" if variant != "fp32" else "float32"]
-        run["share_of_matmul_peak"] = round(run["update_gflops_achieved"] / peak, 3)
-        result["runs"][f"{world}/{variant}"] = run
-        emit(result, args.json, quiet=True)  # partial results as the runs go
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.jobs * args.threads > len(cpus):
+        raise SystemExit(
+            f"step_cost.py: --jobs {args.jobs} x --threads {args.threads} needs {args.jobs * args.threads} cores; "
+            f"this process may use {len(cpus)}"
+        )
+    # each run its own cores
+    slots = [cpus[i * args.threads : (i + 1) * args.threads] for i in range(args.jobs)]
+
+    def run(job: tuple[str, str], slot: list[int]) -> tuple[str, str, subprocess.CompletedProcess]:
+        world, variant = job
+        cmd = ["taskset", "-c", ",".join(map(str, slot)), sys.executable, os.path.abspath(__file__),
+               "--worker", world, variant, "--steps", str(args.steps), "--threads", str(args.threads),
+               "--model", args.model]  # fmt: skip
+        return world, variant, subprocess.run(cmd, capture_output=True, text=True)
+
+    free = list(range(args.jobs))
+    with ThreadPoolExecutor(args.jobs) as pool, tqdm(total=len(jobs), desc="step_cost", unit="run") as bar:
+        pending: dict[Any, int] = {}
+        queue = list(jobs)
+        while queue or pending:
+            while queue and free:
+                slot = free.pop()
+                pending[pool.submit(run, queue.pop(0), slots[slot])] = slot
+            done_set, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done_set:
+                free.append(pending.pop(future))
+                world, variant, done = future.result()
+                bar.update()
+                # a failed run is reported, never a silent zero; the others still run
+                if done.returncode != 0:
+                    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                    result["runs"][f"{world}/{variant}"] = {"world": world, "variant": variant, "error": last}
+                    print(f"step_cost: {world}/{variant} failed: {last}", file=sys.stderr)
+                    continue
+                out = json.loads(done.stdout.strip().splitlines()[-1])
+                bf16 = VARIANTS[variant]["bf16"] or VARIANTS[variant]["bf16_weights"]
+                peak = result["matmul_gflops"]["bfloat16" if bf16 else "float32"]
+                out["share_of_matmul_peak"] = round(out["update_gflops_achieved"] / peak, 3)
+                result["runs"][f"{world}/{variant}"] = out
+                emit(result, args.json, quiet=True)  # partial results as the runs go
     for world in args.worlds:  # each variant's update against fp32's, same tokens
         base = result["runs"].get(f"{world}/fp32", {}).get("update_tokens_per_s")
         for variant in args.variants:

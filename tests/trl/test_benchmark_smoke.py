@@ -248,14 +248,15 @@ def test_repeats_benchmark_smoke(tmp_path):
 @pytest.mark.timeout(600)
 def test_step_cost_benchmark_smoke(tmp_path):
     """benchmarks/step_cost.py's whole path on a tiny model: every row trained (scripted turns whose returns differ
-    within each group), the step split into its parts, the update's counted FLOPs and rate, bf16 against fp32."""
+    within each group), the step split into its parts, the update's counted FLOPs and rate, bf16 and regrouped
+    micro-batches against fp32."""
     pytest.importorskip("trl")
     out = tmp_path / "step_cost.json"
     script = REPO / "benchmarks" / "step_cost.py"
     subprocess.run([sys.executable, str(script), "--smoke", "--threads", "1", "--json", str(out)], check=True,
                    capture_output=True, timeout=500)  # fmt: skip
     result = json.loads(out.read_text())
-    assert set(result["runs"]) == {"main/fp32", "main/bf16-autocast"}
+    assert set(result["runs"]) == {"main/fp32", "main/fp32-regrouped", "main/bf16-autocast"}
     assert result["matmul_gflops"]["float32"] > 0 and result["machine"]["cpu_model"] is not None
     for run in result["runs"].values():
         assert run["rows_trained"] > 0 and run["grad_norm_first_step"] > 0
@@ -265,3 +266,7 @@ def test_step_cost_benchmark_smoke(tmp_path):
         assert run["tokens_per_step"] > 0 and 0 <= run["padding_fraction"] < 1
         assert run["update_gflops_achieved"] > 0 and run["flops_per_token_warmup"] > 0
     assert result["runs"]["main/bf16-autocast"]["update_speed_vs_fp32"] > 0
+    # the same rows regrouped: the same tokens trained, less padding
+    fp32, regrouped = result["runs"]["main/fp32"], result["runs"]["main/fp32-regrouped"]
+    assert regrouped["tokens_per_step"] == fp32["tokens_per_step"]
+    assert regrouped["padding_fraction"] <= fp32["padding_fraction"]

@@ -27,8 +27,6 @@ __all__ = [
 ]
 
 
-
-
 def describe_hardware(bf16: bool) -> str:
     """One line: the device the update runs on, whether it computes bf16 natively (and how much faster, as
     measured), and the precision chosen."""
