@@ -616,8 +616,10 @@ def _step_cost(data: dict[str, Any]) -> str:
         "of a step whose turns are scripted (no generation); *tokens/step* counts every row's real tokens (a prompt "
         "a group shares counts once per row), *update GFLOP/step* the work actually done (a shared prompt that "
         "runs once counts once); *of matmul peak* compares the update's counted FLOPs per second with the peak of its precision; "
-        "*update speed vs fp32* is the same tokens' update time, fp32 on TRL's micro-batches over this variant's."
-        "\n\n" + _table(header, rows)
+        "*update speed vs fp32* is the same tokens' update time, fp32 on TRL's micro-batches over this variant's. "
+        "The timed steps play different tasks, so their times differ by content; every variant plays the same "
+        "steps on the same tokens, so `step_times` in the JSON compare step by step.\n\n"
+        + _table(header, rows)
     )
 
 
