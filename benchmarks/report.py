@@ -231,7 +231,8 @@ def _main_job(data: dict[str, Any]) -> str:
             ],
             rows,
         )
-        + _precision_comparison()
+        # the float32/bf16 pair belongs on their two pages, not on a run of other settings
+        + (_precision_comparison() if "--lora-layers" not in data["command"] else "")
     )
 
 
