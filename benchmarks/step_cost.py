@@ -178,11 +178,9 @@ def worker(world: str, variant: str, steps: int, threads: int, model_name: str) 
             phases["optimizer"].append(now - self.opt_start)
             step_s.append(now - self.step_start)
 
-    peft_config = lora_config(16)
     layers = model.config.num_hidden_layers
     adapted = max(1, round(layers * settings["lora_layers"]))
-    if adapted < layers:
-        peft_config.layers_to_transform = list(range(layers - adapted, layers))
+    peft_config = lora_config(16, adapted, model)  # the CLI's adapter, as --lora-layers ADAPTED makes it
     trainer = AgentGRPOTrainer(model, args, tok, peft_config=peft_config, callbacks=[Timer()])
     trainer.generator = ScriptedGenerator(tok, _script(trainer._envs(rows)))
     loss = trainer.loss

@@ -251,6 +251,32 @@ def test_update_passes_cover_every_row_once_within_the_budget():
         )  # prefix counted once
 
 
+def _loss_trainer(tmp_path, algo, loss_type):
+    """A GRPO or PPO trainer (PPO with a non-trivial value head) in training mode, two micro-batches per step."""
+    if algo == "grpo":
+        trainer = _trainer(AgentGRPOTrainer, AgentGRPOConfig, tmp_path, loss_type=loss_type)
+    else:
+        trainer = _trainer(AgentPPOTrainer, AgentPPOConfig, tmp_path, loss_type=loss_type)
+        torch.nn.init.normal_(trainer.value_head.weight, std=0.5)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2  # as TRL's training loop sets it
+    return trainer
+
+
+def _add_loss_inputs(trainer, batch, algo, g):
+    """The old policy's log-probs (a little off the current ones) and, for PPO, per-token advantages, returns and
+    old values: what the loss reads besides the tokens."""
+    cm = batch["completion_mask"]
+    with torch.no_grad():
+        batch["old_per_token_logps"] = trainer.token_logps(
+            trainer.model, torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1),
+            torch.cat([batch["prompt_mask"], cm], 1), cm.size(1)) - 0.05  # fmt: skip
+    if algo == "ppo":
+        batch["advantages"] = torch.randn(cm.shape, generator=g) * cm
+        batch["returns"] = torch.randn(cm.shape, generator=g) * cm
+        batch["old_values"] = torch.randn(cm.shape, generator=g) * cm
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 def test_several_passes_give_the_micro_batch_loss_and_gradient(tmp_path, algo, loss_type):
@@ -258,27 +284,15 @@ def test_several_passes_give_the_micro_batch_loss_and_gradient(tmp_path, algo, l
     gradient it steps with are those of one pass over the micro-batch."""
     from agentr1_trl.forward import update_passes
 
-    if algo == "grpo":
-        trainer = _trainer(AgentGRPOTrainer, AgentGRPOConfig, tmp_path, loss_type=loss_type)
-    else:
-        trainer = _trainer(AgentPPOTrainer, AgentPPOConfig, tmp_path, loss_type=loss_type)
-        torch.nn.init.normal_(trainer.value_head.weight, std=0.5)
+    trainer = _loss_trainer(tmp_path, algo, loss_type)
     model = trainer.model
-    model.train()
-    trainer.current_gradient_accumulation_steps = 2  # as TRL's training loop sets it
     pid, pm, cid, cm = _step_batch(trainer.processing_class)
     g = torch.Generator().manual_seed(1)
     action = cm * (torch.rand(cm.shape, generator=g) > 0.3)
     batch = {"prompt_ids": pid, "prompt_mask": pm, "completion_ids": cid, "completion_mask": cm,
              "action_mask": action, "advantages": torch.tensor([1.0, -0.5, 0.0, 2.0, -1.0]),
              "num_items_in_batch": torch.tensor(float(action.sum() * 3))}  # fmt: skip
-    with torch.no_grad():
-        batch["old_per_token_logps"] = trainer.token_logps(model, torch.cat([pid, cid], 1),
-                                                           torch.cat([pm, cm], 1), cid.size(1)) - 0.05  # fmt: skip
-    if algo == "ppo":
-        batch["advantages"] = torch.randn(cm.shape, generator=g) * cm
-        batch["returns"] = torch.randn(cm.shape, generator=g) * cm
-        batch["old_values"] = torch.randn(cm.shape, generator=g) * cm
+    _add_loss_inputs(trainer, batch, algo, g)
 
     def run(budget):
         trainer.args.max_update_tokens = budget
@@ -407,26 +421,11 @@ def test_regrouped_micro_batches_give_the_steps_loss_and_gradient(tmp_path, algo
     from agentr1_trl.forward import regroup_micro_batches
     from trl.trainer.utils import split_tensor_dict
 
-    if algo == "grpo":
-        trainer = _trainer(AgentGRPOTrainer, AgentGRPOConfig, tmp_path, loss_type=loss_type)
-    else:
-        trainer = _trainer(AgentPPOTrainer, AgentPPOConfig, tmp_path, loss_type=loss_type)
-        torch.nn.init.normal_(trainer.value_head.weight, std=0.5)
+    trainer = _loss_trainer(tmp_path, algo, loss_type)
     model = trainer.model
-    model.train()
-    trainer.current_gradient_accumulation_steps = 2
     batch = _groups_batch(trainer.processing_class)
     del batch["episode"]
-    cm = batch["completion_mask"]
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        batch["old_per_token_logps"] = trainer.token_logps(
-            model, torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1),
-            torch.cat([batch["prompt_mask"], cm], 1), cm.size(1)) - 0.05  # fmt: skip
-    if algo == "ppo":
-        batch["advantages"] = torch.randn(cm.shape, generator=g) * cm
-        batch["returns"] = torch.randn(cm.shape, generator=g) * cm
-        batch["old_values"] = torch.randn(cm.shape, generator=g) * cm
+    _add_loss_inputs(trainer, batch, algo, torch.Generator().manual_seed(3))
 
     def run(chunks):
         model.zero_grad()

@@ -510,8 +510,7 @@ class AgentTrainer(TRLAgentTrainer):
                 self._flat_tasks[seed] = self._flat_tasks.get(seed, 0) + 1
             else:
                 self._flat_tasks.pop(seed, None)
-        flagged = len(self._flat_tasks)
-        self.log_metric("signal/flat_tasks_known", float(flagged))
+        self.log_metric("signal/flat_tasks_known", float(len(self._flat_tasks)))
 
     def _dynamic_sampling(self, trajs: list[Trajectory], played: list[int]) -> list[Trajectory]:
         """Replace groups whose outcome does not vary by fresh groups (new training seeds) whose outcome does;

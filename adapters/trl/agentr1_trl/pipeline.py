@@ -154,8 +154,8 @@ def _make_trainer(
         clear_or_refuse(plan.output_dir, overwrite=plan.overwrite, remove=True)
     # written only now that the model loaded: a failed invocation never overwrites an earlier run's config,
     # which `--resume` reads
-    run = {"algo": plan.algo, "model": plan.model, "lora_r": plan.lora_r, "warm_start": plan.warm_start}
-    run["lora_layers"] = plan.lora_layers
+    run = {"algo": plan.algo, "model": plan.model, "lora_r": plan.lora_r, "warm_start": plan.warm_start,
+           "lora_layers": plan.lora_layers}  # fmt: skip
     run["eval_episodes"] = plan.eval_episodes  # a resume evaluates as many as the run started with
     run["settings"] = plan.settings
     if plan.run_file is not None:  # a resumed run keeps what it recorded about itself (its engine, ...)
