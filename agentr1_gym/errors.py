@@ -22,6 +22,7 @@ __all__ = [
     "DataError",
     "InferenceServerError",
     "MissingDependencyError",
+    "MissingProgramError",
     "NoOracleError",
     "ResetNeededError",
     "RewardRangeError",
@@ -62,6 +63,10 @@ class MissingDependencyError(AgentR1Error, ImportError):
         )
         self.package = package
         self.extra = extra
+
+
+class MissingProgramError(AgentR1Error, FileNotFoundError):
+    """A program an env drives (a browser and its driver) is not installed; the message says how to install it."""
 
 
 class NoOracleError(ConfigError):
