@@ -137,6 +137,12 @@ def register_worlds() -> None:
         "agentr1_gym.envs.webshop:WebShopEnv",
         "Find and buy the product an instruction describes in a WebShop-style shop (2,000 procedural products).",
     )
+    _register(
+        "AgentR1/MiniWoB-v0",
+        "agentr1_gym.envs.miniwob:MiniWoBEnv",
+        "MiniWoB++ web tasks in headless Chromium (click, type, press, select on the page's elements), scored by "
+        "MiniWoB's own reward.",
+    )
 
 
 def env_ids() -> list[str]:

@@ -131,9 +131,9 @@ def build_tiny_encoder(path, texts):
 
 
 # Registry-wide tests (parametrized over env ids) run every env in the complete suite (CI). In the README's quick
-# run they leave out the worlds whose make or reset costs seconds (a generated text game, BFCL's worker process):
-# their own tests (tests/envs/test_worlds.py, tests/envs/test_bfcl.py) still cover them there.
-SLOW_ENV_PREFIXES = ("AgentR1/TextWorld-", "AgentR1/BFCL-")
+# run they leave out the worlds whose make or reset costs seconds (a generated text game, BFCL's worker process, a
+# browser): their own tests (tests/envs/test_worlds.py, test_bfcl.py, test_miniwob.py) still cover them there.
+SLOW_ENV_PREFIXES = ("AgentR1/TextWorld-", "AgentR1/BFCL-", "AgentR1/MiniWoB-")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -49,6 +49,7 @@ BENIGN = {
     "python": {"code": "print(6 * 7)"},
     "calculator": {"expression": "6 * 7"},
     "act": {"command": "look"},
+    "click": {"ref": 1},  # a web page's body
 }
 
 
