@@ -53,6 +53,7 @@ SCRIPTS = {
     "trainer_step_smollm2": ("trainer_step.py", "Trainer step against TRL's GRPOTrainer (SmolLM2)"),
     "update_step": ("update_step.py", "What one update costs, per setting"),
     "step_cost": ("step_cost.py", "What an RL step costs in each world, part by part"),
+    "miniwob_env": ("miniwob_env.py", "MiniWoB++ in a browser: oracles, observations, cost, gaming"),
     "shop_shortcuts": (
         "shop_shortcuts.py",
         "Shortcuts in the shop: the first hit against reading prices and options",
@@ -625,7 +626,42 @@ def _step_cost(data: dict[str, Any]) -> str:
     )
 
 
+def _miniwob_env(data: dict[str, Any]) -> str:
+    """Per task: the oracle's held-out success, the observation's size, and a step against MiniWoB's driver."""
+    cost = data["cost"]["tasks"]
+    rows = []
+    for task, r in data["oracles"].items():
+        first, later = r["first_observation"], r.get("page_after_action") or {}
+        peer = cost.get(task, {})
+        rows.append([task, r["success"], r["actions_mean"], first.get("tokens_mean", ""), first["chars_mean"],
+                     later.get("tokens_mean", ""), peer.get("step_ms_ours", "(select: no MiniWoB action)"),
+                     peer.get("step_ms_miniwob", "")])  # fmt: skip
+    header = ["task", "oracle success", "actions", "first observation tokens", "chars", "page tokens after an action",
+              "step ms (ours)", "step ms (MiniWoB's driver)"]  # fmt: skip
+    gaming = data["gaming"]
+    games = ", ".join(f"{k} {v:.3f}" for k, v in gaming["success"].items())
+    memory = data["memory"]
+    many = next(k for k in memory if k != "one_browser")
+    c = data["cost"]
+    return (
+        f'Held-out instances (`split="test"`); tokens by {data.get("tokenizer") or "no tokenizer (characters only)"}. '
+        f"Over all tasks: a step "
+        f"{c['step_ms_ours']} ms here against {c['step_ms_miniwob']} ms through MiniWoB's own Gymnasium driver "
+        f"(screenshots off, same actions, same instances, same run; {c['steps']} steps; on "
+        f"{c.get('episodes_where_the_drivers_disagreed', 0)} episodes the drivers ended at different steps, and they "
+        "were compared up to there: MiniWoB's driver keeps its 10 s timer, and some of its clicks found no element "
+        "of that ref): "
+        f"{c['overhead_ms_per_step']} ms per step beyond it; a reset {c['reset_ms_ours']} ms against "
+        f"{c['reset_ms_miniwob']} ms. Memory: one browser {memory['one_browser']['pss_mb']} MB PSS "
+        f"({memory['one_browser']['rss_mb']} MB RSS), {many.replace('_', ' ')} {memory[many]['pss_mb']} MB PSS.\n\n"
+        f"Gaming the world ({gaming['episodes']} held-out episodes over {len(gaming['tasks'])} tasks that need "
+        f"reading, success): {games}; the best of them is {gaming['best_gaming_over_oracle']} of the oracle's.\n\n"
+        + _table(header, rows)
+    )
+
+
 HIGHLIGHTS = {
+    "miniwob_env": _miniwob_env,
     "step_cost": _step_cost,
     "bfcl": _bfcl,
     "agent_proxy": _agent_proxy,
@@ -792,6 +828,18 @@ def headline_rows() -> list[list[str]]:
                 "[context policies in the update](docs/results/context_update.md)", text,
                 "one run per policy, SmolLM2-135M + LoRA, " + ("bf16 autocast" if full["bf16"] else "float32"),
             ])  # fmt: skip
+    if (RESULTS / "miniwob_env.json").is_file():
+        mw = _load("miniwob_env")
+        summary, c = mw["summary"], mw["cost"]
+        rows.append([
+            "[MiniWoB++ in a browser](docs/results/miniwob_env.md)",
+            f"`AgentR1/MiniWoB-v0`: the oracle solves {summary['oracle_tasks_at_0.95']} of {summary['oracle_tasks']} "
+            f"tasks at >= 0.95 held-out success; a step {c['step_ms_ours']} ms against {c['step_ms_miniwob']} ms "
+            f"through MiniWoB's own driver ({summary['overhead_ms_per_step']} ms beyond it); 8 browsers "
+            f"{summary['memory_8_browsers_pss_mb'] / 1024:.1f} GB PSS; the best way of gaming it "
+            f"{summary['best_gaming_over_oracle']} of the oracle's success",
+            f"headless Chromium, miniwob {mw['machine'].get('versions', {}).get('miniwob')}",
+        ])  # fmt: skip
     if (RESULTS / "step_cost.json").is_file():
         cost = _load("step_cost")
         runs = cost["runs"]
