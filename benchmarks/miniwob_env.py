@@ -29,6 +29,7 @@ from _common import emit, machine_info
 
 import agentr1_gym
 from agentr1_gym.envs.miniwob import ORACLE_TASKS
+from agentr1_gym.envs.miniwob_oracles import click_every_element, type_everywhere
 
 GAMING_TASKS = ["click-button", "click-checkboxes", "click-option", "choose-list", "enter-text", "login-user",
                 "click-link", "click-tab-2", "enter-password", "read-table"]  # fmt: skip
@@ -211,16 +212,12 @@ def gaming(episodes: int) -> dict:
     env = agentr1_gym.make("AgentR1/MiniWoB-v0", tasks=GAMING_TASKS, split="test").unwrapped
 
     def every_element():
-        refs = [x.ref for x in env.session.page.elements() if x.ref > 1]
-        tried = {a["ref"] for n, a in env.session.actions if n == "click"}
-        rest = [r for r in refs if r not in tried]
-        return env.call_text("click", ref=(rest or refs)[0])
+        name, arguments = click_every_element(env.session.page, env.session.actions)
+        return env.call_text(name, **arguments)
 
-    def type_everywhere():
-        fields = [x for x in env.session.page.elements() if x.is_text_input]
-        typed = {a["ref"] for n, a in env.session.actions if n == "type"}
-        rest = [f for f in fields if f.ref not in typed]
-        return env.call_text("type", ref=rest[0].ref, text=env.utterance[:40]) if rest else every_element()
+    def typing():
+        name, arguments = type_everywhere(env.session.page, env.session.actions, env.utterance[:40])
+        return env.call_text(name, **arguments)
 
     first: dict[str, str] = {}
 
@@ -231,7 +228,7 @@ def gaming(episodes: int) -> dict:
 
     out = {}
     for name, policy in (("oracle", env.oracle_action), ("random clicks", env.random_action),
-                         ("every element in turn", every_element), ("type into every field", type_everywhere),
+                         ("every element in turn", every_element), ("type into every field", typing),
                          ("one turn repeated", repeat)):  # fmt: skip
         out[name] = sum(_play(env, policy, seed)[0]["success"] for seed in range(episodes)) / episodes
         print(f"{name}: {out[name]:.3f}", flush=True)

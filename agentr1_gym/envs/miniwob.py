@@ -48,6 +48,7 @@ Install: ``pip install "agentr1-gym[browser]"`` (MiniWoB and Selenium) and Chrom
 from __future__ import annotations
 
 import importlib.util
+import time
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
@@ -105,7 +106,6 @@ var utterance = core.getUtterance();
 return {root: root, lists: lists, done: WOB_DONE_GLOBAL, raw: WOB_RAW_REWARD_GLOBAL,
         utterance: (typeof utterance === 'string') ? utterance : utterance.utterance};
 """
-_STATE_JS = "return {done: WOB_DONE_GLOBAL, raw: WOB_RAW_REWARD_GLOBAL};"
 # the wall-clock timer off (an episode would end after 10 s), the instance seeded, the episode started
 _BEGIN_JS = """
 core.EPISODE_MAX_TIME = 2000000000;  // 23 days: longer delays overflow setTimeout and fire at once
@@ -179,6 +179,7 @@ class MiniWoBSession:
             for _ in range(40):
                 if self.browser.script("return WOB_TASK_READY;"):
                     break
+                time.sleep(0.05)
             else:
                 raise ToolInfrastructureError(f"MiniWoB task {task.name} did not get ready")
         self.task, self.actions = task, []
@@ -189,10 +190,8 @@ class MiniWoBSession:
         if self._replay is not None and self.task is not None:
             replay, self._replay = self._replay, None
             self.begin(self.task)
-            for (
-                name,
-                arguments,
-            ) in replay:  # a snapshot after each, as in the episode: refs are assigned by them
+            # a snapshot after each action, as in the episode: the snapshots assign the refs
+            for name, arguments in replay:
                 self._act(name, arguments)
                 self.snapshot()
 
@@ -204,7 +203,7 @@ class MiniWoBSession:
         root = (
             None
             if done or not isinstance(raw.get("root"), dict)
-            else element_tree(raw["root"], raw.get("lists") or {}, 0)
+            else element_tree(raw["root"], raw.get("lists") or {})
         )
         self.page = MiniWoBPage(
             utterance=" ".join(str(raw.get("utterance") or "").split()),
@@ -213,10 +212,6 @@ class MiniWoBSession:
             raw_reward=float(raw.get("raw") or 0.0),
         )
         return self.page
-
-    def state(self) -> tuple[bool, float]:
-        raw = self.browser.script(_STATE_JS)
-        return bool(raw.get("done")), float(raw.get("raw") or 0.0)
 
     def score(self) -> dict[str, float]:
         raw = self.page.raw_reward if self.page is not None and self.page.done else 0.0
@@ -267,12 +262,12 @@ class MiniWoBSession:
         self.browser.keys([Keys.BACKSPACE, text] if text else [Keys.BACKSPACE])
 
     def _press(self, key: str) -> None:
+        from selenium.webdriver.common.action_chains import ActionChains
         from selenium.webdriver.common.keys import Keys
 
         *mods, last = key.lower().split("+")
         main = getattr(Keys, SPECIAL_KEYS[last]) if last in SPECIAL_KEYS else last
         held = [getattr(Keys, MODIFIERS[m]) for m in mods]
-        from selenium.webdriver.common.action_chains import ActionChains
 
         def chord(driver: Any) -> None:
             chain = ActionChains(driver, duration=0)
@@ -440,9 +435,9 @@ class MiniWoBEnv(ToolEnv):
         miniwob_html_dir()  # a one-line error without the package
         if task is not None and tasks is not None:
             raise ConfigError("pass task= (one MiniWoB task) or tasks= (several), not both")
-        names = (task,) if task is not None else tuple(tasks if tasks is not None else ORACLE_TASKS)
         if isinstance(tasks, str):
             raise ConfigError(f"tasks= takes a list of MiniWoB task ids; for one task pass task={tasks!r}")
+        names = (task,) if task is not None else tuple(tasks if tasks is not None else ORACLE_TASKS)
         if not names:
             raise ConfigError("tasks= is empty: name at least one MiniWoB task")
         unknown = [n for n in names if n not in MINIWOB_TASKS]

@@ -14,7 +14,7 @@ from typing import Any
 
 from agentr1_gym.envs.miniwob_page import Element, MiniWoBPage
 
-__all__ = ["ORACLES", "oracle_call"]
+__all__ = ["ORACLES", "click_every_element", "oracle_call", "type_everywhere"]
 
 Call = tuple[str, dict[str, Any]]
 Actions = Sequence[tuple[str, dict[str, Any]]]
@@ -235,6 +235,25 @@ def find_word(page: MiniWoBPage, actions: Actions) -> Call | None:
     words = [re.sub(r"[^A-Za-z0-9]", "", w) for w in paragraphs[0].all_text().split()]
     index = int(m.group(1)) - 1
     return _fill(page, [words[index] if 0 <= index < len(words) else ""], "Submit")
+
+
+# ---- gaming, not solving: what a policy could try instead of reading the task (the reward-hacking tests and
+# benchmarks/miniwob_env.py measure what they earn) -------------------------------------------------------------
+def click_every_element(page: MiniWoBPage, actions: Actions) -> Call:
+    """A click on the next element of the page not clicked yet (the first one again once all were)."""
+    refs = [e.ref for e in page.elements() if e.ref > 1]
+    tried = _clicked(actions)
+    rest = [r for r in refs if r not in tried]
+    return ("click", {"ref": (rest or refs)[0]})
+
+
+def type_everywhere(page: MiniWoBPage, actions: Actions, text: str) -> Call:
+    """``text`` typed into the next text field not typed into yet; then :func:`click_every_element`."""
+    typed = {a["ref"] for name, a in actions if name == "type"}
+    rest = [f for f in _text_fields(page) if f.ref not in typed]
+    if rest:
+        return ("type", {"ref": rest[0].ref, "text": text})
+    return click_every_element(page, actions)
 
 
 #: task id -> solver

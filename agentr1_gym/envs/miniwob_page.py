@@ -30,7 +30,6 @@ class Element:
     focused: bool = False
     options: tuple[str, ...] = ()
     selected: str | None = None
-    depth: int = 0
     children: list[Element] = field(default_factory=list)
 
     @property
@@ -52,7 +51,8 @@ class Element:
         return " ".join(p for p in parts if p)
 
 
-def element_tree(raw: dict[str, Any], lists: dict[str, Any], depth: int) -> Element:
+def element_tree(raw: dict[str, Any], lists: dict[str, Any]) -> Element:
+    """The element tree of MiniWoB's ``core.getDOMInfo()`` answer, with the drop-down lists' options (by ref)."""
     extra = lists.get(str(raw.get("ref")), {})
     element = Element(
         ref=int(raw.get("ref", 0)),
@@ -62,11 +62,8 @@ def element_tree(raw: dict[str, Any], lists: dict[str, Any], depth: int) -> Elem
         focused=bool(raw.get("focused", False)),
         options=tuple(str(o) for o in extra.get("options", ())),
         selected=extra.get("selected"),
-        depth=depth,
     )
-    element.children = [
-        element_tree(c, lists, depth + 1) for c in raw.get("children", ()) if isinstance(c, dict)
-    ]
+    element.children = [element_tree(c, lists) for c in raw.get("children", ()) if isinstance(c, dict)]
     # MiniWoB's walk splits a text node into one node per line: rejoin runs of them
     merged: list[Element] = []
     for child in element.children:

@@ -6,7 +6,7 @@ never left behind.
   every process the browser starts, and kills them all and removes the browser's profile when its standard input
   ends. That pipe ends when :meth:`Browser.close` closes it or when the process holding the browser dies in any
   way (``SIGKILL`` included), so a killed run leaves no browser behind.
-* **Deadlines.** Every call (page load, script, key presses, screenshot) has ``call_timeout_s``: the driver's own
+* **Deadlines.** Every call (page load, script, key presses) has ``call_timeout_s``: the driver's own
   script and page-load timeouts, and the HTTP exchange with the driver bounded a little above them. A call that
   misses it, or a browser that died, raises :class:`~agentr1_gym.errors.ToolInfrastructureError` (the
   infrastructure failed, not the model) and the browser is torn down; the next call starts a fresh one.
@@ -142,7 +142,7 @@ class Browser:
     """One headless Chromium, started on first use and reused until :meth:`close`.
 
     Args:
-        call_timeout_s: the deadline of every call (page load, script, keys, screenshot).
+        call_timeout_s: the deadline of every call (page load, script, keys).
         window_size: the browser window in CSS pixels.
         start_timeout_s: the deadline for starting the driver and the browser.
     """
@@ -256,10 +256,6 @@ class Browser:
         from selenium.webdriver.common.action_chains import ActionChains
 
         self.call("typing", lambda d: ActionChains(d, duration=0).send_keys(*keys).perform())
-
-    def screenshot_png(self) -> bytes:
-        """The window as PNG bytes."""
-        return self.call("a screenshot", lambda d: d.get_screenshot_as_png())
 
     def close(self) -> None:
         """Quit the browser and its driver; every process they started goes with the keeper."""

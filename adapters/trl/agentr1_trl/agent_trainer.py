@@ -35,7 +35,7 @@ from agentr1_trl.config import AgentTrainerConfig
 from agentr1_trl.episodes import advantage_rows, token_stats, trajectory_records
 from agentr1_trl.losses import LossTerms, policy_loss, truncated_is_weights
 from agentr1_trl.model_eval import held_out_eval, split_env_kwargs
-from agentr1_trl.signals import answer_reward, group_signal_metrics, signal_return
+from agentr1_trl.signals import flat_outcome, group_signal_metrics, signal_return
 from agentr1_trl.trl_trainer import TRLAgentTrainer
 
 __all__ = ["AgentTrainer", "TrainingEnvs"]
@@ -504,9 +504,8 @@ class AgentTrainer(TRLAgentTrainer):
         """After the rollout: each played task's count of consecutive flat groups."""
         size = self.num_generations
         for g in range(len(trajs) // size):
-            outcomes = [answer_reward(t) for t in trajs[g * size : (g + 1) * size]]
             seed = seeds[g * size]
-            if max(outcomes) - min(outcomes) <= 1e-9:
+            if flat_outcome(trajs[g * size : (g + 1) * size]):
                 self._flat_tasks[seed] = self._flat_tasks.get(seed, 0) + 1
             else:
                 self._flat_tasks.pop(seed, None)
@@ -519,13 +518,9 @@ class AgentTrainer(TRLAgentTrainer):
         size = self.num_generations
         rng = random.Random(args.seed * 1_000_003 + self.state.global_step)
 
-        def flat(group: list[Trajectory]) -> bool:
-            outcomes = [answer_reward(t) for t in group]
-            return max(outcomes) - min(outcomes) <= 1e-9
-
         rounds = replaced = 0
         for _ in range(args.max_resample_rounds):
-            todo = [g for g in range(len(trajs) // size) if flat(trajs[g * size : (g + 1) * size])]
+            todo = [g for g in range(len(trajs) // size) if flat_outcome(trajs[g * size : (g + 1) * size])]
             if not todo:
                 break
             rounds += 1
@@ -533,7 +528,7 @@ class AgentTrainer(TRLAgentTrainer):
             fresh = self._collect([s for s in seeds for _ in range(size)])
             for j, g in enumerate(todo):
                 group = fresh[j * size : (j + 1) * size]
-                if not flat(group):
+                if not flat_outcome(group):
                     trajs[g * size : (g + 1) * size] = group
                     played[g * size : (g + 1) * size] = [seeds[j]] * size
                     replaced += 1

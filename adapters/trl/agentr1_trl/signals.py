@@ -25,6 +25,7 @@ __all__ = [
     "answer_reward",
     "check_rewards",
     "env_return",
+    "flat_outcome",
     "group_signal_metrics",
     "signal_return",
     "signal_token_rewards",
@@ -75,6 +76,12 @@ def signal_token_rewards(traj: Trajectory, signal: str) -> list[float]:
     return traj.token_rewards(None if signal == "return" else ("answer",))
 
 
+def flat_outcome(group: list[Trajectory]) -> bool:
+    """Whether a group's outcome cannot teach: every episode's answer reward equal (all solved, or all failed)."""
+    outcomes = [answer_reward(t) for t in group]
+    return max(outcomes) - min(outcomes) <= 1e-9
+
+
 def group_signal_metrics(trajs: list[Trajectory], group_size: int) -> dict[str, float]:
     """How much of the learning signal is outcome: the fraction of groups whose outcome (answer reward) varies,
     of groups whose return varies, and the outcome's share of the within-group return deviations (what GRPO's
@@ -86,7 +93,7 @@ def group_signal_metrics(trajs: list[Trajectory], group_size: int) -> dict[str, 
         outcomes = [answer_reward(t) for t in g]
         returns = [t.episode_return for t in g]
         shaping = [r - o for r, o in zip(returns, outcomes)]
-        out_var += max(outcomes) - min(outcomes) > 1e-9
+        out_var += not flat_outcome(g)
         ret_var += max(returns) - min(returns) > 1e-9
         mo, ms = sum(outcomes) / len(g), sum(shaping) / len(g)
         dev_outcome += sum(abs(o - mo) for o in outcomes)
