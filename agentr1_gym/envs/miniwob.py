@@ -150,6 +150,19 @@ class MiniWoBTask(BaseModel):
         return f"{self.name}:{self.seed}"
 
 
+def parse_key(key: str) -> tuple[list[str], str] | None:
+    """``press``'s key as (modifiers, key), lower case: ``"ctrl+a"`` -> (["ctrl"], "a"), ``"+"`` and ``"ctrl++"``
+    press the plus key; None when it is not one ``press`` takes."""
+    normal = key.strip().lower().replace(" ", "")
+    if normal.endswith("+") and (normal == "+" or normal.endswith("++")):
+        mods, last = (normal[:-2].split("+") if normal != "+" else []), "+"
+    else:
+        *mods, last = normal.split("+")
+    if any(m not in MODIFIERS for m in mods) or not (last in SPECIAL_KEYS or len(last) == 1):
+        return None
+    return mods, last
+
+
 def _plain(text: str) -> str:
     """Typed text: printable characters only (no control characters, which would press keys)."""
     return "".join(c for c in text if c == " " or (c.isprintable() and unicodedata.category(c)[0] != "C"))
@@ -265,7 +278,7 @@ class MiniWoBSession:
         from selenium.webdriver.common.action_chains import ActionChains
         from selenium.webdriver.common.keys import Keys
 
-        *mods, last = key.lower().split("+")
+        mods, last = parse_key(key)  # checked by press
         main = getattr(Keys, SPECIAL_KEYS[last]) if last in SPECIAL_KEYS else last
         held = [getattr(Keys, MODIFIERS[m]) for m in mods]
 
@@ -331,15 +344,13 @@ class MiniWoBSession:
         self.ensure()
         if self.page is None or self.page.done:
             return ToolResult("The task is over.", success=False, terminal=True)
-        normal = key.strip().lower().replace(" ", "")
-        *mods, last = normal.split("+") if normal != "+" else ["+"]
-        if any(m not in MODIFIERS for m in mods) or not (last in SPECIAL_KEYS or len(last) == 1):
+        if parse_key(key) is None:
             return ToolResult(
                 f"Unknown key {key[:30]!r}: press Enter, Tab, Backspace, Delete, Escape, Space, an arrow key, Home, "
                 "End, PageUp, PageDown, one character, or ctrl/shift/alt+ one of them.",
                 success=False,
             )
-        self._act("press", {"key": normal})
+        self._act("press", {"key": key.strip()})
         return self._result(f"Pressed {key.strip()}.")
 
     def select(

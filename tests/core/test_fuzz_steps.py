@@ -61,23 +61,42 @@ HOSTILE_ARGS = {
         "import os\nfor _ in range(1500):\n    os.mkdir('d'); os.chdir('d')", "import os; os.memfd_create('m')",
         "import sys; print(sys._getframe().f_back)", "open('/tmp/f', 'wb').write(b'x' * 10**8)",
     ],
+    # the browser's element actions: refs that are no element, not an int, huge or not finite; text with control
+    # characters, lone surrogates and floods; keys that are none
+    "ref": [0, 1, -1, 2**63, 10**400, 3.5, float("nan"), float("inf"), "4", True, None, [4], {"ref": 4}],
+    "text": ["", "\x00\x1b[2J\n\t", "\ud800" * 3, "a" * 100_000, "🙂" * 300, "\x7f" * 50, 5, None],
+    "key": ["Enter", "ctrl+alt+shift+delete", "+", "ctrl+", "F13", "\ud800", "", "a" * 1000, "ctrl+w", 3, None],
+    "option": ["", "x" * 10_000, "\ud800", "\n", 1, None, ["a"]],
 }  # fmt: skip
+#: the argument a tool's hostile values go to when its own parameters have none listed above
+TOOL_KEYS = {
+    "search": "query",
+    "calculator": "expression",
+    "python": "code",
+    "act": "command",
+    "click": "button",
+}
 
 
-def _adversarial(rng: random.Random, tools: list[str]) -> str:
+def _tool_params(info: dict) -> dict[str, list[str]]:
+    """Each tool's parameter names, from the schemas a reset lists."""
+    return {
+        t["function"]["name"]: list(t["function"].get("parameters", {}).get("properties", {}))
+        for t in info["tools"]
+    }
+
+
+def _adversarial(rng: random.Random, tools: dict[str, list[str]]) -> str:
     kind = rng.random()
     if kind < 0.45:  # soup of fragments
         return "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(0, 12)))
     if kind < 0.75:  # a well-formed call to a real tool with hostile arguments
-        tool = rng.choice(tools)
-        key = {
-            "search": "query",
-            "calculator": "expression",
-            "python": "code",
-            "act": "command",
-            "click": "button",
-        }.get(tool, "query")
-        args = {key: rng.choice(HOSTILE_ARGS[key] + UNIVERSAL_ARGS)}
+        tool = rng.choice(list(tools))
+        params = tools[tool]
+        # the tool's own parameters where every one has hostile values listed, else its usual one
+        keys = params if params and all(p in HOSTILE_ARGS for p in params) else [TOOL_KEYS.get(tool, "query")]
+        key = keys[0]
+        args = {k: rng.choice(HOSTILE_ARGS[k] + UNIVERSAL_ARGS) for k in keys}
         if rng.random() < 0.2:
             args["extra"] = rng.choice(FRAGMENTS)
         payload = {"name": tool, "arguments": args if rng.random() < 0.8 else json.dumps(args)}
@@ -135,7 +154,7 @@ def test_adversarial_steps_never_crash_and_stay_recordable(env_id, steps_per_env
     steps = 0
     for protocol in protocols:
         env = _make(env_id, protocol)
-        tools = [t["function"]["name"] for t in env.reset(seed=0)[1]["tools"]]
+        tools = _tool_params(env.reset(seed=0)[1])
         budget = steps_per_env // len(protocols)
         episode = 0
         while budget > 0:
@@ -216,11 +235,11 @@ agentr1_gym.register_task(
 def test_user_tool_kinds_take_adversarial_steps(env_id):
     rng = random.Random(1)
     env = gym.make(env_id)
-    tools = [t["function"]["name"] for t in env.reset(seed=0)[1]["tools"]]
+    tools = _tool_params(env.reset(seed=0)[1])
     for i in range(1500):
         if rng.random() < 0.5:
             value = rng.choice([*UNIVERSAL_ARGS, 5, None, "x" * 5000, "\x00"])
-            name = rng.choice(tools)
+            name = rng.choice(list(tools))
             action = env.unwrapped.call_text(name, city=value, text=value, by=value, note=value, label=value)
         else:
             action = _adversarial(rng, tools)

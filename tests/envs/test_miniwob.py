@@ -212,11 +212,13 @@ def test_a_hung_page_is_an_infrastructure_error_and_the_next_episode_runs():
     env = agentr1_gym.make("AgentR1/MiniWoB-v0", task="click-test", browser_timeout_s=2)
     env.reset(seed=0)
     session = env.unwrapped.session
-    action = env.unwrapped.oracle_action()
+    # the page hangs when its button is clicked
+    session.browser.script(
+        "document.querySelector('button').addEventListener('click', function () { while (true) {} });"
+    )
     started = time.monotonic()
-    with pytest.raises(ToolInfrastructureError, match="browser"):  # the page hangs (soon after this script)
-        session.browser.script("setTimeout(function () { while (true) {} }, 50);")
-        env.step(action)
+    with pytest.raises(ToolInfrastructureError, match="browser"):
+        env.step(env.unwrapped.oracle_action())
     assert time.monotonic() - started < 30
     metrics = _play(env, lambda e: e.unwrapped.oracle_action(), 1)  # a new browser
     assert metrics["success"] == 1.0 and session.browser.starts == 2
