@@ -86,7 +86,10 @@ def _tool_params(info: dict) -> dict[str, list[str]]:
     }
 
 
-def _adversarial(rng: random.Random, tools: dict[str, list[str]]) -> str:
+def _adversarial(rng: random.Random, tools: dict[str, list[str]] | list[str]) -> str:
+    """One hostile turn. ``tools``: each tool's parameters (:func:`_tool_params`), or only the tools' names."""
+    if isinstance(tools, list):
+        tools = {name: [] for name in tools}
     kind = rng.random()
     if kind < 0.45:  # soup of fragments
         return "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(0, 12)))
