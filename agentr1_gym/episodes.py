@@ -11,12 +11,14 @@ Training (``save_episodes_steps``), the held-out evaluations of ``agentr1 train`
      "step": optimizer step the episode trained (train) or the step it was evaluated at,
      "index": position in its batch, "group": GRPO group (train), "env_id", "task_id", "seed",
      "prompt": the first user message,
+     "screenshot": the page the first turn saw, where the env shows one (``info["screenshot"]``, below),
      "question": the task without the tool instructions (the env's ``task_text()``; "" where the env has none),
      "gold": the task's gold answers ([] for world envs), "answer": the final answer the env scored (None: none),
      "turns": [{"action", "tool_calls": [{"name", "arguments"}], "observation", "reward",
                 "reward_components": {...}, "action_error": str | None,
                 "context": the text the agent saw, only where the env rewrote it (a context policy),
-                "user": true where the observation is the user speaking again (multi-user-turn envs)}, ...],
+                "user": true where the observation is the user speaking again (multi-user-turn envs),
+                "screenshot": the page after the action, where the env shows one}, ...],
      "success", "return", "ended": "terminated" | "max_turns" | "token_budget" | ..., "metrics": {...},
      "tokens": None | {"ids", "text" (one piece per token), "action_mask",
                        "turn_ends" (index of each turn's last generated token),
@@ -26,6 +28,11 @@ Training (``save_episodes_steps``), the held-out evaluations of ``agentr1 train`
                        "ratio" (exp(trainer log-prob - sampler log-prob), action tokens),
                        "entropy" (the policy's, action tokens)}}
 
+Screenshots: an env that renders a page (``AgentR1/MiniWoB-v0`` with ``screenshots=True``) puts a small image of it in
+``info["screenshot"]`` at reset and after each step, as a ``data:image/png;base64,...`` URI; the record keeps it where
+it is such a URI of at most :data:`MAX_SCREENSHOT_CHARS` characters (:func:`screenshot_of`), and the viewer draws
+each turn beside the page it saw. Records without them are unchanged.
+
 Any of ``advantage``, ``ratio`` and ``entropy`` may be None (an evaluation has no advantage; an episode whose chat
 template is not prefix-stable has no single sequence to score).
 """
@@ -33,6 +40,7 @@ template is not prefix-stable has no single sequence to score).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,7 +48,15 @@ from typing import Any
 from agentr1_gym.text import clean_json
 
 __all__ = [
-    "EPISODES_FILE", "SCHEMA", "RunFiles", "append_episodes", "read_episodes", "scripted_record", "turn_record",
+    "EPISODES_FILE",
+    "MAX_SCREENSHOT_CHARS",
+    "SCHEMA",
+    "RunFiles",
+    "append_episodes",
+    "read_episodes",
+    "screenshot_of",
+    "scripted_record",
+    "turn_record",
 ]  # fmt: skip
 
 #: the file a training run writes its saved episodes to (in its output directory)
@@ -62,6 +78,20 @@ class RunFiles:
 
 
 SCHEMA = 1
+
+#: the longest screenshot a record keeps (a data URI; MiniWoB's 160x210 task area is about 4-12 thousand)
+MAX_SCREENSHOT_CHARS = 200_000
+_DATA_URI = re.compile(r"data:image/(?:png|jpeg|webp);base64,[A-Za-z0-9+/]+={0,2}")
+
+
+def screenshot_of(info: dict[str, Any]) -> str | None:
+    """``info["screenshot"]`` where it is an image as a base64 data URI (PNG, JPEG or WebP) of at most
+    :data:`MAX_SCREENSHOT_CHARS` characters; None otherwise (no screenshot, or anything else: a record never
+    carries other text where the viewer draws an image)."""
+    shot = info.get("screenshot") if isinstance(info, dict) else None
+    if isinstance(shot, str) and len(shot) <= MAX_SCREENSHOT_CHARS and _DATA_URI.fullmatch(shot):
+        return shot
+    return None
 
 
 #: records nest a few levels (a turn's tool call arguments); anything deeper is cut when written
@@ -125,9 +155,11 @@ def scripted_record(
     question: str = "",
     gold: tuple[str, ...] | list[str] = (),
     answer: str | None = None,
+    screenshot: str | None = None,
 ) -> dict[str, Any]:
-    """The record of an episode without tokens (a scripted policy's)."""
-    return {
+    """The record of an episode without tokens (a scripted policy's); ``screenshot``: the page the first turn saw
+    (:func:`screenshot_of` the reset's ``info``)."""
+    record = {
         "source": source,
         "step": step,
         "index": index,
@@ -146,6 +178,9 @@ def scripted_record(
         "metrics": {k: float(v) for k, v in metrics.items()},
         "tokens": None,
     }
+    if screenshot is not None:
+        record["screenshot"] = screenshot
+    return record
 
 
 def turn_record(
@@ -167,6 +202,9 @@ def turn_record(
     }
     if info.get("user_spoke"):
         record["user"] = True
+    shot = screenshot_of(info)
+    if shot is not None:
+        record["screenshot"] = shot
     if context is not None:
         record["context"] = "\n\n".join(f"[{m.get('role')}] {m.get('content')}" for m in context)
     return record

@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agentr1_gym.episodes import append_episodes, scripted_record, turn_record
+from agentr1_gym.episodes import append_episodes, screenshot_of, scripted_record, turn_record
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.rollout import task_facts
 
@@ -158,7 +158,7 @@ def evaluate(
     for i in tqdm(range(episodes), desc="eval", disable=not progress, unit="ep"):
         options = {"task_index": indices[i]} if indices is not None else None
         obs, info = env.reset(seed=seed + i, options=options)
-        prompt, task_id = obs, str(info.get("task_id", ""))
+        prompt, task_id, first_page = obs, str(info.get("task_id", "")), screenshot_of(info)
         question, gold = task_facts(env.unwrapped) if save_episodes is not None else ("", ())
         total, done, turns = 0.0, False, []
         while not done:
@@ -188,6 +188,7 @@ def evaluate(
                     question=question,
                     gold=gold,
                     answer=info["answer"] if isinstance(info.get("answer"), str) else None,
+                    screenshot=first_page,
                 )],
             )  # fmt: skip
         rows.append({**info.get("metrics", {}), "return": total})

@@ -29,6 +29,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentr1_gym.episodes import screenshot_of
 from agentr1_gym.generation import GenerationBackend, SamplingConfig, check_backend, check_generations
 from agentr1_gym.text import clean_json, clean_text
 
@@ -103,6 +104,10 @@ class Trajectory:
     question: str = ""
     gold: tuple[str, ...] = ()
     answer: str | None = None
+    #: for people reading the episode, where the env shows its page (``info["screenshot"]``,
+    #: :func:`agentr1_gym.episodes.screenshot_of`): the page the first turn saw, and per step the page after it
+    screenshot: str | None = None
+    screenshots: list[str | None] = field(default_factory=list)
 
     @property
     def prefix_stable(self) -> bool:
@@ -253,7 +258,11 @@ class EpisodeRecorder:
             tokenizer, self.messages, self.tools, add_generation_prompt=True, chat_template_kwargs=self.kw
         )
         ids = tokenizer.encode(self.rendered, add_special_tokens=False)
-        self.traj = Trajectory(prompt_ids=list(ids), task_id=str(reset_info.get("task_id", "")))
+        self.traj = Trajectory(
+            prompt_ids=list(ids),
+            task_id=str(reset_info.get("task_id", "")),
+            screenshot=screenshot_of(reset_info),
+        )
         #: prompt + completion budget (``max_completion_tokens`` caps what follows the prompt, as engines that pad
         #: responses to a fixed length need)
         self.max_episode_tokens = max_episode_tokens
@@ -323,6 +332,7 @@ class EpisodeRecorder:
         traj.observations.append(str(observation))
         traj.tool_calls.append(list(info.get("tool_calls") or []))
         traj.user_spoke.append(bool(info.get("user_spoke")))
+        traj.screenshots.append(screenshot_of(info))
         if terminated or truncated or traj.truncated_reason:
             traj.metrics = {k: float(v) for k, v in info.get("metrics", {}).items()}
             if isinstance(info.get("answer"), str):

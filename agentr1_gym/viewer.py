@@ -8,6 +8,8 @@ It shows, for a run directory of ``agentr1 train`` (or an episodes file of ``age
 * the saved episodes (``episodes.jsonl``, :mod:`agentr1_gym.episodes`) of a chosen step, turn by turn: each
   token coloured by what training did with it (observation tokens, outside the action mask, grey; action tokens by
   their advantage, importance ratio, entropy or log-prob), tool calls, tool responses and reward components;
+* where the env shows its page (``AgentR1/MiniWoB-v0`` with ``screenshots=True``), a small screenshot beside each
+  turn: the page that turn saw, and the page after the last action;
 * filters for successful and failed episodes, and two steps side by side.
 
 The page's data sits in it as JSON; its script draws everything. Standard library only.
@@ -22,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentr1_gym.episodes import EPISODES_FILE, RunFiles, read_episodes
+from agentr1_gym.episodes import EPISODES_FILE, RunFiles, read_episodes, screenshot_of
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.rewards import COMPONENT_NOTES
 from agentr1_gym.text import clean_json, clean_text
@@ -146,6 +148,7 @@ def load_run(path: str | Path) -> dict[str, Any]:
             if not _well_formed(record):
                 skipped += 1
                 continue
+            _keep_screenshots(record)
             key = (str(record.get("source")), record.get("step"), record.get("index"))
             episodes[key] = record
     settings = config.get("settings", {}) if isinstance(config, dict) else {}
@@ -201,6 +204,14 @@ def _well_formed(r: dict[str, Any]) -> bool:
         tokens.get(k) is None or (isinstance(tokens[k], list) and len(tokens[k]) == len(ids))
         for k in ("advantage", "ratio", "entropy", "logprob")
     )
+
+
+def _keep_screenshots(record: dict[str, Any]) -> None:
+    """Drop a record's screenshots that are not small image data URIs (:func:`agentr1_gym.episodes.screenshot_of`):
+    the page draws only those, never another URL it would fetch."""
+    for holder in (record, *record["turns"]):
+        if "screenshot" in holder and screenshot_of(holder) is None:
+            del holder["screenshot"]
 
 
 def render_html(run: dict[str, Any]) -> str:
@@ -302,6 +313,8 @@ table.evals th:first-child,table.evals td:first-child{text-align:left}
 .tok.tmpl{color:#a0a0a0}.comp{border-bottom:1px dotted #888;cursor:help}.comp.zero{display:none}body.show-zeros .comp.zero{display:inline}body.show-zeros .comp-none{display:none}
 table.evals tr.setting td{color:#555}table.evals tr.group th{background:#f0f0f0;text-align:left;font-weight:600}
 .hint{font-size:12px;color:#555;margin:-4px 0 8px}
+figure.shot{float:right;margin:0 0 4px 10px;font-size:11px;color:#555;text-align:center}figure.shot img{display:block;max-width:240px;border:1px solid #ccc;image-rendering:auto}
+.turn::after,.episode::after{content:"";display:block;clear:both}
 </style></head><body>
 <header><h1 id="title"></h1><div class="sub" id="subtitle"></div></header>
 <section id="evals-section"><h2>Held-out evaluations</h2><div id="evals"></div></section>
@@ -461,6 +474,22 @@ function turnFooter(turn, k) {
   if (turn.action_error) box.append(el("div", {class: "err"}, "action error: " + turn.action_error));
   return box;
 }
+const SHOT = /^data:image\/(png|jpeg|webp);base64,[A-Za-z0-9+\/]+={0,2}$/;
+function shot(src, caption) {  // a page screenshot the record carries (only an image data URI is ever drawn)
+  if (typeof src !== "string" || !SHOT.test(src)) return null;
+  const fig = el("figure", {class: "shot"});
+  fig.append(el("img", {src: src, alt: caption}), el("figcaption", {}, caption));
+  return fig;
+}
+function turnShot(e, k, box) {  // the page turn k saw: the first page, then the page after the turn before
+  const f = shot(k === 0 ? e.screenshot : (e.turns[k - 1] || {}).screenshot, "the page turn " + (k + 1) + " saw");
+  if (f) box.append(f);
+}
+function finalShot(e, card) {
+  const last = e.turns.length ? e.turns[e.turns.length - 1].screenshot : null;
+  const f = shot(last, "the page after the last action");
+  if (f) { const box = el("div", {class: "turn final-page"}); box.append(f); card.append(box); }
+}
 function renderEpisode(e, mode, scale) {
   const ok = e.success > 0;
   const card = el("div", {class: "episode " + (ok ? "success" : "failure"), "data-index": e.index, "data-success": ok ? "1" : "0"});
@@ -484,6 +513,7 @@ function renderEpisode(e, mode, scale) {
       const end = k < t.turn_ends.length ? t.turn_ends[k] : t.ids.length - 1;
       const stop = k + 1 < t.turn_ends.length ? (() => { let j = end + 1; while (j < t.ids.length && !t.action_mask[j]) j++; return j; })() : t.ids.length;
       const box = el("div", {class: "turn"}); box.append(el("div", {class: "turn-head"}, "turn " + (k + 1)));
+      turnShot(e, k, box);
       const toks = el("div", {class: "tokens"});
       for (let i = start; i < stop; i++) {
         const act = t.action_mask[i] === 1;
@@ -504,6 +534,7 @@ function renderEpisode(e, mode, scale) {
   } else {
     e.turns.forEach((turn, k) => {
       const box = el("div", {class: "turn"}); box.append(el("div", {class: "turn-head"}, "turn " + (k + 1)));
+      turnShot(e, k, box);
       if (typeof turn.context === "string") {  // the env rewrote what the agent saw (a window, a state summary)
         const ctx = el("details", {class: "prompt context"});
         ctx.append(el("summary", {}, "the context the model saw (" + turn.context.length + " characters)"));
@@ -515,6 +546,7 @@ function renderEpisode(e, mode, scale) {
       box.append(turnFooter(turn, k)); card.append(box);
     });
   }
+  finalShot(e, card);
   return card;
 }
 function snapLabel(s) { return (s.source === "train" ? "train step " + s.step : s.source + (s.step !== null && s.step !== undefined ? " (step " + s.step + ")" : "")) + " · " + s.episodes.length + " episodes"; }

@@ -14,7 +14,9 @@ MiniWoB's own driver, and what gaming the world earns.
    the page as text, the tool-call format and the env contract add). Tasks that need ``select`` (no MiniWoB
    action) are left out of this part. Memory: one browser, and 8 at once (a training run's envs), every process
    under their keepers, as RSS and PSS (shared pages split among the processes that share them).
-4. **Gaming the world**: random clicks, every element clicked in turn, every text field typed into, one turn
+4. **Screenshots** (``screenshots=True``, what the viewer draws): milliseconds per screenshot of the task area and
+   its size as a data URI, over the oracle's pages (each reset and each step that leaves the task running).
+5. **Gaming the world**: random clicks, every element clicked in turn, every text field typed into, one turn
    repeated, against the oracle, pooled over ten tasks that need reading the instruction.
 """
 
@@ -208,6 +210,31 @@ def cost(episodes: int) -> dict:
     }
 
 
+def screenshots(episodes: int) -> dict:
+    env = agentr1_gym.make("AgentR1/MiniWoB-v0", tasks=GAMING_TASKS, split="test", screenshots=True).unwrapped
+    took, sizes = [], []
+    env.reset(seed=0)  # the browser started, untimed
+    for seed in range(episodes):
+        env.reset(seed=seed)
+        while True:
+            t = time.perf_counter()
+            shot = env.session.screenshot()
+            took.append(time.perf_counter() - t)
+            sizes.append(len(shot))
+            _, _, terminated, truncated, _ = env.step(env.oracle_action())
+            if terminated or truncated:
+                break
+    env.close()
+    return {
+        "screenshots": len(took),
+        "ms_mean": round(1e3 * statistics.mean(took), 1),
+        "ms_median": round(1e3 * statistics.median(took), 1),
+        "chars_mean": round(statistics.mean(sizes)),
+        "chars_max": max(sizes),
+        "tasks": GAMING_TASKS,
+    }
+
+
 def gaming(episodes: int) -> dict:
     env = agentr1_gym.make("AgentR1/MiniWoB-v0", tasks=GAMING_TASKS, split="test").unwrapped
 
@@ -253,6 +280,7 @@ def main() -> None:
         "tokenizer": "SmolLM2-135M-Instruct" if tok is not None else None,
         "cost": cost(args.cost_episodes),
         "memory": memory(8),
+        "screenshots": screenshots(args.episodes),
         "gaming": gaming(args.episodes * 2),
     }
     solved = [t for t, r in result["oracles"].items() if r["success"] >= 0.95]
@@ -262,6 +290,7 @@ def main() -> None:
         "overhead_ms_per_step": result["cost"]["overhead_ms_per_step"],
         "memory_8_browsers_pss_mb": result["memory"]["8_browsers"]["pss_mb"],
         "best_gaming_over_oracle": result["gaming"]["best_gaming_over_oracle"],
+        "screenshot_ms": result["screenshots"]["ms_mean"],
         "seconds": round(time.time() - started, 1),
     }
     emit(result, args.json)

@@ -47,6 +47,7 @@ Install: ``pip install "agentr1-gym[browser]"`` (MiniWoB and Selenium) and Chrom
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import time
 import unicodedata
@@ -230,6 +231,11 @@ class MiniWoBSession:
         raw = self.page.raw_reward if self.page is not None and self.page.done else 0.0
         decay = max(0.5, 1.0 - self.step_decay * max(0, len(self.actions) - 1))
         return {"score": max(0.0, raw) * decay, "solved": float(raw > 0), "raw_reward": raw}
+
+    def screenshot(self) -> str:
+        """The task's area as the browser draws it now, as a PNG data URI."""
+        png = self.browser.screenshot("wrap")
+        return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
     def render(self) -> str:
         return render_page(self.page, self.max_page_chars) if self.page is not None else ""
@@ -421,6 +427,11 @@ class MiniWoBEnv(ToolEnv):
         max_page_chars: the longest page text shown.
         browser_timeout_s: the deadline of every browser call (a page that hangs past it is an infrastructure
             error, and the browser restarts).
+        screenshots: put a PNG of the task's area (MiniWoB's 160x210 pixels, as a ``data:image/png;base64,`` URI
+            of a few kilobytes) in ``info["screenshot"]`` at reset and after every step that leaves the task
+            running (an ended task's page is MiniWoB's cover): saved episodes keep it and ``agentr1 view`` draws
+            each turn beside the page it saw. Never part of the observation; off by default (a screenshot costs
+            a browser call: benchmarks/results/miniwob_env.json).
         Other arguments: :class:`~agentr1_gym.settings.EnvSettings` (default ``max_turns=10``).
 
     Metrics: ``score`` (the outcome, see the module doc), ``solved`` (MiniWoB's success), ``raw_reward``.
@@ -441,6 +452,7 @@ class MiniWoBEnv(ToolEnv):
         step_decay: float = 0.0,
         max_page_chars: int = 6000,
         browser_timeout_s: float = 15.0,
+        screenshots: bool = False,
         **settings: Any,
     ) -> None:
         miniwob_html_dir()  # a one-line error without the package
@@ -469,11 +481,26 @@ class MiniWoBEnv(ToolEnv):
             raise ConfigError(f"max_page_chars must be >= 200, got {max_page_chars!r}")
         self.task_names = tuple(dict.fromkeys(names))
         self.split = split
+        self.screenshots = bool(screenshots)
         self.session = MiniWoBSession(Browser(call_timeout_s=browser_timeout_s), step_decay, max_page_chars)
         s = self.session
         tools = [tool(s.click, errors="raise"), tool(s.type, errors="raise"), tool(s.press, errors="raise"),
                  tool(s.select, errors="raise")]  # fmt: skip
         super().__init__(tools, **settings)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        obs, info = super().reset(seed=seed, options=options)
+        if self.screenshots:
+            info["screenshot"] = self.session.screenshot()
+        return obs, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.screenshots and not self.session._over():  # an ended task's page is MiniWoB's cover
+            info["screenshot"] = self.session.screenshot()
+        return obs, reward, terminated, truncated, info
 
     def generate_task(self, rng: np.random.Generator, options: dict[str, Any]) -> MiniWoBTask:
         name = self.task_names[int(rng.integers(len(self.task_names)))]

@@ -257,6 +257,12 @@ class Browser:
 
         self.call("typing", lambda d: ActionChains(d, duration=0).send_keys(*keys).perform())
 
+    def screenshot(self, element_id: str) -> bytes:
+        """A PNG of the element with this id, as the page draws it now (for people reading an episode)."""
+        from selenium.webdriver.common.by import By
+
+        return self.call("a screenshot", lambda d: d.find_element(By.ID, element_id).screenshot_as_png)
+
     def close(self) -> None:
         """Quit the browser and its driver; every process they started goes with the keeper."""
         driver, keeper = self._driver, self._keeper

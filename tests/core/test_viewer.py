@@ -608,3 +608,122 @@ def test_a_user_who_speaks_again_is_marked_in_records_and_on_the_page(tmp_path, 
         assert said == ["user: Now backwards.", "user: Now twice."]
     finally:
         browser.quit()
+
+
+# ---- screenshots of the page each turn saw ------------------------------------------------------------------------
+def _png_uri(shade: int) -> str:
+    """A real 2x2 PNG of one grey level, as a data URI (what a browser env's ``info["screenshot"]`` holds)."""
+    import base64
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + bytes([shade]) * 2 for _ in range(2))
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 0, 0, 0, 0))
+    png += chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+class _ShowsItsPage(__import__("gymnasium").Wrapper):
+    """A text env that shows a page after every step, as AgentR1/MiniWoB-v0 with screenshots=True does (a
+    different grey per turn, so each screenshot can be told apart)."""
+
+    def reset(self, **kw):
+        obs, info = self.env.reset(**kw)
+        self.shade = 10
+        return obs, {**info, "screenshot": _png_uri(self.shade)}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.shade += 10
+        return obs, reward, terminated, truncated, {**info, "screenshot": _png_uri(self.shade)}
+
+
+def test_screenshot_of_keeps_only_small_image_data_uris():
+    from agentr1_gym.episodes import MAX_SCREENSHOT_CHARS, screenshot_of
+
+    good = _png_uri(0)
+    assert screenshot_of({"screenshot": good}) == good
+    assert screenshot_of({"screenshot": "data:image/jpeg;base64,/9j/4A=="}) == "data:image/jpeg;base64,/9j/4A=="
+    for bad in ("http://127.0.0.1:9/x.png", "javascript:alert(1)", "data:text/html;base64,PHNjcmlwdD4=",
+                "data:image/svg+xml;base64,PHN2Zz4=", good + '" onerror="alert(1)', good + "\n",
+                "data:image/png;base64," + "A" * MAX_SCREENSHOT_CHARS, b"\x89PNG", 7, None):  # fmt: skip
+        assert screenshot_of({"screenshot": bad}) is None, bad
+    assert screenshot_of({}) is None
+
+
+def test_rollouts_and_evaluations_record_the_page_each_turn_saw(tmp_path):
+    """Training records (trajectory_records over collect_rollouts) and `evaluate` records carry the first page and
+    the page after each step; `load_run` drops any screenshot that is not an image data URI."""
+    import agentr1_gym
+    from agentr1_trl.episodes import trajectory_records
+
+    from agentr1_gym.evaluation import evaluate
+    from agentr1_gym.rollout import collect_rollouts
+
+    tok = tiny_tokenizer()
+    env = _ShowsItsPage(agentr1_gym.make("AgentR1/SyntheticMultihop-v0", max_turns=3))
+    reply = '<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>'
+    trajs = collect_rollouts([env], ScriptedGenerator(tok, lambda ids, i: reply), tok, seeds=[0])
+    (rec,) = trajectory_records(trajs, tok, source="train", step=1, env_id="x", seeds=[0])
+    assert rec["screenshot"] == _png_uri(10)
+    assert [t["screenshot"] for t in rec["turns"]] == [_png_uri(20), _png_uri(30), _png_uri(40)]
+
+    path = tmp_path / "eval.jsonl"
+    evaluate(env, "oracle", episodes=1, progress=False, save_episodes=str(path))
+    (ev,) = read_episodes(path)
+    assert ev["screenshot"] == _png_uri(10)
+    assert [t["screenshot"] for t in ev["turns"]] == [_png_uri(10 * (k + 2)) for k in range(len(ev["turns"]))]
+
+    hostile = {**ev, "index": 1, "screenshot": "http://127.0.0.1:9/leak.png"}
+    hostile["turns"] = [{**ev["turns"][0], "screenshot": "javascript:alert(1)"}, *ev["turns"][1:]]
+    append_episodes(path, [hostile])
+    run = load_run(path)
+    kept = {e["index"]: e for e in run["episodes"]}
+    assert kept[0]["screenshot"] == _png_uri(10)
+    assert "screenshot" not in kept[1] and "screenshot" not in kept[1]["turns"][0]
+    assert kept[1]["turns"][1:] == ev["turns"][1:]
+
+
+@pytest.mark.slow
+def test_the_page_draws_each_turn_beside_the_screenshot_it_saw(tmp_path):
+    """In Chromium: turn k shows the page it saw (the first page, then the page after turn k-1), the last page
+    follows the last turn; a screenshot that is no image data URI is never drawn (nor fetched)."""
+    records = []
+    for index in range(2):
+        turns = [{"action": f"act {k}", "tool_calls": [], "observation": f"obs {k}", "reward": 0.0,
+                  "reward_components": {}, "action_error": None, "screenshot": _png_uri(100 + 10 * k)}
+                 for k in range(3)]  # fmt: skip
+        records.append({"source": "eval", "step": None, "index": index, "prompt": "p", "turns": turns,
+                        "success": 1.0, "return": 1.0, "ended": "terminated", "metrics": {}, "tokens": None,
+                        "screenshot": _png_uri(50)})  # fmt: skip
+    records[1]["screenshot"] = "http://127.0.0.1:9/leak.png"
+    records[1]["turns"][0]["screenshot"] = "javascript:alert(1)"
+    path = tmp_path / "eval.jsonl"
+    append_episodes(path, records)
+    page = write_view(load_run(path), source=path)
+    browser = _browser()
+    try:
+        browser.get(page.as_uri())
+        assert browser.find_element("tag name", "body").get_attribute("data-ready") == "1"
+        cards = browser.find_elements("css selector", "#pane-a .episode")
+        first = {c.get_attribute("data-index"): c for c in cards}["0"]
+        shots = [(f.find_element("tag name", "img").get_attribute("src"), f.text)
+                 for f in first.find_elements("css selector", "figure.shot")]  # fmt: skip
+        assert shots == [
+            (_png_uri(50), "the page turn 1 saw"),
+            (_png_uri(100), "the page turn 2 saw"),
+            (_png_uri(110), "the page turn 3 saw"),
+            (_png_uri(120), "the page after the last action"),
+        ]
+        assert all(
+            browser.execute_script("return arguments[0].naturalWidth", img) == 2
+            for img in first.find_elements("css selector", "figure.shot img")
+        )
+        second = {c.get_attribute("data-index"): c for c in cards}["1"]
+        srcs = [i.get_attribute("src") for i in second.find_elements("css selector", "figure.shot img")]
+        assert srcs == [_png_uri(110), _png_uri(120)]  # turns 1 and 2 saw what was dropped
+    finally:
+        browser.quit()

@@ -323,6 +323,53 @@ def test_gaming_the_world_stays_far_below_the_oracle():
             assert rate <= 0.2 * rates["oracle"], rates
 
 
+def test_screenshots_show_each_page_the_agent_saw_and_saved_episodes_keep_them(tmp_path):
+    """screenshots=True: the reset's page and the page after each step that leaves the task running, as real PNGs
+    of MiniWoB's 160x210 task area; `evaluate --save-episodes` keeps them and the viewer draws them. Off by
+    default, and never in the observation."""
+    import base64
+    import struct
+
+    from agentr1_gym.episodes import read_episodes
+    from agentr1_gym.evaluation import evaluate
+    from agentr1_gym.viewer import load_run, render_html
+
+    def size(uri: str) -> tuple[int, int]:
+        png = base64.b64decode(uri.split(",", 1)[1])
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        return struct.unpack(">II", png[16:24])
+
+    env = agentr1_gym.make("AgentR1/MiniWoB-v0", task="click-checkboxes", screenshots=True)
+    try:
+        obs, info = env.reset(seed=3)
+        assert size(info["screenshot"]) == (160, 210) and "data:image" not in obs
+        steps = []
+        while True:
+            obs, _, terminated, truncated, info = env.step(env.unwrapped.oracle_action())
+            steps.append(info.get("screenshot"))
+            if terminated or truncated:
+                break
+        assert info["metrics"]["solved"] == 1.0 and len(steps) >= 2
+        assert steps[-1] is None  # the task ended: MiniWoB covers its page
+        assert all(size(s) == (160, 210) for s in steps[:-1]) and len(set(steps[:-1])) == len(steps) - 1
+        path = tmp_path / "eval.jsonl"
+        evaluate(env, "oracle", episodes=2, seed=5, progress=False, save_episodes=str(path))
+        records = list(read_episodes(path))
+        assert all(size(r["screenshot"]) == (160, 210) for r in records)
+        assert all("screenshot" in t for r in records for t in r["turns"][:-1])
+        page = render_html(load_run(path))
+        assert records[0]["screenshot"] in page
+    finally:
+        env.close()
+    plain = agentr1_gym.make("AgentR1/MiniWoB-v0", task="click-button")
+    try:
+        _, info = plain.reset(seed=0)
+        _, _, _, _, step_info = plain.step(plain.unwrapped.oracle_action())
+        assert "screenshot" not in info and "screenshot" not in step_info
+    finally:
+        plain.close()
+
+
 @pytest.mark.skipif(shutil.which("chromedriver") is None, reason="needs ChromeDriver")
 def test_vector_envs_each_have_their_own_browser():
     import gymnasium as gym

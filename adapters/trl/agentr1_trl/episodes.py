@@ -114,6 +114,7 @@ def trajectory_records(
                     "reward_components": t.reward_components[k] if k < len(t.reward_components) else {},
                     "action_error": t.action_errors[k] if k < len(t.action_errors) else None,
                     **({"user": True} if k < len(t.user_spoke) and t.user_spoke[k] else {}),
+                    **({"screenshot": t.screenshots[k]} if k < len(t.screenshots) and t.screenshots[k] else {}),
                     # one row per step (a context policy, a template that rewrites history): what this turn saw
                     **({"context": tokenizer.decode(t.turns[k][0], skip_special_tokens=False)}
                        if not t.one_sequence and k < len(t.turns) else {}),
@@ -132,6 +133,7 @@ def trajectory_records(
                 "question": t.question,
                 "gold": list(t.gold),
                 "answer": t.answer,
+                **({"screenshot": t.screenshot} if t.screenshot else {}),
                 "turns": turns,
                 "success": float(t.metrics.get("success", 0.0)),
                 "return": t.episode_return,
