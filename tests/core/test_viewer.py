@@ -646,7 +646,9 @@ def test_screenshot_of_keeps_only_small_image_data_uris():
 
     good = _png_uri(0)
     assert screenshot_of({"screenshot": good}) == good
-    assert screenshot_of({"screenshot": "data:image/jpeg;base64,/9j/4A=="}) == "data:image/jpeg;base64,/9j/4A=="
+    assert (
+        screenshot_of({"screenshot": "data:image/jpeg;base64,/9j/4A=="}) == "data:image/jpeg;base64,/9j/4A=="
+    )
     for bad in ("http://127.0.0.1:9/x.png", "javascript:alert(1)", "data:text/html;base64,PHNjcmlwdD4=",
                 "data:image/svg+xml;base64,PHN2Zz4=", good + '" onerror="alert(1)', good + "\n",
                 "data:image/png;base64," + "A" * MAX_SCREENSHOT_CHARS, b"\x89PNG", 7, None):  # fmt: skip
@@ -657,9 +659,9 @@ def test_screenshot_of_keeps_only_small_image_data_uris():
 def test_rollouts_and_evaluations_record_the_page_each_turn_saw(tmp_path):
     """Training records (trajectory_records over collect_rollouts) and `evaluate` records carry the first page and
     the page after each step; `load_run` drops any screenshot that is not an image data URI."""
-    import agentr1_gym
     from agentr1_trl.episodes import trajectory_records
 
+    import agentr1_gym
     from agentr1_gym.evaluation import evaluate
     from agentr1_gym.rollout import collect_rollouts
 
