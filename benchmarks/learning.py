@@ -455,9 +455,8 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     kwargs = dict(env_factory=factory, generator=generator, callbacks=[Budget()])
     from agentr1_trl.algorithms import trainer_classes
 
-    agent = (
-        algo == "grpo-agent"
-    )  # the env's tools run inside the agent (EnvSession): env time is generation's
+    # the env's tools run inside the agent (EnvSession): env time is generation's
+    agent = algo == "grpo-agent"
     config_cls, trainer_cls = trainer_classes("ppo" if algo.startswith("ppo") else "grpo", agent=agent)
     if algo.startswith("ppo"):
         extra = {"critic_warmup_steps": args.critic_warmup, "gae_level": ARM_ESTIMATORS.get(algo, "token")}
