@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import inspect
-import json
 import math
 import numbers
 import string
@@ -49,8 +48,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agentr1_gym.data.records import read_records_with_location
 from agentr1_gym.env import ToolEnv
-from agentr1_gym.errors import ConfigError, NoOracleError, RewardRangeError, TaskCodeError
+from agentr1_gym.errors import ConfigError, DataError, NoOracleError, RewardRangeError, TaskCodeError
 from agentr1_gym.matching import answer_match
 from agentr1_gym.rewards import (
     GENERIC_PROCESS_KEYS,
@@ -106,23 +106,10 @@ def load_rows(dataset: Any) -> list[dict[str, Any]]:
                 else f" (a relative path is read from the working directory, {Path.cwd()})"
             )
             raise ConfigError(f"dataset file not found: {path}{where}")
-        text = path.read_text(encoding="utf-8", errors="strict")
-        if path.suffix == ".json":
-            try:
-                rows = json.loads(text)
-            except ValueError as exc:
-                raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-            if not isinstance(rows, list):
-                raise ConfigError(f"{path}: a JSON dataset is a list of objects, got {type(rows).__name__}")
-        else:
-            rows = []
-            # split on newlines only, not splitlines(): U+2028 is text inside a JSON string
-            for n, line in enumerate(text.split("\n"), 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except ValueError as exc:
-                        raise ConfigError(f"{path}, line {n}: not valid JSON ({exc})") from None
+        try:  # a JSON list or JSONL, as every dataset file is read (agentr1_gym.data.records)
+            rows = [record for _, record in read_records_with_location(path)]
+        except DataError as exc:  # the one-line error names the file and the line
+            raise ConfigError(str(exc)) from None
         source = str(path)
     elif isinstance(dataset, Mapping):
         raise ConfigError("dataset: a list of rows (dicts), not a single dict")

@@ -139,3 +139,36 @@ def test_good_files_still_load(tmp_path):
     path = tmp_path / "he.jsonl"
     path.write_bytes(_jsonl(HUMANEVAL))
     assert load_humaneval(path)[0].entry_point == "f"
+
+
+#: the task files of your own task (register_task / make_task rows) and of a user's agent (`--tasks FILE`): read
+#: by the same reader as the datasets above, each bad file a one-line ConfigError naming the file and the place
+TASK_FILE_CASES = {
+    "bad line": (b'{"question": "q", "answer": "1"}\n{oops\n', ".jsonl", "line 2: not valid JSON"),
+    "not an object": (b'{"question": "q", "answer": "1"}\n[1, 2]\n', ".jsonl", "line 2: not a JSON object"),
+    "list of numbers": (b"[1, 2]", ".json", "record 0: not a JSON object"),
+    "not utf-8": (b'{"question": "\xff\xfe"}', ".jsonl", "UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TASK_FILE_CASES))
+@pytest.mark.parametrize("reader", ["load_rows", "AgentTasks.from_jsonl"])
+def test_a_bad_task_file_is_one_clear_error(case, reader, tmp_path):
+    from agentr1_gym.errors import ConfigError
+    from agentr1_gym.task import load_rows
+
+    if reader == "load_rows":
+        read = load_rows
+    else:
+        read = pytest.importorskip("agentr1_trl.agent_loop").AgentTasks.from_jsonl
+    data, suffix, fragment = TASK_FILE_CASES[case]
+    path = tmp_path / f"tasks{suffix}"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as info:
+        read(path)
+    message = str(info.value)
+    assert str(path) in message and fragment in message, message
+    assert "\n" not in message and len(message) < 600
+    path.write_text('{"question": "q", "answer": "1"}\n\n{"question": "r", "answer": "2"}\n')
+    rows = read(path) if reader == "load_rows" else read(path).tasks
+    assert [r["question"] for r in rows] == ["q", "r"]

@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentr1_gym.errors import AgentR1Error, ConfigError, MissingDependencyError, RewardRangeError
+from agentr1_gym.data.records import read_records_with_location
+from agentr1_gym.errors import AgentR1Error, ConfigError, DataError, MissingDependencyError, RewardRangeError
 from agentr1_gym.formats import HermesFormat
 from agentr1_gym.generation import SamplingConfig
 from agentr1_gym.rewards import REWARD_LIMIT, reward_problem
@@ -171,18 +172,12 @@ class AgentTasks:
         if not file.is_file():
             raise ConfigError(f"task file not found: {path}")
         tasks = []
-        # split on newlines only, not splitlines(): U+2028 and U+0085 are text inside a JSON string
-        for n, line in enumerate(file.read_text(encoding="utf-8").split("\n"), 1):
-            if not line.strip():
-                continue
-            try:
-                task = json.loads(line)
-            except ValueError as exc:
-                raise ConfigError(f"{path}:{n}: not valid JSON ({exc})") from None
-            if not isinstance(task, dict):
-                raise ConfigError(f"{path}:{n}: each line must be a JSON object, got {type(task).__name__}")
-            task.setdefault("id", str(len(tasks)))
-            tasks.append(task)
+        try:  # JSONL (or a JSON list), as every dataset file is read: one line naming the file and the line
+            for _, task in read_records_with_location(file):
+                task.setdefault("id", str(len(tasks)))
+                tasks.append(task)
+        except DataError as exc:
+            raise ConfigError(str(exc)) from None
         return cls(tasks, source=str(path))
 
     @classmethod
