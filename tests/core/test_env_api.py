@@ -97,6 +97,7 @@ CASES: dict[str, object] = {
     "step_decay": 0.05,
     "max_page_chars": 3000,
     "browser_timeout_s": 20.0,
+    "screenshots": True,
 }
 
 
