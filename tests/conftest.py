@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+
+def _isolate_xdist_worker() -> None:
+    """Under pytest-xdist (CI runs the slow tier with ``-n 2``): each worker gets its own temp directory (the sandbox
+    tests count and sweep the sandbox directories under it, which another worker's sandboxes must not disturb) and
+    its share of the cores for torch's threads (two workers with two threads each on two cores run many times
+    slower). Before anything reads the temp directory or imports torch (hiding the companions does)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    os.environ["TMPDIR"] = tempfile.mkdtemp(prefix=f"agentr1-{worker}-")
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    atexit.register(shutil.rmtree, os.environ["TMPDIR"], ignore_errors=True)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    share = max(1, len(os.sched_getaffinity(0)) // workers)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, str(share))
+
+
+_isolate_xdist_worker()
 
 
 def _hide_broken_companions() -> None:
@@ -23,6 +45,7 @@ def _hide_broken_companions() -> None:
 
 
 _hide_broken_companions()
+
 
 # The tests mirror the package: tests/core (agentr1_gym's env, tools, CLI, viewer), tests/envs (the worlds),
 # tests/trl (the TRL adapter) and tests/engines (other RL libraries). The shared helpers (tests/_*.py) and a few
@@ -136,9 +159,27 @@ def build_tiny_encoder(path, texts):
 SLOW_ENV_PREFIXES = ("AgentR1/TextWorld-", "AgentR1/BFCL-", "AgentR1/MiniWoB-")
 
 
+#: the tests that take a minute or more alone (a CI run's durations): under pytest-xdist they start first, so that
+#: no worker is left running one of them while the others have nothing left to do (a stale entry costs nothing)
+LONG_FIRST = (
+    "tests/trl/test_trl_cli.py::test_train_and_eval_a_model_on_every_env[AgentR1/BFCL-",
+    "tests/envs/test_worlds.py::test_random_commands_never_hang_or_crash_the_interpreter",
+    "tests/trl/test_multiprocess.py::test_every_trainer_in_two_processes",
+    "tests/trl/test_benchmark_smoke.py::test_step_cost_benchmark_smoke",
+    "tests/trl/test_trl_cli.py::test_train_and_eval_a_model_on_every_env[AgentR1/2Wiki",
+    "tests/trl/test_trl_cli.py::test_train_and_eval_a_model_on_every_env[AgentR1/WebShop",
+    "tests/trl/test_trl_default_policy.py::test_smollm2_loader_and_one_trainer_step",
+    "tests/trl/test_trl_cli.py::test_eval_model_baselines_and_value_guided",
+    "tests/core/test_examples.py::test_example_runs[ppo_hotpotqa]",
+    "tests/trl/test_tutorial.py::",
+)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if any(isinstance(v, str) and v.startswith(SLOW_ENV_PREFIXES) for v in params.values()):
             item.add_marker(pytest.mark.slow)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the same order on every worker: the controller checks it
+        items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))
