@@ -58,6 +58,8 @@ MIX_ENVS = [
     {"id": "AgentR1/SyntheticMultihop-v0", "kwargs": {"min_hops": 1, "max_hops": 1, "max_turns": 3}},
     {"id": "AgentR1/RG-ChainSum-v0", "kwargs": {"max_turns": 4}},
 ]
+MINIWOB_TASKS = ["click-button", "click-checkboxes", "click-option", "choose-list", "enter-text", "login-user",
+                 "click-link", "click-tab-2", "enter-password", "read-table"]  # fmt: skip
 TASKS: dict[str, dict[str, Any]] = {
     "synthetic": {"env": "AgentR1/SyntheticMultihop-v0"},
     "hotpotqa": {
@@ -101,6 +103,16 @@ TASKS: dict[str, dict[str, Any]] = {
         "eval_kwargs": {"category": "base", "split": "test", "max_turns": 16},
         "max_episode_tokens": 4096,
         "whole_list": True,
+    },
+    # MiniWoB++ in headless Chromium (extra [browser]): one policy on ten tasks that need reading the instruction
+    # (the gaming benchmark's set), trained on train instances; evaluated per task on held-out instances (each task
+    # its share of --eval-episodes, the same seeds), pooled as their mean
+    "miniwob": {
+        "env": "AgentR1/MiniWoB-v0",
+        "train_kwargs": {"tasks": MINIWOB_TASKS, "split": "train", "max_turns": 6},
+        "eval_kwargs": {"tasks": MINIWOB_TASKS, "split": "test", "max_turns": 6},
+        "per_task": MINIWOB_TASKS,
+        "max_episode_tokens": 3072,  # a page of about 300-450 tokens, then up to 6 actions and pages
     },
     # one run over two envs (AgentR1/Mixture-v0), each with its single-env run's settings ("synthetic" at --hops 1,
     # "rg-chainsum"); evaluated per env, on the single-env runs' held-out seeds
@@ -267,6 +279,30 @@ def _evaluate(
         env.close()
     if kw.get("generator") is not None:
         kw.setdefault("batch_size", 64)
+    per_task = TASKS.get(args.task, {}).get("per_task")
+    if per_task:  # each task on its own, its share of the episodes, pooled as the mean (equal shares)
+        share = max(1, kw["episodes"] // len(per_task))
+        one = {k: v for k, v in eval_kwargs.items() if k != "tasks"}
+        by_task = {
+            name: evaluate_model(
+                env_id,
+                model,
+                tok,
+                env_kwargs={**one, "task": name},
+                seed=args.eval_seed,
+                max_new_tokens=args.max_new_tokens,
+                progress=args.progress,
+                **{**kw, "episodes": share},
+            )
+            for name in per_task
+        }
+        out = summarize([{k: r[k] for k in ("success", "format_ok", "return", "turns") if k in r}
+                         for r in by_task.values()])  # fmt: skip
+        out.update(episodes=share * len(by_task), per_task=by_task, seconds=round(time.perf_counter() - t, 1))
+        print(
+            f"[{args.task}] eval per task: { {k: v['success'] for k, v in by_task.items()} }", file=sys.stderr
+        )
+        return out
     components = mixture_components(eval_kwargs)
     if components:  # a mixture: each env on its own, on the seeds its single-env run is evaluated on
         per_env = {
@@ -677,8 +713,31 @@ def markdown(result: dict) -> str:
                 f"{p['generation']} | {p['env']} | {p.get('score', '–')} | {p['update']} |"
             )
         lines.append("")
+        lines += per_task_table(entry)
     lines += mixture_table(result)
     return "\n".join(lines)
+
+
+def per_task_table(entry: dict) -> list[str]:
+    """A task set evaluated per task (``per_task``): held-out success per task at each point of the runs."""
+    start = entry["start"]
+    if "per_task" not in start["after_sft"]:
+        return []
+    points = [("plain", start["plain"]), ("RL start", start["after_sft"])]
+    points += [(name, r["after"]) for name, r in entry["runs"].items() if "per_task" in r.get("after", {})]
+    lines = [
+        "Held-out success per task (each task's share of the episodes, the same seeds at every point):",
+        "",
+        "| task | " + " | ".join(name for name, _ in points) + " |",
+        "|---|" + "---|" * len(points),
+    ]
+    for task in start["after_sft"]["per_task"]:
+        cells = [
+            f"{m['per_task'][task]['success']:.2f}" if task in m.get("per_task", {}) else "–"
+            for _, m in points
+        ]
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def mixture_table(result: dict) -> list[str]:
