@@ -23,6 +23,7 @@ MiniWoB's own driver, and what gaming the world earns.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import time
@@ -150,6 +151,15 @@ def cost(episodes: int) -> dict:
     tasks = [t for t in ORACLE_TASKS if t != "choose-list"]
     ours = agentr1_gym.make("AgentR1/MiniWoB-v0", split="test").unwrapped
     rows: dict[str, dict] = {}
+
+    class FailedClicks(logging.Handler):  # MiniWoB's driver logs a click whose ref its page no longer holds
+        count = 0
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("Clicking"):
+                FailedClicks.count += 1
+
+    logging.getLogger().addHandler(FailedClicks())
     all_ours, all_theirs, resets_ours, resets_theirs = [], [], [], []
     disagreements = 0
     for name in tasks:
@@ -158,6 +168,8 @@ def cost(episodes: int) -> dict:
         theirs.reset(seed=0, options={"record_screenshots": False})  # its browser started, untimed
         ours.reset(seed=0)
         step_ours, step_theirs = [], []
+        parted = {"ended_first": 0, "miniwob_ended_first": 0}
+        FailedClicks.count = 0
         for ep in range(episodes):
             t = time.perf_counter()
             ours.reset(seed=ep)
@@ -184,15 +196,18 @@ def cost(episodes: int) -> dict:
                 t = time.perf_counter()
                 _, _, peer_done, _, _ = theirs.step(peer)
                 step_theirs.append(time.perf_counter() - t)
-                if (
-                    peer_done != done
-                ):  # MiniWoB's driver keeps its 10 s timer: a loaded machine can end it early
+                if peer_done != done:  # compared up to here; why they parted is counted per task
                     disagreements += 1
+                    parted["ended_first" if done else "miniwob_ended_first"] += 1
                     break
         theirs.close()
         rows[name] = {
             "step_ms_ours": round(1e3 * statistics.mean(step_ours), 2),
             "step_ms_miniwob": round(1e3 * statistics.mean(step_theirs), 2),
+            # episodes where one driver ended the task and the other did not, and MiniWoB's clicks that found
+            # no element of the ref ours acted on (its refs are assigned to the elements visible when it last
+            # read the page: one read right after an animated change can miss what ours then sees)
+            "parted": {**parted, "miniwob_clicks_on_a_missing_ref": FailedClicks.count},
         }
         all_ours += step_ours
         all_theirs += step_theirs
