@@ -54,6 +54,7 @@ SCRIPTS = {
     "update_step": ("update_step.py", "What one update costs, per setting"),
     "step_cost": ("step_cost.py", "What an RL step costs in each world, part by part"),
     "miniwob_env": ("miniwob_env.py", "MiniWoB++ in a browser: oracles, observations, cost, gaming"),
+    "miniwob_learning": ("learning.py", "MiniWoB++ in a browser: learning on ten tasks"),
     "shop_shortcuts": (
         "shop_shortcuts.py",
         "Shortcuts in the shop: the first hit against reading prices and options",
@@ -660,7 +661,47 @@ def _miniwob_env(data: dict[str, Any]) -> str:
     )
 
 
+def _miniwob_learning(data: dict[str, Any]) -> str:
+    """The learning tables, then each run's held-out success per task beside the prompted model and the warm start
+    (each task's share of the held-out episodes, the same seeds at every point), and each run against the warm start:
+    the ratio, z, and whether the 95% intervals are apart (the target: pooled success at least 1.5x the warm start,
+    intervals apart, on both training seeds)."""
+    parts = [_learning(data)]
+    for task, t in data["tasks"].items():
+        start, runs = t.get("start", {}), t.get("runs", {})
+        base = start.get("after_sft") or {}
+        if "per_task" not in base:
+            continue
+        points = [("prompted model", start.get("plain") or {}), ("warm start", base)]
+        points += [(name, run.get("after") or {}) for name, run in runs.items()]
+        rows = []
+        for name in base["per_task"]:
+            cells = [(m.get("per_task") or {}).get(name) for _, m in points]
+            rows.append([f"`{name}`", *[f"{c['success']:.2f}" if c else "" for c in cells]])
+        rows.append(["pooled", *[f"{m['success']:.3f}" if "success" in m else "" for _, m in points]])
+        parts.append(
+            f"#### {task}: held-out success per task\n\n" + _table(["task", *[n for n, _ in points]], rows)
+        )
+        lo0, hi0 = _bounds(base)
+        versus = []
+        for name, run in runs.items():
+            after = run.get("after") or {}
+            if "success" not in after:
+                continue
+            lo, hi = _bounds(after)
+            ratio = f"{after['success'] / base['success']:.2f}x" if base.get("success") else "–"
+            apart = "yes" if lo > hi0 else ("below" if hi < lo0 else "no")
+            versus.append([name, f"{after['success']:.3f} [{lo:.3f}, {hi:.3f}]",
+                           f"{base['success']:.3f} [{lo0:.3f}, {hi0:.3f}]", ratio,
+                           f"{two_proportion_z(after, base):+.1f}", apart])  # fmt: skip
+        if versus:
+            header = ["run", "after RL [95% CI]", "warm start [95% CI]", "ratio", "z", "intervals apart"]
+            parts.append(f"#### {task}: each run against the warm start\n\n" + _table(header, versus))
+    return "\n\n".join(parts)
+
+
 HIGHLIGHTS = {
+    "miniwob_learning": _miniwob_learning,
     "miniwob_env": _miniwob_env,
     "step_cost": _step_cost,
     "bfcl": _bfcl,

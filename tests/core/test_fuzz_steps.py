@@ -12,6 +12,7 @@ import json
 import math
 import os
 import random
+import tempfile
 import time
 
 import gymnasium as gym
@@ -141,14 +142,34 @@ def _make(env_id: str, protocol: str):
     return agentr1_gym.make(env_id, **kwargs)
 
 
+def _browser_processes(tmp: str) -> set[int]:
+    """The processes of the managed browsers made while ``tmp`` was the temp directory (Chromium, its driver and
+    helpers: every one carries the browser's profile directory, made there, in its command line)."""
+    marker = os.path.join(tmp, "agentr1-browser-").encode()
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker in f.read():
+                        found.add(int(entry))
+            except OSError:  # gone while we looked
+                continue
+    return found
+
+
 @pytest.mark.parametrize(
     "steps_per_env",
     [pytest.param(300, id="quick"), pytest.param(STEPS, id="full", marks=pytest.mark.slow)],
 )
 @pytest.mark.parametrize("env_id", ENV_IDS)
-def test_adversarial_steps_never_crash_and_stay_recordable(env_id, steps_per_env):
-    """10,000 adversarial steps per env (AGENTR1_FUZZ_STEPS) in the complete suite; 300 in the README's quick run."""
+def test_adversarial_steps_never_crash_and_stay_recordable(env_id, steps_per_env, tmp_path, monkeypatch):
+    """10,000 adversarial steps per env (AGENTR1_FUZZ_STEPS) in the complete suite; 300 in the README's quick run.
+    A browser world leaves no browser process behind when its env closes, whatever the steps made it do."""
     rng = random.Random(hash(env_id) & 0xFFFF)
+    monkeypatch.setattr(
+        tempfile, "tempdir", str(tmp_path)
+    )  # this test's browsers, and no one else's, in here
     protocols = (
         ["hermes", "search_r1"]
         if env_id not in ("AgentR1/HumanEval-v0", "AgentR1/Calculator-v0", "AgentR1/BFCL-MultiTurn-v0")
@@ -176,6 +197,12 @@ def test_adversarial_steps_never_crash_and_stay_recordable(env_id, steps_per_env
                 env.reset(seed=episode)
         env.close()
     assert steps >= steps_per_env - 1
+    deadline = (
+        time.monotonic() + 10
+    )  # the keeper's clean-up runs as the env closes; give a loaded machine time
+    while _browser_processes(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _browser_processes(str(tmp_path)), "browser processes left behind"
 
 
 def test_envs_are_registered():
