@@ -93,10 +93,14 @@ MODIFIERS = {"ctrl": "CONTROL", "control": "CONTROL", "shift": "SHIFT", "alt": "
 
 # one round trip per observation: MiniWoB's own DOM walk (which assigns the refs its actions take), the lists'
 # options, the episode's state and the instruction
+# An ended episode's page is not read (nor does MiniWoB's own driver read it): reading it gave the elements that
+# outlive an episode (the body, the task's frame) refs in the next episode's numbering, which that episode's own
+# elements then repeated (a page with two [7]s)
 _SNAPSHOT_JS = """
-var root = core.getDOMInfo();
+var done = WOB_DONE_GLOBAL;
+var root = done ? null : core.getDOMInfo();
 var lists = {};
-for (var ref in core.previousDOMInfo) {
+if (!done) for (var ref in core.previousDOMInfo) {
   var el = core.previousDOMInfo[ref];
   if (el instanceof HTMLSelectElement) {
     lists[ref] = {options: Array.from(el.options).map(function (o) { return o.text; }),
@@ -104,7 +108,7 @@ for (var ref in core.previousDOMInfo) {
   }
 }
 var utterance = core.getUtterance();
-return {root: root, lists: lists, done: WOB_DONE_GLOBAL, raw: WOB_RAW_REWARD_GLOBAL,
+return {root: root, lists: lists, done: done, raw: WOB_RAW_REWARD_GLOBAL,
         utterance: (typeof utterance === 'string') ? utterance : utterance.utterance};
 """
 # the wall-clock timer off (an episode would end after 10 s), the instance seeded, the episode started

@@ -131,6 +131,29 @@ def test_select_and_submit_end_the_episode_with_miniwobs_reward():
     env.close()
 
 
+def test_refs_are_unique_and_the_same_in_a_reused_browser():
+    """Before: the page read after an episode ended gave the body and the task's frame refs of the next episode's
+    numbering, so from the second episode on a page could show two elements as [7] (the body and a button). Now
+    every episode's refs are unique and the same as in a fresh browser (and as MiniWoB's own driver numbers them)."""
+    reused = agentr1_gym.make("AgentR1/MiniWoB-v0", task="click-button", split="test").unwrapped
+    fresh = agentr1_gym.make("AgentR1/MiniWoB-v0", task="click-button", split="test").unwrapped
+    try:
+        for ep in range(4):
+            reused.reset(seed=ep)
+            refs = [e.ref for e in reused.session.page.elements()]
+            assert len(refs) == len(set(refs)), (ep, refs)
+            fresh.close()  # a new browser, whose first episode this is
+            fresh.reset(seed=ep)
+            assert [(e.ref, e.tag, e.text) for e in reused.session.page.elements()] == [
+                (e.ref, e.tag, e.text) for e in fresh.session.page.elements()
+            ]
+            *_, info = reused.step(reused.oracle_action())
+            assert info["metrics"]["solved"] == 1.0
+    finally:
+        reused.close()
+        fresh.close()
+
+
 def test_seeds_fix_instances_and_the_splits_are_disjoint():
     def utterances(split, seeds):
         env = agentr1_gym.make("AgentR1/MiniWoB-v0", task="enter-text", split=split)
