@@ -643,17 +643,22 @@ def _miniwob_env(data: dict[str, Any]) -> str:
     games = ", ".join(f"{k} {v:.3f}" for k, v in gaming["success"].items())
     memory = data["memory"]
     many = next(k for k in memory if k != "one_browser")
-    c = data["cost"]
+    c, shots = data["cost"], data.get("screenshots")
     return (
         f'Held-out instances (`split="test"`); tokens by {data.get("tokenizer") or "no tokenizer (characters only)"}. '
         f"Over all tasks: a step "
         f"{c['step_ms_ours']} ms here against {c['step_ms_miniwob']} ms through MiniWoB's own Gymnasium driver "
-        f"(screenshots off, same actions, same instances, same run; {c['steps']} steps; on "
-        f"{c.get('episodes_where_the_drivers_disagreed', 0)} episodes the drivers ended at different steps, and they "
-        "were compared up to there: MiniWoB's driver keeps its 10 s timer, and some of its clicks found no element "
-        "of that ref): "
+        f"(screenshots off, same actions, same instances, same run; {c['steps']} steps; the drivers ended "
+        f"{c.get('episodes_where_the_drivers_disagreed', 0)} episodes at different steps, compared up to there): "
         f"{c['overhead_ms_per_step']} ms per step beyond it; a reset {c['reset_ms_ours']} ms against "
-        f"{c['reset_ms_miniwob']} ms. Memory: one browser {memory['one_browser']['pss_mb']} MB PSS "
+        f"{c['reset_ms_miniwob']} ms."
+        + (
+            f" A screenshot of the task area (`screenshots=True`): {shots['ms_mean']} ms, {shots['chars_mean']:,} "
+            f"characters on average ({shots['screenshots']} pages)."
+            if shots
+            else ""
+        )
+        + f" Memory: one browser {memory['one_browser']['pss_mb']} MB PSS "
         f"({memory['one_browser']['rss_mb']} MB RSS), {many.replace('_', ' ')} {memory[many]['pss_mb']} MB PSS.\n\n"
         f"Gaming the world ({gaming['episodes']} held-out episodes over {len(gaming['tasks'])} tasks that need "
         f"reading, success): {games}; the best of them is {gaming['best_gaming_over_oracle']} of the oracle's.\n\n"
@@ -881,6 +886,24 @@ def headline_rows() -> list[list[str]]:
             f"{summary['best_gaming_over_oracle']} of the oracle's success",
             f"headless Chromium, miniwob {mw['machine'].get('versions', {}).get('miniwob')}",
         ])  # fmt: skip
+    if (RESULTS / "miniwob_learning.json").is_file():
+        for t in _load("miniwob_learning")["tasks"].values():
+            start, runs = t["start"], t.get("runs", {})
+            base = start["after_sft"]
+            text = (
+                f"one policy on {len(base.get('per_task', {})) or 1} MiniWoB tasks: held-out success "
+                f"{start['plain']['success']:.3f} prompted, {base['success']:.3f} after the warm start"
+            )
+            for name, run in runs.items():
+                after = run.get("after") or {}
+                if "success" in after:
+                    ratio = f", {after['success'] / base['success']:.2f}x" if base["success"] else ""
+                    text += f"; {name} {after['success']:.3f} (z {two_proportion_z(after, base):+.1f}{ratio})"
+            minutes = max((r["settings"]["minutes"] for r in runs.values()), default=0)
+            rows.append([
+                "[MiniWoB++ in a browser: learning](docs/results/miniwob_learning.md)", text,
+                f"{minutes:.0f} min of training per run, one core each, SmolLM2-135M + LoRA",
+            ])  # fmt: skip
     if (RESULTS / "step_cost.json").is_file():
         cost = _load("step_cost")
         runs = cost["runs"]
