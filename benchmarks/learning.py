@@ -354,8 +354,14 @@ def _engine(args: argparse.Namespace, model: Any, tok: Any) -> Any:
         return None
     from agentr1_trl.backends.factory import GenerationSettings, make_generator
 
+    extra = {}
+    per_task = TASKS.get(args.task, {}).get("per_task")
+    # a task's share of the episodes runs as one batch: a KV cache for all of them (the default is sized for 8
+    # sequences), so that their prefixes can stay cached from turn to turn
+    if per_task:
+        extra["sequences"] = min(64, max(1, args.eval_episodes // len(per_task)))
     settings = GenerationSettings(
-        backend="vllm", sync="merged", max_model_len=episode_tokens(args) + args.max_new_tokens
+        backend="vllm", sync="merged", max_model_len=episode_tokens(args) + args.max_new_tokens, **extra
     )
     return make_generator(model, tok, settings, sync=False)
 
