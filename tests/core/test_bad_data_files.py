@@ -117,6 +117,12 @@ CASES = {
 }
 
 
+def _is_one_clear_line(message: str, path, fragment: str) -> None:
+    """The error names the file and what is wrong with it, on one line."""
+    assert str(path) in message and fragment in message, message
+    assert "\n" not in message and len(message) < 600
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_malformed_file_is_one_clear_error(case, tmp_path):
     loader, data, suffix, fragment = CASES[case]
@@ -125,9 +131,7 @@ def test_malformed_file_is_one_clear_error(case, tmp_path):
         path.write_bytes(data)
     with pytest.raises(DataError) as info:
         loader(path)
-    message = str(info.value)
-    assert str(path) in message and fragment in message, message
-    assert "\n" not in message and len(message) < 600
+    _is_one_clear_line(str(info.value), path, fragment)
 
 
 def test_good_files_still_load(tmp_path):
@@ -166,9 +170,7 @@ def test_a_bad_task_file_is_one_clear_error(case, reader, tmp_path):
     path.write_bytes(data)
     with pytest.raises(ConfigError) as info:
         read(path)
-    message = str(info.value)
-    assert str(path) in message and fragment in message, message
-    assert "\n" not in message and len(message) < 600
+    _is_one_clear_line(str(info.value), path, fragment)
     path.write_text('{"question": "q", "answer": "1"}\n\n{"question": "r", "answer": "2"}\n')
     rows = read(path) if reader == "load_rows" else read(path).tasks
     assert [r["question"] for r in rows] == ["q", "r"]

@@ -17,6 +17,7 @@ import time
 
 import gymnasium as gym
 import pytest
+from _procs import processes_with
 
 import agentr1_gym
 from agentr1_gym.registration import env_ids
@@ -142,22 +143,6 @@ def _make(env_id: str, protocol: str):
     return agentr1_gym.make(env_id, **kwargs)
 
 
-def _browser_processes(tmp: str) -> set[int]:
-    """The processes of the managed browsers made while ``tmp`` was the temp directory (Chromium, its driver and
-    helpers: every one carries the browser's profile directory, made there, in its command line)."""
-    marker = os.path.join(tmp, "agentr1-browser-").encode()
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker in f.read():
-                        found.add(int(entry))
-            except OSError:  # gone while we looked
-                continue
-    return found
-
-
 @pytest.mark.parametrize(
     "steps_per_env",
     [pytest.param(300, id="quick"), pytest.param(STEPS, id="full", marks=pytest.mark.slow)],
@@ -200,9 +185,12 @@ def test_adversarial_steps_never_crash_and_stay_recordable(env_id, steps_per_env
     deadline = (
         time.monotonic() + 10
     )  # the keeper's clean-up runs as the env closes; give a loaded machine time
-    while _browser_processes(str(tmp_path)) and time.monotonic() < deadline:
+    profiles = os.path.join(
+        str(tmp_path), "agentr1-browser-"
+    )  # every browser process carries its profile's path
+    while processes_with(profiles) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _browser_processes(str(tmp_path)), "browser processes left behind"
+    assert not processes_with(profiles), "browser processes left behind"
 
 
 def test_envs_are_registered():

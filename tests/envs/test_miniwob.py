@@ -15,6 +15,7 @@ import threading
 import time
 
 import pytest
+from _procs import processes_with
 
 import agentr1_gym
 from agentr1_gym.envs.miniwob_oracles import click_every_element, type_everywhere
@@ -47,19 +48,6 @@ def _play(env, policy, seed: int) -> dict:
         _, _, terminated, truncated, info = env.step(policy(env))
         done = terminated or truncated
     return info["metrics"]
-
-
-def _processes_with(text: str) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if text.encode() in f.read():
-                        out.append(int(entry))
-            except OSError:
-                pass
-    return out
 
 
 def test_every_oracle_solves_its_task_on_held_out_instances():
@@ -201,12 +189,12 @@ def test_one_browser_per_env_reused_and_closed():
     browser = env.unwrapped.session.browser
     assert browser.starts == 1
     profile = browser._keeper.profile
-    assert _processes_with(profile)
+    assert processes_with(profile)
     env.close()
     deadline = time.monotonic() + 10
-    while _processes_with(profile) and time.monotonic() < deadline:
+    while processes_with(profile) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _processes_with(profile) and not os.path.exists(profile)
+    assert not processes_with(profile) and not os.path.exists(profile)
 
 
 def test_a_killed_process_leaves_no_browser_behind(tmp_path):
@@ -225,9 +213,9 @@ def test_a_killed_process_leaves_no_browser_behind(tmp_path):
     assert child.returncode == -signal.SIGKILL
     profile = child.stdout.strip().splitlines()[-1]
     deadline = time.monotonic() + 15
-    while _processes_with(profile) and time.monotonic() < deadline:
+    while processes_with(profile) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _processes_with(profile), "a browser outlived the process that started it"
+    assert not processes_with(profile), "a browser outlived the process that started it"
     assert not os.path.exists(profile)
 
 
