@@ -86,6 +86,22 @@ def test_prompt_groups_finds_the_distinct_prompts():
     assert torch.equal(pid[first][inverse], pid)
 
 
+@pytest.mark.parametrize("plan", ["full", "prompts", "prefix"])
+def test_the_vocabulary_projection_never_sees_a_strided_state(plan):
+    """Every forward pass asks the model for the last position's logits only, by index: a strided slice through a
+    bf16 linear on a CPU made PyTorch copy the projection's weight once per row (0.8 s per call on SmolLM2)."""
+    tok = tiny_tokenizer()
+    model = tiny_model(tok)
+    pid, pm, cid, cm = _step_batch(tok) if plan == "prefix" else _batch(tok)
+    if plan == "full":
+        pid, pm, cid, cm = pid[:2], pm[:2], cid[:2], cm[:2]
+    assert share_plan(pid, pm) == plan
+    seen = []
+    model.get_output_embeddings().register_forward_pre_hook(lambda _, args: seen.append(args[0]))
+    completion_logps(model, pid, pm, cid, cm)
+    assert seen and all(x.is_contiguous() and x.size(1) == 1 for x in seen)
+
+
 def _trainer(cls, config_cls, tmp_path, **kw):
     tok = tiny_tokenizer()
     args = config_cls(
@@ -188,6 +204,42 @@ def test_projected_logps_equals_cross_entropy_in_values_and_gradients(chunk, tem
     assert torch.allclose(got.double(), want, atol=1e-5)
     assert torch.allclose(got_states, states.grad, atol=1e-5)
     assert torch.allclose(got_weight, head.weight.grad, atol=1e-5)
+
+
+def test_projected_logps_under_autocast_recomputes_its_backward_in_bf16():
+    """Under bf16 autocast the backward pass (which autocast does not reach) recomputes the logits in bf16, as the
+    forward computed them: the same gradients as the direct path under autocast, and no float32 product of the
+    (rows, vocabulary) size."""
+    from agentr1_trl.forward import projected_logps
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Products(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.dtypes = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.mm.default and 5000 in (args[0].shape[-1], args[1].shape[-1]):
+                self.dtypes.append(args[0].dtype)
+            return func(*args, **(kwargs or {}))
+
+    g = torch.Generator().manual_seed(0)
+    states = torch.randn(24, 16, generator=g, requires_grad=True)
+    head = torch.nn.Linear(16, 5000, bias=False)
+    targets = torch.randint(0, 5000, (24,), generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = projected_logps(states, head, targets, 0.7, 8)
+    with Products() as products:
+        got.sum().backward()
+    assert products.dtypes and set(products.dtypes) == {torch.bfloat16}
+    got_states, got_weight = states.grad.clone(), head.weight.grad.clone()
+    states.grad = head.weight.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = -torch.nn.functional.cross_entropy(head(states).float() / 0.7, targets, reduction="none")
+    want.sum().backward()
+    assert got.dtype == torch.float32 and torch.allclose(got, want, atol=0.05)
+    assert torch.allclose(got_states, states.grad, atol=0.02, rtol=0.05)
+    assert torch.allclose(got_weight, head.weight.grad, atol=0.02, rtol=0.05)
 
 
 def test_projected_logps_keeps_no_vocabulary_sized_tensor_for_backward():
