@@ -123,3 +123,19 @@ def test_native_numa_warning_is_dropped_and_everything_else_kept():
         err.index("kept 1") < err.index("something else") < err.index("progress 50%\r") < err.index("kept 2")
     )
     assert "to stderr from Python" in err and err.endswith("after the block\n")
+
+
+def test_the_hardware_line_names_the_update_precision(tmp_path):
+    """The run's first line says which precision the update runs in, the frozen base's included, as the config
+    resolves it (bf16_base None: a bf16 update on a CPU stores the base in bf16)."""
+    from agentr1_trl.grpo import AgentGRPOConfig
+    from agentr1_trl.run_report import describe_hardware
+    from agentr1_trl.testing import trainer_settings
+
+    assert describe_hardware(False).endswith("float32") or "(float32)" in describe_hardware(False)
+    assert "bf16 autocast" in describe_hardware(True, False)
+    assert "the frozen base stored in bf16" in describe_hardware(True, True)
+    config = AgentGRPOConfig(**trainer_settings(tmp_path, bf16=True))
+    assert config.stores_base_in_bf16("cpu") and not config.stores_base_in_bf16("cuda")
+    config.bf16_base = False
+    assert not config.stores_base_in_bf16("cpu")

@@ -146,6 +146,27 @@ def test_sft_warm_start_on_oracle_demonstrations():
     assert all(torch.equal(v, dict(model.named_parameters())[k]) for k, v in base.items())
 
 
+@pytest.mark.parametrize("bf16_base", [None, False])
+def test_sft_warm_start_in_bf16_stores_the_frozen_base_in_bf16_on_a_cpu(bf16_base):
+    """bf16 on a CPU: the frozen base in bf16 (as the RL trainer's bf16_base default), the adapter float32 and
+    learning; bf16_base=False keeps every weight float32."""
+    from agentr1_trl.sft import oracle_samples, warm_start
+    from peft import get_peft_model
+
+    tok = tiny_tokenizer()
+    model = get_peft_model(
+        tiny_model(tok, hidden_size=32, seed=1), LoraConfig(r=8, target_modules=["q_proj", "v_proj"])
+    )
+    samples = oracle_samples("AgentR1/SyntheticMultihop-v0", range(4), tok, env_kwargs={"max_hops": 1})
+    losses = warm_start(
+        model, tok, samples, epochs=3, lr=5e-3, progress=False, bf16=True, bf16_base=bf16_base
+    )
+    assert losses[-1] < losses[0]
+    frozen = {p.dtype for p in model.parameters() if not p.requires_grad}
+    assert frozen == ({torch.bfloat16} if bf16_base is None else {torch.float32})
+    assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}
+
+
 def test_sft_micro_batches_take_the_same_step():
     """Gradient accumulation over micro-batches (bounded memory on long transcripts) gives the full-batch step."""
     from agentr1_trl.sft import oracle_samples, warm_start

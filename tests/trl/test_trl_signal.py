@@ -362,3 +362,62 @@ def test_the_update_precision_follows_the_measured_hardware(tmp_path, monkeypatc
     monkeypatch.undo()
     real = hw.bf16_matmul_speedup()  # a real measurement: a positive ratio, cached for the process
     assert real > 0 and hw.bf16_matmul_speedup() == real
+
+
+# ---- the frozen base in bf16 ------------------------------------------------------------------------------------
+def _lora_trainer(tmp_path, algo: str = "grpo", **settings):
+    tok = tiny_tokenizer()
+    config, trainer_class = (
+        (AgentGRPOConfig, AgentGRPOTrainer) if algo == "grpo" else (AgentPPOConfig, AgentPPOTrainer)
+    )
+    trainer = trainer_class(
+        tiny_model(tok, hidden_size=32),
+        config(output_dir=str(tmp_path), **{**BASE, **settings}),
+        tok,
+        peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"]),
+    )
+    trainer.generator = ScriptedGenerator(tok, alternating_script)
+    return trainer
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_a_bf16_update_on_a_cpu_stores_the_frozen_base_in_bf16_and_trains_float32_adapters(tmp_path, algo):
+    """bf16_base (the default with bf16 on a CPU): every frozen weight bf16, the adapter (and PPO's value head)
+    float32 and trained; the step's loss finite."""
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU bf16 stays autocast over float32 weights unless asked")
+    trainer = _lora_trainer(tmp_path, algo, bf16=True)
+    assert trainer.args.bf16_base is None and trainer.bf16_base
+    frozen = {n: p for n, p in trainer.model.named_parameters() if not p.requires_grad}
+    trained = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert frozen and trained
+    assert {p.dtype for p in frozen.values()} == {torch.bfloat16}
+    assert {p.dtype for p in trained.values()} == {torch.float32}
+    trainer.train()
+    loss = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert loss and all(math.isfinite(x) for x in loss)
+    after = dict(trainer.model.named_parameters())
+    assert all(after[n].dtype == torch.float32 for n in trained)
+    assert any(not torch.equal(after[n].detach(), before) for n, before in trained.items())
+    if algo == "ppo":
+        assert {p.dtype for p in trainer.value_head.parameters()} == {torch.float32}
+
+
+def test_bf16_base_can_be_turned_off_and_needs_bf16(tmp_path):
+    trainer = _lora_trainer(tmp_path, bf16=True, bf16_base=False)
+    assert not trainer.bf16_base
+    assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
+    assert not _lora_trainer(tmp_path / "fp32").bf16_base  # BASE: bf16=False
+    with pytest.raises(ConfigError, match="bf16=True"):
+        AgentGRPOConfig(output_dir=str(tmp_path), **{**BASE, "bf16_base": True})
+
+
+def test_bf16_frozen_base_converts_only_frozen_float32_parameters():
+    from agentr1_trl.models import bf16_frozen_base
+    from peft import get_peft_model
+
+    model = get_peft_model(tiny_model(tiny_tokenizer()), LoraConfig(r=2, target_modules=["q_proj"]))
+    frozen = sum(1 for p in model.parameters() if not p.requires_grad)
+    assert bf16_frozen_base(model) == frozen
+    assert bf16_frozen_base(model) == 0  # idempotent
+    assert all((p.dtype == torch.float32) == p.requires_grad for p in model.parameters())

@@ -153,6 +153,15 @@ class AgentTrainerConfig(GRPOConfig):
             f"{CPU_UPDATE_TOKENS} on a CPU, 0 on a GPU."
         },
     )
+    bf16_base: bool | None = field(
+        default=None,
+        metadata={
+            "help": "With bf16: store the frozen base model's weights in bf16 (the LoRA adapter, its gradients "
+            "and optimizer state stay float32), so that no product casts a weight and the residual stream, norms "
+            "and rotary embeddings run in bf16 too. None (default): on where bf16 is on and the update runs on a "
+            "CPU (on a GPU bf16 stays autocast over float32 weights). Needs bf16."
+        },
+    )
     regroup_micro_batches: bool = field(
         default=True,
         metadata={
@@ -246,6 +255,17 @@ class AgentTrainerConfig(GRPOConfig):
     )
     tis_cap: float = field(default=2.0, metadata={"help": "The truncation of the importance weights (tis)."})
 
+    def stores_base_in_bf16(self, device_type: str | None = None) -> bool:
+        """Whether the frozen base is stored in bf16 for an update on ``device_type`` ("cpu", "cuda", ...; None:
+        a GPU where torch sees one, else the CPU): ``bf16_base``, or where it is None, a bf16 update on a CPU."""
+        if self.bf16_base is None:
+            if device_type is None:
+                import torch
+
+                device_type = "cuda" if torch.cuda.is_available() else "cpu"
+            return bool(self.bf16) and device_type == "cpu"
+        return bool(self.bf16_base)
+
     def _map_trl_vllm(self) -> None:
         """TRL's vLLM switches onto ours: never silently ignored."""
         if self.use_vllm:
@@ -271,6 +291,10 @@ class AgentTrainerConfig(GRPOConfig):
         if not torch.cuda.is_available():
             self.use_cpu = True  # bf16=True then means CPU autocast (fast on CPUs with AVX512-BF16/AMX)
         super().__post_init__()
+        if self.bf16_base and not self.bf16:
+            raise ConfigError(
+                "bf16_base=True stores the frozen base in bf16 for a bf16 update: set bf16=True too"
+            )
         if self.kl_estimator not in {"k1", "k3", "low_var_kl"}:
             raise ConfigError(f"kl_estimator must be 'k1', 'k3' or 'low_var_kl', got {self.kl_estimator!r}")
         if self.max_new_tokens_per_turn < 1 or self.max_episode_tokens <= self.max_new_tokens_per_turn:

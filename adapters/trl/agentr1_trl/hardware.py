@@ -11,9 +11,11 @@ where bf16 products are at least :data:`BF16_MIN_SPEEDUP` times faster; elsewher
 The threshold comes from the main job run both ways on this project's 2-core AMD EPYC with AVX512-BF16, whose
 bf16 products measure 2.1-2.3x float32's: under bf16 autocast its update took 7.5-7.9 s per step against 7.7-7.9 s
 in float32 (seeds 1 and 2; ``benchmarks/results/main_job_bf16.json`` against ``main_job.json``), used 0.5 GB more
-and learned less on one seed of three, so such a CPU keeps float32. CPUs with AMX, whose bf16 products run about
-10x float32's, took 11.8 s against 20.1 s for one forward and backward pass over 2,048 tokens (reported in the
-issue that made this default; not measured here). On an AVX2-only CPU bf16 is emulated and slower.
+and learned less on one seed of three, so such a CPU keeps float32. On a 2-core Xeon with AMX (bf16 products 7x
+float32's) a bf16 update with the frozen base stored in bf16 (the trainer's ``bf16_base``) ran 1.53-2.45x float32's
+update in the four learning worlds, 1.34-1.68x under autocast over float32 weights
+(``benchmarks/results/step_cost_amx.json``). On an AVX2-only CPU bf16 is emulated and slower. The threshold was
+set under autocast alone; whether a bf16 base pays on AVX512-BF16 (products 2.2x) is not measured yet.
 """
 
 from __future__ import annotations

@@ -168,8 +168,10 @@ def _make_trainer(
     from peft import get_peft_model
 
     model = get_peft_model(model, adapter)
+    # in the update's precision (bf16 where the hardware computes it faster, the frozen base then bf16 on a CPU)
     losses = oracle_warm_start(model, tokenizer, config.env_id, config.env_kwargs, plan.warm_start,
-                               max_new_tokens=config.max_new_tokens_per_turn)  # fmt: skip
+                               max_new_tokens=config.max_new_tokens_per_turn, bf16=bool(config.bf16),
+                               bf16_base=config.bf16_base)  # fmt: skip
     print(
         f"warm start on {plan.warm_start} oracle transcripts: loss per epoch {[round(x, 3) for x in losses]}"
     )
@@ -198,7 +200,7 @@ def run_training(plan: RunPlan) -> int:
         (plan.output_dir / EPISODES_FILE).unlink(missing_ok=True)
     for change in plan.changes:
         print(f"resume: {change}", flush=True)
-    print(describe_hardware(bool(config.bf16)), flush=True)
+    print(describe_hardware(bool(config.bf16), config.stores_base_in_bf16()), flush=True)
     trainer, run = _make_trainer(plan, trainer_cls, config, resume_from)
     trainer.add_callback(step_clock())
     quiet_progress(trainer)

@@ -27,12 +27,14 @@ __all__ = [
 ]
 
 
-def describe_hardware(bf16: bool) -> str:
+def describe_hardware(bf16: bool, bf16_base: bool = False) -> str:
     """One line: the device the update runs on, whether it computes bf16 natively (and how much faster, as
-    measured), and the precision chosen."""
+    measured), and the precision chosen (``bf16_base``: the frozen base stored in bf16)."""
     import torch
 
-    precision = "bf16 autocast" if bf16 else "float32"
+    precision = "float32"
+    if bf16:
+        precision = "bf16, the frozen base stored in bf16" if bf16_base else "bf16 autocast"
     if torch.cuda.is_available():
         return f"training on {torch.cuda.get_device_name(0)} ({precision})"
     model, flags = cpu_info()

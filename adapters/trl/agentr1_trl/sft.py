@@ -18,6 +18,7 @@ from agentr1_gym.errors import ConfigError, NoOracleError
 from agentr1_gym.generation import SamplingConfig
 from agentr1_gym.rollout import Sample, collect_rollouts
 from agentr1_trl.backends import ScriptedGenerator
+from agentr1_trl.models import bf16_frozen_base
 
 __all__ = [
     "WARM_START_EPOCHS",
@@ -95,13 +96,16 @@ def warm_start(
     seed: int = 0,
     progress: bool = True,
     bf16: bool = False,
+    bf16_base: bool | None = None,
 ) -> list[float]:
     """Masked-NLL training on the samples; returns the mean loss of each epoch.
 
     Each optimizer step sees ``batch_size`` samples; ``micro_batch_size`` splits its forward/backward passes
     (gradient accumulation, weighted by assistant tokens so the step is the same) to bound memory on long
     transcripts. ``bf16``: forward passes under bf16 autocast (the adapter and the optimizer stay float32), as the
-    RL update runs where :func:`agentr1_trl.hardware.update_precision` chooses it.
+    RL update runs where :func:`agentr1_trl.hardware.update_precision` chooses it. ``bf16_base``: with ``bf16``,
+    the frozen base's weights stored in bf16, in place (:func:`agentr1_trl.models.bf16_frozen_base`); None (the
+    default): on a CPU, as the RL trainer's ``bf16_base`` does.
     """
     from tqdm.auto import tqdm
 
@@ -116,6 +120,8 @@ def warm_start(
     micro = max(1, min(micro_batch_size or batch_size, batch_size))
     optimizer = torch.optim.AdamW(params, lr=lr)
     device = next(model.parameters()).device
+    if bf16 and (device.type == "cpu" if bf16_base is None else bf16_base):
+        bf16_frozen_base(model)
     pad = tokenizer.pad_token_id
     gen = torch.Generator().manual_seed(seed)
     model.train()
@@ -175,6 +181,7 @@ def oracle_warm_start(
     seed: int = WARM_START_SEED,
     progress: bool = True,
     bf16: bool = False,
+    bf16_base: bool | None = None,
     max_new_tokens: int | None = None,
 ) -> list[float]:
     """Fit ``model`` (a peft model: its adapter trains) to ``episodes`` oracle transcripts of the env (seeds
@@ -207,4 +214,5 @@ def oracle_warm_start(
         micro_batch_size=1,  # bounded memory on long transcripts (same step as the full batch)
         progress=progress,
         bf16=bf16,
+        bf16_base=bf16_base,
     )

@@ -37,6 +37,7 @@ from agentr1_gym.generation import GenerationError
 from agentr1_gym.rollout import Trajectory
 from agentr1_trl.config import CPU_UPDATE_TOKENS
 from agentr1_trl.forward import completion_logps, regroup_micro_batches, select_rows, update_passes
+from agentr1_trl.models import bf16_frozen_base
 from agentr1_trl.run_dir import mark_complete, resolve_resume
 from agentr1_trl.signals import advantage_mask, check_rewards, env_return
 from agentr1_trl.turn_rows import CONTEXT_DEPENDENT, expand_turn_rows
@@ -231,6 +232,8 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
                 reference, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32
             )
             self.ref_model = self.accelerator.prepare_model(reference, evaluation_mode=True)
+        if self.bf16_base:
+            bf16_frozen_base(self.model)
         if self.accelerator.num_processes > 1 and not self.supports_multi_process():
             raise ConfigError(
                 f"{type(self).__name__} with these settings runs on one process only: "
@@ -278,6 +281,12 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         """Called with each scored batch (advantages in place, one row per episode, before any per-turn rows)."""
 
     # ---- services for subclasses -------------------------------------------------------------------------
+    @property
+    def bf16_base(self) -> bool:
+        """Whether the frozen base model's weights are stored in bf16 (``args.bf16_base``; None: where the update
+        runs in bf16 on a CPU)."""
+        return self.args.stores_base_in_bf16(self.accelerator.device.type)
+
     @property
     def mode(self) -> str:
         return "train" if self.model.training else "eval"
