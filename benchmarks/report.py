@@ -53,6 +53,12 @@ SCRIPTS = {
     "trainer_step_smollm2": ("trainer_step.py", "Trainer step against TRL's GRPOTrainer (SmolLM2)"),
     "update_step": ("update_step.py", "What one update costs, per setting"),
     "step_cost": ("step_cost.py", "What an RL step costs in each world, part by part"),
+    "step_cost_amx": ("step_cost.py", "What an RL step costs on a CPU with AMX: float32 against bf16"),
+    "update_profile_amx": ("update_profile.py", "The update operator by operator on a CPU with AMX"),
+    "update_profile_amx_long": (
+        "update_profile.py",
+        "The update operator by operator on a CPU with AMX: long rows",
+    ),
     "miniwob_env": ("miniwob_env.py", "MiniWoB++ in a browser: oracles, observations, cost, gaming"),
     "miniwob_learning": ("learning.py", "MiniWoB++ in a browser: learning on ten tasks"),
     "shop_shortcuts": (
@@ -627,6 +633,28 @@ def _step_cost(data: dict[str, Any]) -> str:
     )
 
 
+def _update_profile(data: dict[str, Any]) -> str:
+    """Per precision: the pass's time and rate against float32's, then the operators that take the time."""
+    peak, shape = data.get("matmul_gflops", {}), data["shape"]
+    rows = [[name, r["step_s"], r["forward_s"], r["backward_and_optimizer_s"], r["tokens_per_s"],
+             r.get("speed_vs_fp32", ""), r["peak_rss_mb"], ", ".join(r["frozen_dtypes"])]
+            for name, r in data["runs"].items()]  # fmt: skip
+    header = ["variant", "step s", "forward s", "backward + optimizer s", "tokens/s", "vs fp32", "peak RSS MB",
+              "frozen weights"]  # fmt: skip
+    parts = [
+        f"{shape['rows']} rows of {shape['prompt']} prompt + {shape['completion']} completion tokens, one thread; "
+        f"matrix-product peak here {peak.get('float32')} GFLOP/s fp32, {peak.get('bfloat16')} bf16. The best of "
+        "the timed steps.\n\n" + _table(header, rows)
+    ]
+    for name, r in data["runs"].items():
+        if r.get("top_ops"):
+            ops = [[o["op"][:60], o["shapes"][:70], o["self_ms"], o["calls"], f"{100 * o['share']:.1f}%"]
+                   for o in r["top_ops"]]  # fmt: skip
+            parts.append(f"#### {name}: the operators by self time (one profiled step, "
+                         f"{r['profiled_step_ms']} ms)\n\n" + _table(["op", "input shapes", "ms", "calls", "share"], ops))  # fmt: skip
+    return "\n\n".join(parts)
+
+
 def _miniwob_env(data: dict[str, Any]) -> str:
     """Per task: the oracle's held-out success, the observation's size, and a step against MiniWoB's driver."""
     cost = data["cost"]["tasks"]
@@ -709,6 +737,9 @@ HIGHLIGHTS = {
     "miniwob_learning": _miniwob_learning,
     "miniwob_env": _miniwob_env,
     "step_cost": _step_cost,
+    "step_cost_amx": _step_cost,
+    "update_profile_amx": _update_profile,
+    "update_profile_amx_long": _update_profile,
     "bfcl": _bfcl,
     "agent_proxy": _agent_proxy,
     "context_update": _context_update,
@@ -904,8 +935,13 @@ def headline_rows() -> list[list[str]]:
                 "[MiniWoB++ in a browser: learning](docs/results/miniwob_learning.md)", text,
                 f"{minutes:.0f} min of training per run, one core each, SmolLM2-135M + LoRA",
             ])  # fmt: skip
-    if (RESULTS / "step_cost.json").is_file():
-        cost = _load("step_cost")
+    for name, what in (
+        ("step_cost", "what an RL step costs"),
+        ("step_cost_amx", "an RL step on a CPU with AMX"),
+    ):
+        if not (RESULTS / f"{name}.json").is_file():
+            continue
+        cost = _load(name)
         runs = cost["runs"]
         worlds = list(dict.fromkeys(r["world"] for r in runs.values()))
         base = [runs[f"{w}/fp32"] for w in worlds if "sec_per_step" in runs.get(f"{w}/fp32", {})]
@@ -915,7 +951,13 @@ def headline_rows() -> list[list[str]]:
                 "fp32 matmul peak)"
                 for r in base
             )
-            for variant in ("bf16-autocast", "bf16-weights", "fp32-regrouped", "regrouped-lora-top-third"):
+            for variant in (
+                "fp32-regrouped",
+                "regrouped-lora-top-third",
+                "bf16-autocast-regrouped",
+                "bf16-base-regrouped",
+                "bf16-base-regrouped-lora-top-third",
+            ):
                 ratios = [runs[f"{w}/{variant}"].get("update_speed_vs_fp32") for w in worlds
                           if f"{w}/{variant}" in runs]  # fmt: skip
                 ratios = [x for x in ratios if x is not None]
@@ -924,7 +966,7 @@ def headline_rows() -> list[list[str]]:
             machine = cost.get("machine", {})
             flags = ", ".join(machine.get("cpu_vector") or []) or "no AVX2"
             rows.append([
-                "[what an RL step costs](docs/results/step_cost.md)", text,
+                f"[{what}](docs/results/{name}.md)", text,
                 f"SmolLM2-135M + LoRA, {cost['threads']} threads ({flags})",
             ])  # fmt: skip
     if (RESULTS / "context_learning.json").is_file():

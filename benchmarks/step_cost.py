@@ -25,15 +25,18 @@ measured in the same run, fp32 and bf16; peak RSS; the CPU's model and vector fl
 
 * ``fp32``: the update in float32 (every CPU without native bf16 runs this), on TRL's micro-batches (the step's
   rows shuffled, each micro-batch padded to the step's longest row);
-* ``bf16-autocast``: ``bf16=True`` (autocast around the forward pass; the weights stay fp32);
-* ``bf16-weights``: the frozen base model's weights stored in bf16, the LoRA adapter and its optimizer state in
-  fp32 (peft keeps them so), no autocast;
 * ``fp32-regrouped``: fp32 on regrouped micro-batches (``regroup_micro_batches``: a group's rows together, so its
   prompt runs once; rows of similar length together; each micro-batch trimmed to its rows' width);
 * ``regrouped-lora-top-half``, ``regrouped-lora-top-third``: that, with LoRA on the top half or third of the
   layers only (``--lora-layers``, PEFT's ``layers_to_transform``; the others adapt every layer): nothing below the
   lowest adapted layer needs a gradient, so the backward pass stops there. Fewer adapted layers may learn less
-  per step: this measures the cost side only.
+  per step: this measures the cost side only;
+* ``bf16-autocast-regrouped``: regrouped, ``bf16=True, bf16_base=False`` (autocast over the float32 weights:
+  every product casts its weight, and norms, rotary embeddings and the residual stream stay float32);
+* ``bf16-base-regrouped``: regrouped, ``bf16=True`` with the frozen base stored in bf16 (``bf16_base``, the
+  default with bf16 on a CPU; the adapter, its gradients and optimizer state float32), and the same with LoRA on
+  the top third. The bf16 variants pay only on a CPU with native bf16 (AVX512-BF16, AMX): elsewhere bf16 is
+  emulated, hundreds of times slower per product.
 
 The viewer's saved episodes (``save_episodes_steps``: a forward pass per saved episode every 10th step) are off:
 they are not part of the step.
@@ -85,16 +88,25 @@ WORLDS: dict[str, dict[str, Any]] = {
 }
 VARIANTS: dict[str, dict[str, Any]] = {
     # TRL's micro-batches: the step's rows shuffled, every micro-batch padded to the step's longest row
-    "fp32": {"bf16": False, "bf16_weights": False, "lora_layers": 1.0, "regroup": False},
-    "bf16-autocast": {"bf16": True, "bf16_weights": False, "lora_layers": 1.0, "regroup": False},
-    "bf16-weights": {"bf16": False, "bf16_weights": True, "lora_layers": 1.0, "regroup": False},
+    "fp32": {"bf16": False, "bf16_base": False, "lora_layers": 1.0, "regroup": False},
     # micro-batches regrouped (regroup_micro_batches): a group's rows together, similar lengths together, each
     # trimmed to its own rows' width
-    "fp32-regrouped": {"bf16": False, "bf16_weights": False, "lora_layers": 1.0, "regroup": True},
+    "fp32-regrouped": {"bf16": False, "bf16_base": False, "lora_layers": 1.0, "regroup": True},
     # and LoRA on the top half / third of the layers only (PEFT's layers_to_transform): below the lowest adapted
     # layer nothing requires a gradient, so the backward pass stops there
-    "regrouped-lora-top-half": {"bf16": False, "bf16_weights": False, "lora_layers": 1 / 2, "regroup": True},
-    "regrouped-lora-top-third": {"bf16": False, "bf16_weights": False, "lora_layers": 1 / 3, "regroup": True},
+    "regrouped-lora-top-half": {"bf16": False, "bf16_base": False, "lora_layers": 1 / 2, "regroup": True},
+    "regrouped-lora-top-third": {"bf16": False, "bf16_base": False, "lora_layers": 1 / 3, "regroup": True},
+    # bf16 autocast over the float32 weights (what a bf16 CPU ran before bf16_base)
+    "bf16-autocast-regrouped": {"bf16": True, "bf16_base": False, "lora_layers": 1.0, "regroup": True},
+    # and the frozen base stored in bf16 (bf16_base, the default with bf16 on a CPU): the adapter, its gradients
+    # and optimizer state float32
+    "bf16-base-regrouped": {"bf16": True, "bf16_base": True, "lora_layers": 1.0, "regroup": True},
+    "bf16-base-regrouped-lora-top-third": {
+        "bf16": True,
+        "bf16_base": True,
+        "lora_layers": 1 / 3,
+        "regroup": True,
+    },
 }
 GENERATIONS, GROUPS = 4, 2
 MALFORMED = "I am not sure which tool to use, so I will think about it first."
@@ -123,18 +135,15 @@ def worker(world: str, variant: str, steps: int, threads: int, model_name: str) 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     spec, settings = WORLDS[world], VARIANTS[variant]
-    dtype = torch.bfloat16 if settings["bf16_weights"] else None
     if model_name == "smollm2":
         from agentr1_trl.models import load_default_policy
 
-        model, tok = load_default_policy(dtype=dtype)
+        model, tok = load_default_policy()
     else:  # --smoke: a tiny random Qwen2 built from a config
         from agentr1_trl.testing import tiny_model, tiny_tokenizer
 
         tok = tiny_tokenizer()
         model = tiny_model(tok, hidden_size=64)
-        if dtype is not None:
-            model = model.to(dtype)
     rows = GENERATIONS * GROUPS
     micro = spec["micro_batch"]
     args = AgentGRPOConfig(
@@ -154,6 +163,7 @@ def worker(world: str, variant: str, steps: int, threads: int, model_name: str) 
         disable_tqdm=True,
         gradient_checkpointing=False,
         bf16=settings["bf16"],
+        bf16_base=settings["bf16_base"],
         regroup_micro_batches=settings["regroup"],
         save_episodes_steps=0,  # the viewer's episodes (a forward pass each, every 10th step) are not the step
         env_id=spec["env"],
@@ -306,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="a tiny random model, the main job, fp32, regrouped and bf16 autocast, 1 timed step",
+        help="a tiny random model, the main job, fp32, regrouped and bf16 with a bf16 base, 1 timed step",
     )
     parser.add_argument("--json", default=None, help="also write the JSON result here")
     parser.add_argument("--worker", nargs=2, metavar=("WORLD", "VARIANT"), help=argparse.SUPPRESS)
@@ -323,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("step_cost.py: --steps must be at least 1")
     if args.smoke:
         args.worlds, args.steps, args.model = ["main"], 1, "tiny"
-        args.variants = ["fp32", "fp32-regrouped", "bf16-autocast"]
+        args.variants = ["fp32", "fp32-regrouped", "bf16-base-regrouped"]
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _common import emit, machine_info
     from tqdm.auto import tqdm
@@ -374,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"step_cost: {world}/{variant} failed: {last}", file=sys.stderr)
                     continue
                 out = json.loads(done.stdout.strip().splitlines()[-1])
-                bf16 = VARIANTS[variant]["bf16"] or VARIANTS[variant]["bf16_weights"]
+                bf16 = VARIANTS[variant]["bf16"]
                 peak = result["matmul_gflops"]["bfloat16" if bf16 else "float32"]
                 out["share_of_matmul_peak"] = round(out["update_gflops_achieved"] / peak, 3)
                 result["runs"][f"{world}/{variant}"] = out

@@ -256,7 +256,7 @@ def test_step_cost_benchmark_smoke(tmp_path):
     subprocess.run([sys.executable, str(script), "--smoke", "--threads", "1", "--json", str(out)], check=True,
                    capture_output=True, timeout=500)  # fmt: skip
     result = json.loads(out.read_text())
-    assert set(result["runs"]) == {"main/fp32", "main/fp32-regrouped", "main/bf16-autocast"}
+    assert set(result["runs"]) == {"main/fp32", "main/fp32-regrouped", "main/bf16-base-regrouped"}
     assert result["matmul_gflops"]["float32"] > 0 and result["machine"]["cpu_model"] is not None
     for run in result["runs"].values():
         assert run["rows_trained"] > 0 and run["grad_norm_first_step"] > 0
@@ -265,8 +265,28 @@ def test_step_cost_benchmark_smoke(tmp_path):
         assert sum(split.values()) <= run["sec_per_step"] * 1.05
         assert run["tokens_per_step"] > 0 and 0 <= run["padding_fraction"] < 1
         assert run["update_gflops_achieved"] > 0 and run["flops_per_token_warmup"] > 0
-    assert result["runs"]["main/bf16-autocast"]["update_speed_vs_fp32"] > 0
+    assert result["runs"]["main/bf16-base-regrouped"]["update_speed_vs_fp32"] > 0
     # the same rows regrouped: the same tokens trained, less padding
     fp32, regrouped = result["runs"]["main/fp32"], result["runs"]["main/fp32-regrouped"]
     assert regrouped["tokens_per_step"] == fp32["tokens_per_step"]
     assert regrouped["padding_fraction"] <= fp32["padding_fraction"]
+
+
+@pytest.mark.slow
+def test_update_profile_benchmark_smoke(tmp_path):
+    """benchmarks/update_profile.py on a tiny model: every precision runs a real update (a gradient), the bf16-base
+    variants hold their frozen weights in bf16 and the adapter in float32, and the rates compare with float32's."""
+    pytest.importorskip("peft")
+    out = tmp_path / "update_profile.json"
+    script = REPO / "benchmarks" / "update_profile.py"
+    subprocess.run([sys.executable, str(script), "--smoke", "--json", str(out)], check=True, capture_output=True,
+                   timeout=300)  # fmt: skip
+    result = json.loads(out.read_text())
+    runs = result["runs"]
+    assert list(runs) == ["fp32", "bf16-autocast", "bf16-base", "bf16-base-strided-logits"]
+    for name, run in runs.items():
+        assert run["grad_norm"] > 0 and run["step_s"] > 0 and run["speed_vs_fp32"] > 0
+        assert run["trained_dtypes"] == ["torch.float32"]
+        assert run["frozen_dtypes"] == (
+            ["torch.bfloat16"] if name.startswith("bf16-base") else ["torch.float32"]
+        )
