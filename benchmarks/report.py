@@ -31,6 +31,10 @@ SCRIPTS = {
     "main_job_bf16": ("main_job.py", "The main job, three seeds, with a bf16-autocast update"),
     "main_job_passes": ("main_job.py", "The main job at two update-pass budgets (max_update_tokens)"),
     "main_job_lora_top_third": ("main_job.py", "The main job with LoRA on the top third of the layers only"),
+    "main_job_amx": (
+        "main_job.py",
+        "The main job, three seeds, on a CPU with AMX (bf16, the frozen base in bf16)",
+    ),
     "learning": ("learning.py", "Learning: GRPO, PPO and the no-action-mask ablation"),
     "learning_fast": ("learning.py", "Learning at the faster settings"),
     "learning_old_settings": ("learning.py", "Learning at the old settings"),
@@ -218,7 +222,8 @@ def _main_job(data: dict[str, Any]) -> str:
         rows.append([str(seed), run["before_rl"]["success"], run["after_rl"]["success"],
                      f"{run['success_ratio']:.2f}x" if run.get("success_ratio") else "",
                      run["wall_clock_s"] / 60, run["peak_rss_gb"], run["steps"],
-                     run["per_step_mean"].get("step_time")])  # fmt: skip
+                     run["per_step_mean"].get("step_time"), run["per_step_mean"].get("time/rollout_s"),
+                     run["per_step_mean"].get("time/update_s")])  # fmt: skip
     first = data["runs"][0]
     settings = first["run_config"]["settings"]
     return (
@@ -236,6 +241,8 @@ def _main_job(data: dict[str, Any]) -> str:
                 "peak RSS (GB)",
                 "steps",
                 "s per step",
+                "rollout s per step",
+                "update s per step",
             ],
             rows,
         )
@@ -747,6 +754,7 @@ HIGHLIGHTS = {
     "env_server": _env_server,
     "main_job_bf16": _main_job,
     "main_job_lora_top_third": _main_job,
+    "main_job_amx": _main_job,
     "gpu_step": _gpu_step,
     "context": _context,
     "context_learning": _context_learning,
