@@ -53,6 +53,7 @@ SCRIPTS = {
     "sandbox": ("sandbox.py", "Sandboxed code runs: warm pool against a fresh subprocess"),
     "env_step": ("env_step.py", "Env step overhead"),
     "vllm_dtype": ("vllm_dtype.py", "vLLM decoding on a CPU: bfloat16 against float32"),
+    "vllm_dtype_amx": ("vllm_dtype.py", "vLLM decoding on a CPU with AMX: bfloat16 against float32"),
     "trainer_step": ("trainer_step.py", "Trainer step against TRL's GRPOTrainer (tiny model)"),
     "trainer_step_smollm2": ("trainer_step.py", "Trainer step against TRL's GRPOTrainer (SmolLM2)"),
     "update_step": ("update_step.py", "What one update costs, per setting"),
@@ -178,6 +179,11 @@ def _learning(data: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def _cpu_of(data: dict[str, Any]) -> tuple[Any, Any]:
+    machine = data.get("machine") or {}
+    return machine.get("cpu_model"), machine.get("cpu_vector")
+
+
 def _precision_comparison() -> str:
     """The main job with a float32 update (main_job.json: the default on a CPU whose bf16 products are under 3x
     float32's) beside bf16 autocast (main_job_bf16.json), same machine and seeds, seed by seed."""
@@ -247,7 +253,8 @@ def _main_job(data: dict[str, Any]) -> str:
             rows,
         )
         # the float32/bf16 pair belongs on their two pages, not on a run of other settings
-        + (_precision_comparison() if "--lora-layers" not in data["command"] else "")
+        # the float32/autocast pair ran on one CPU: shown beside the runs from that CPU only
+        + (_precision_comparison() if _cpu_of(data) == _cpu_of(_load("main_job")) else "")
     )
 
 
