@@ -122,9 +122,9 @@ def bf16_frozen_base(model: Any) -> int:
 
     Under bf16 autocast with a float32 base, every product casts its weight to bf16 on every forward pass, and
     the residual stream, norms and rotary embeddings stay float32; with the frozen base stored in bf16 none of
-    that is left. On a 2-core Xeon with AMX, one SmolLM2 forward and backward pass over 2,048 tokens with LoRA on
-    every layer took 5.1-5.3 s this way, 5.3-6.2 s under autocast alone and 12.7-13.8 s in float32
-    (``benchmarks/step_cost.py`` measures whole RL steps)."""
+    that is left. On a 2-core Xeon with AMX, one SmolLM2 forward and backward pass over 4 x 512 tokens with LoRA on
+    every layer, and its optimizer step, took 5.98 s this way, 7.65 s under autocast alone and 13.49 s in float32
+    (``benchmarks/results/update_profile_amx.json``; ``step_cost_amx.json`` measures whole RL steps)."""
     import torch
 
     converted = 0
