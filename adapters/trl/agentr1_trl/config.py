@@ -11,6 +11,7 @@ from trl import GRPOConfig
 
 from agentr1_gym.errors import ConfigError
 from agentr1_trl.hardware import update_precision
+from agentr1_trl.models import stores_base_in_bf16
 
 __all__ = [
     "CPU_UPDATE_TOKENS",
@@ -258,13 +259,11 @@ class AgentTrainerConfig(GRPOConfig):
     def stores_base_in_bf16(self, device_type: str | None = None) -> bool:
         """Whether the frozen base is stored in bf16 for an update on ``device_type`` ("cpu", "cuda", ...; None:
         a GPU where torch sees one, else the CPU): ``bf16_base``, or where it is None, a bf16 update on a CPU."""
-        if self.bf16_base is None:
-            if device_type is None:
-                import torch
+        if device_type is None:
+            import torch
 
-                device_type = "cuda" if torch.cuda.is_available() else "cpu"
-            return bool(self.bf16) and device_type == "cpu"
-        return bool(self.bf16_base)
+            device_type = "cuda" if torch.cuda.is_available() else "cpu"
+        return stores_base_in_bf16(bool(self.bf16), self.bf16_base, device_type)
 
     def _map_trl_vllm(self) -> None:
         """TRL's vLLM switches onto ours: never silently ignored."""

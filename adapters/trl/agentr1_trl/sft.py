@@ -18,7 +18,7 @@ from agentr1_gym.errors import ConfigError, NoOracleError
 from agentr1_gym.generation import SamplingConfig
 from agentr1_gym.rollout import Sample, collect_rollouts
 from agentr1_trl.backends import ScriptedGenerator
-from agentr1_trl.models import bf16_frozen_base
+from agentr1_trl.models import bf16_frozen_base, stores_base_in_bf16
 
 __all__ = [
     "WARM_START_EPOCHS",
@@ -120,7 +120,7 @@ def warm_start(
     micro = max(1, min(micro_batch_size or batch_size, batch_size))
     optimizer = torch.optim.AdamW(params, lr=lr)
     device = next(model.parameters()).device
-    if bf16 and (device.type == "cpu" if bf16_base is None else bf16_base):
+    if stores_base_in_bf16(bf16, bf16_base, device.type):
         bf16_frozen_base(model)
     pad = tokenizer.pad_token_id
     gen = torch.Generator().manual_seed(seed)
