@@ -20,8 +20,10 @@ train split, evaluate on the dev split: disjoint questions). Every run starts fr
    held-out seeds, same checkpoint. Per-step wall time is split into generation, env, scoring and update (the
    trainer's own ``time/*`` metrics). Rollouts and evaluations run on vLLM (``--backend``), the update without
    gradient checkpointing and with each shared prompt run once (the CLI's settings).
-   ``train ALGO --no-eval`` saves the adapter only; ``evaluate ALGO`` evaluates it later, on this machine or
-   another (``--device cuda``: the warm start, updates and HF generation on a GPU; result files record the device).
+   An arm saves a checkpoint after every step in ``WORKDIR/TASK/ALGO``; ``train ALGO`` run again after an
+   interruption resumes from its newest complete checkpoint with the budget it had left there (delete the
+   directory to start the arm over). ``train ALGO --no-eval`` saves the adapter only; ``evaluate ALGO``
+   evaluates it later, on this machine or another (``--device cuda``: the warm start, updates and HF generation on a GPU; result files record the device).
 3. ``report``: merges the JSON files, writes ``--json`` (keeping the ``commands`` and ``note`` an earlier file
    at that path recorded) and the reward curves (``--plot``).
 
@@ -443,6 +445,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     """One RL run from the shared warm-started adapter; saves ``WORKDIR/TASK/ALGO.json`` and the adapter."""
     from agentr1_trl.backends import HFGenerator
     from agentr1_trl.presets import build_config  # the settings' checks every run passes (agentr1 train too)
+    from agentr1_trl.run_dir import resolve_resume
     from peft import PeftModel
     from transformers import TrainerCallback
 
@@ -451,15 +454,28 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     env_id, train_kwargs, _ = task_spec(args)
     base, tok = _policy(args)
     model = PeftModel.from_pretrained(base, str(_dir(args) / "sft"), is_trainable=True)
-    deadline = time.perf_counter() + 60 * args.minutes
+    name = run_name(algo, args.seed)
+    out_dir = _dir(args) / name
+    # an interrupted arm resumes from its newest complete checkpoint, with the wall-clock budget it had left
+    # there (steps after that checkpoint were lost, so their time does not count)
+    clock = WallClock(out_dir)
+    resume_from = resolve_resume(True, out_dir)
+    spent_before = clock.spent_at(resume_from)
+    if resume_from:
+        print(f"[{args.task}] {name}: resuming from {resume_from} ({spent_before / 60:.1f} of {args.minutes:g} "
+              "min spent)", file=sys.stderr, flush=True)  # fmt: skip
+    first_step = int(Path(resume_from).name.split("-")[-1]) if resume_from else 0
+    # an arm killed after its budget ran out loads its last checkpoint and trains no further step
+    max_steps = first_step if spent_before >= 60 * args.minutes else args.max_steps
+    started = time.perf_counter()
+    deadline = started + 60 * args.minutes - spent_before
 
     class Budget(TrainerCallback):
         def on_step_end(self, a, state, control, **kw):
+            clock.record(state.global_step, spent_before + time.perf_counter() - started)
             if time.perf_counter() > deadline:
                 control.should_training_stop = True
 
-    name = run_name(algo, args.seed)
-    out_dir = _dir(args) / name
     step_rows = args.generations * args.groups
     micro = args.micro_batch or step_rows
     common = dict(
@@ -468,12 +484,11 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=step_rows // micro,
         num_generations=args.generations,
-        max_steps=args.max_steps,
+        max_steps=max_steps,
         learning_rate=args.lr,
         beta=0.0,
         logging_steps=1,
         report_to="none",
-        save_strategy="no",
         env_id=env_id,
         env_kwargs=train_kwargs,
         max_new_tokens_per_turn=args.max_new_tokens,
@@ -490,6 +505,10 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         share_prompt_prefix=not args.no_share_prompt,
         generation_backend=_backend(args, model),
         disable_tqdm=not args.progress,
+        # durable: a checkpoint after every step (the adapter and optimizer state, a few MB), the last two kept
+        save_strategy="steps",
+        save_steps=1,
+        save_total_limit=2,
     )
     generator = _TimedGenerator(HFGenerator(model, tok)) if _backend(args, model) == "hf" else None
     _Timed.spent["env"] = 0.0
@@ -511,9 +530,8 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         kwargs.pop("env_factory")
         kwargs.update(agent=play_env_task, tasks=AgentTasks(env_id=env_id, env_kwargs=train_kwargs))
     trainer: Any = trainer_cls(model, config, tok, **kwargs)
-    t = time.perf_counter()
-    trainer.train()
-    wall = time.perf_counter() - t
+    trainer.train(resume_from_checkpoint=resume_from)
+    wall = spent_before + time.perf_counter() - started
     trainer.save_model(str(out_dir))  # the adapter (+ value_head.pt for PPO)
     steps = max(trainer.state.global_step, 1)
     logs = [h for h in trainer.state.log_history if "time/update_s" in h]
@@ -521,7 +539,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     def per_step(key: str) -> float:
         return sum(h.get(key, 0.0) for h in logs) / steps
 
-    env_s = _Timed.spent["env"] / steps
+    env_s = _Timed.spent["env"] / max(trainer.state.global_step - first_step, 1)  # this process's steps
     out: dict[str, Any] = {
         "algo": algo,
         "task": args.task,
@@ -533,6 +551,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         "steps": trainer.state.global_step,
         "episodes": trainer.state.global_step * args.generations * args.groups,
         "wall_s": round(wall, 1),
+        "resumed_from_step": first_step or None,
         "steps_per_minute": round(60 * trainer.state.global_step / wall, 2),
         "per_step_s": {
             "total": round(wall / steps, 2),
@@ -615,6 +634,33 @@ def evaluate_saved(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     out["after_device"] = device_name(args)
     path.write_text(json.dumps(out, indent=2))
     return out
+
+
+class WallClock:
+    """An arm's training seconds at each step, kept in ``RUN_DIR/wall_clock.json`` (replaced atomically after every
+    step) so that a resumed arm knows how much of its budget the steps up to its checkpoint took."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "wall_clock.json"
+        self.spent: dict[str, float] = json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def spent_at(self, checkpoint: str | None) -> float:
+        """Seconds spent up to ``checkpoint`` (``.../checkpoint-N``); 0 for none. A checkpoint without a recorded
+        time (written by a version without this clock) raises: its budget would be a guess."""
+        if not checkpoint:
+            return 0.0
+        step = Path(checkpoint).name.split("-")[-1]
+        if step not in self.spent:
+            raise SystemExit(f"{self.path} has no time for step {step}: cannot resume {checkpoint} on a budget "
+                             f"(delete {self.path.parent} to start the arm over)")  # fmt: skip
+        return self.spent[step]
+
+    def record(self, step: int, seconds: float) -> None:
+        self.spent[str(step)] = round(seconds, 2)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.spent))
+        os.replace(tmp, self.path)
 
 
 def run_name(algo: str, seed: int) -> str:
@@ -822,8 +868,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(ALGOS[:5]),
         help="for `all` (default: the first five; the step-level arms grpo-gigpo, grpo-turnrloo, ppo-step on request)",
     )
-    parser.add_argument("--minutes", type=float, default=30.0, help="training wall-clock budget per run")
-    parser.add_argument("--max-steps", type=int, default=10_000)
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="training wall-clock budget per run (default 30; --smoke 0.5)",
+    )
+    parser.add_argument("--max-steps", type=int, default=None, help="(default 10000; --smoke 2)")
     parser.add_argument("--generations", type=int, default=4, help="episodes per task seed (a GRPO group)")
     parser.add_argument("--groups", type=int, default=2, help="task seeds per optimizer step")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="per turn")
@@ -926,8 +977,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def finish_args(args: argparse.Namespace) -> argparse.Namespace:
     """The ``--smoke`` budgets and derived defaults (shared with benchmarks/table3.py)."""
+    if args.minutes is None:
+        args.minutes = 0.5 if args.smoke else 30.0
+    if args.max_steps is None:
+        args.max_steps = 2 if args.smoke else 10_000
     if args.smoke:
-        args.minutes, args.max_steps, args.eval_episodes, args.max_new_tokens = 0.5, 2, 4, 8
+        args.eval_episodes, args.max_new_tokens = 4, 8
         args.sft_episodes, args.generations, args.groups, args.vg_episodes, args.vg_n = 4, 2, 1, 2, 2
         args.plain_episodes = 4
     if args.plain_episodes is None:

@@ -193,6 +193,38 @@ def test_learning_benchmark_trains_here_and_evaluates_later(tmp_path):
     assert (tmp_path / "synthetic" / "after_sft.episodes.jsonl").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_an_interrupted_learning_arm_resumes_from_its_checkpoint(tmp_path):
+    """An arm checkpoints every step; run again, it continues from its newest complete checkpoint (not from the
+    warm start) with the wall-clock budget it had left, and its record counts every step and second."""
+    pytest.importorskip("trl")
+    script = REPO / "benchmarks" / "learning.py"
+    common = ["--smoke", "--backend", "hf", "--workdir", str(tmp_path), "--no-eval", "--minutes", "10"]
+
+    def run(*cmd):
+        done = subprocess.run([sys.executable, str(script), *cmd, *common], capture_output=True, text=True,
+                              timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    run("prepare")
+    run("train", "grpo", "--max-steps", "1")
+    arm = tmp_path / "synthetic" / "grpo"
+    first = json.loads((tmp_path / "synthetic" / "grpo.json").read_text())["train"]
+    assert first["steps"] == 1 and first["resumed_from_step"] is None
+    assert (arm / "checkpoint-1" / "agentr1_complete.json").is_file()
+    spent = json.loads((arm / "wall_clock.json").read_text())
+    assert set(spent) == {"1"} and spent["1"] > 0
+    second = run("train", "grpo", "--max-steps", "2")
+    assert "resuming from" in second.stderr and "checkpoint-1" in second.stderr
+    train = json.loads((tmp_path / "synthetic" / "grpo.json").read_text())["train"]
+    assert train["steps"] == 2 and train["resumed_from_step"] == 1
+    assert [row["step"] for row in train["curve"]] == [1, 2]  # the first step's log came back with the state
+    assert train["wall_s"] >= spent["1"]
+    assert set(json.loads((arm / "wall_clock.json").read_text())) == {"1", "2"}
+
+
 def _repeats_module(monkeypatch):
     import importlib.util
 
