@@ -139,3 +139,37 @@ def test_the_hardware_line_names_the_update_precision(tmp_path):
     assert config.stores_base_in_bf16("cpu") and not config.stores_base_in_bf16("cuda")
     config.bf16_base = False
     assert not config.stores_base_in_bf16("cpu")
+
+
+@pytest.mark.parametrize(
+    ("settings", "run", "expected"),
+    [
+        # defaults (None) on a CPU: bf16 base with bf16, a 2,048-token pass, shared prompts
+        ({"bf16": True}, {"device": "cpu"}, (True, 2048, True)),
+        ({"bf16": False}, {"device": "cpu"}, (False, 2048, True)),
+        # on a GPU: autocast over float32 weights, one pass per micro-batch, the full forward
+        ({"bf16": True}, {"device": "cuda"}, (False, 0, False)),
+        # several processes or DeepSpeed: one pass per micro-batch; several processes: no shared prompts
+        ({"bf16": True}, {"device": "cuda", "processes": 2}, (False, 0, False)),
+        ({"share_prompt_prefix": True, "max_update_tokens": 512}, {"device": "cpu", "processes": 2}, (False, 0, False)),
+        ({"max_update_tokens": 512}, {"device": "cpu", "deepspeed": True}, (False, 0, True)),
+        # gradient checkpointing turns the KV cache off: no shared prompts, asked for or not
+        ({"share_prompt_prefix": True}, {"device": "cpu", "checkpointing": True}, (False, 2048, False)),
+        # what was asked for, where the device allows it
+        ({"bf16": True, "bf16_base": True, "share_prompt_prefix": True, "max_update_tokens": 64},
+         {"device": "cuda"}, (True, 64, True)),
+        ({"bf16": True, "bf16_base": False, "share_prompt_prefix": False, "max_update_tokens": 0},
+         {"device": "cpu"}, (False, 0, False)),
+    ],
+)  # fmt: skip
+def test_device_defaults_follow_one_rule_per_setting(settings, run, expected):
+    """Every setting whose default follows the device and the process count is decided in one place, once."""
+    from types import SimpleNamespace
+
+    from agentr1_trl.hardware import DeviceDefaults
+
+    args = SimpleNamespace(**{"bf16": False, "bf16_base": None, "max_update_tokens": None,
+                              "share_prompt_prefix": None, **settings})  # fmt: skip
+    got = DeviceDefaults.resolve(args, **run)
+    assert (got.bf16_base, got.update_tokens, got.share_prompts) == expected
+    assert got.bf16 == bool(args.bf16) and got.device == run["device"]

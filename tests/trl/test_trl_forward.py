@@ -368,12 +368,16 @@ def test_several_passes_give_the_micro_batch_loss_and_gradient(tmp_path, algo, l
 
 
 def test_the_update_budget_defaults_to_cpus_only(tmp_path):
-    from agentr1_trl.config import CPU_UPDATE_TOKENS
+    from agentr1_trl.hardware import CPU_UPDATE_TOKENS
 
     trainer = _trainer(AgentGRPOTrainer, AgentGRPOConfig, tmp_path)
     assert trainer.args.max_update_tokens is None and trainer.update_token_budget() == CPU_UPDATE_TOKENS
-    trainer.args.max_update_tokens = 0
-    assert trainer.update_token_budget() == 0
+    assert (
+        _trainer(
+            AgentGRPOTrainer, AgentGRPOConfig, tmp_path / "one", max_update_tokens=0
+        ).update_token_budget()
+        == 0
+    )
     with pytest.raises(ConfigError, match="max_update_tokens"):
         AgentGRPOConfig(output_dir=str(tmp_path), max_update_tokens=-1, use_cpu=True)
 

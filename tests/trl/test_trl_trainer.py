@@ -290,8 +290,8 @@ def test_lora_over_a_bf16_base_under_autocast_saves_episodes(tmp_path):
 def test_prompt_sharing_defaults_to_cpus_only(tmp_path):
     trainer, _ = _trainer(tmp_path, max_steps=1)
     assert trainer.args.share_prompt_prefix is None and trainer.shares_prompts(trainer.model)
-    trainer.args.share_prompt_prefix = False
-    assert not trainer.shares_prompts(trainer.model)
+    off, _ = _trainer(tmp_path / "off", max_steps=1, share_prompt_prefix=False)
+    assert not off.device_defaults.share_prompts and not off.shares_prompts(off.model)
 
 
 def test_a_trainer_made_from_python_trains_on_the_train_part_as_the_cli_does(tmp_path):

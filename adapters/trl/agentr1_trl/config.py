@@ -10,8 +10,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from agentr1_gym.errors import ConfigError
-from agentr1_trl.hardware import update_precision
-from agentr1_trl.models import stores_base_in_bf16
+from agentr1_trl.hardware import CPU_UPDATE_TOKENS, stores_base_in_bf16, update_precision
 
 __all__ = [
     "CPU_UPDATE_TOKENS",
@@ -25,13 +24,6 @@ __all__ = [
 
 # the run's defaults and the settings' checks live in a module without TRL (the CLI starts without importing it)
 from agentr1_trl.presets import MAIN_JOB, MAIN_JOB_ENV, RunPreset, build_config, check_field_types
-
-#: ``max_update_tokens`` on a CPU by default. Measured against 4,096: the main job never reaches either (every
-#: micro-batch one pass, benchmarks/results/main_job_passes.json); the shop's and Coin Collector's whole chats run
-#: the same passes under both (context_update_passes.json); step rows peak far lower at 2,048 (the shop's
-#: window:1 7.60 GB against 11.83, Coin Collector's window:2 over 50 turns 9.74 against 16.65) in 0.83x-1.03x the
-#: update time (context_update.json)
-CPU_UPDATE_TOKENS = 2048
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """What this machine computes fast, for the choices that follow the hardware: the update's precision and the
-vLLM engine's dtype.
+vLLM engine's dtype; and :class:`DeviceDefaults`, every setting whose default follows the device and the process
+count, resolved once when a trainer starts.
 
 On a CPU, bfloat16 pays only where the CPU computes it natively (AVX512-BF16, AMX), and even there only where its
 matrix products are fast enough to cover what autocast adds (a cast of every weight and activation it touches).
@@ -23,12 +24,17 @@ from __future__ import annotations
 import functools
 import platform
 import time
+from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "BF16_MIN_SPEEDUP",
+    "CPU_UPDATE_TOKENS",
+    "DeviceDefaults",
     "bf16_matmul_speedup",
     "cpu_has_native_bf16",
     "cpu_info",
+    "stores_base_in_bf16",
     "update_precision",
 ]
 
@@ -95,3 +101,71 @@ def update_precision() -> tuple[bool, str]:
     if speedup >= BF16_MIN_SPEEDUP:
         return True, f"native bf16, its products measured {speedup:.1f}x float32's here"
     return False, f"native bf16, but its products measured only {speedup:.1f}x float32's here"
+
+
+#: ``max_update_tokens`` on a CPU by default. Measured against 4,096: the main job never reaches either (every
+#: micro-batch one pass, benchmarks/results/main_job_passes.json); the shop's and Coin Collector's whole chats run
+#: the same passes under both (context_update_passes.json); step rows peak far lower at 2,048 (the shop's
+#: window:1 7.60 GB against 11.83, Coin Collector's window:2 over 50 turns 9.74 against 16.65) in 0.83x-1.03x the
+#: update time (context_update.json)
+CPU_UPDATE_TOKENS = 2048
+
+
+def stores_base_in_bf16(bf16: bool, bf16_base: bool | None, device_type: str) -> bool:
+    """Whether an update (or warm start) on ``device_type`` stores the frozen base in bf16: only with ``bf16``, and
+    then ``bf16_base``, or where it is None, on a CPU (a GPU keeps autocast over float32 weights unless asked)."""
+    return bool(bf16) and (device_type == "cpu" if bf16_base is None else bool(bf16_base))
+
+
+@dataclass(frozen=True)
+class DeviceDefaults:
+    """The settings whose default (None) follows the device and the process count, decided once, when the trainer
+    starts, in one place: the rule for each is written here and nowhere else.
+
+    - ``bf16``: the update under bf16 (``bf16=None`` was resolved by :func:`update_precision` in the config);
+    - ``bf16_base``: the frozen base stored in bf16 (:func:`stores_base_in_bf16`);
+    - ``update_tokens``: the most tokens one forward/backward pass holds (``max_update_tokens``; None:
+      :data:`CPU_UPDATE_TOKENS` on a CPU, 0 on a GPU); 0, one pass per micro-batch, wherever several processes
+      (DDP syncs on every backward) or DeepSpeed (it scales and steps per backward) run the update;
+    - ``share_prompts``: each shared prompt run once in the log-prob forward (``share_prompt_prefix``; None: on a
+      CPU, where the saved tokens are saved time; the cached forward measured slower on a GPU), never with
+      gradient checkpointing (it turns the KV cache off) or several processes (DDP wants one forward per
+      backward).
+    """
+
+    device: str
+    processes: int
+    bf16: bool
+    bf16_base: bool
+    update_tokens: int
+    share_prompts: bool
+
+    @classmethod
+    def resolve(
+        cls,
+        args: Any,
+        *,
+        device: str,
+        processes: int = 1,
+        deepspeed: bool = False,
+        checkpointing: bool = False,
+    ) -> DeviceDefaults:
+        """From a trainer config (``bf16``, ``bf16_base``, ``max_update_tokens``, ``share_prompt_prefix``; absent
+        ones count as None) and what the accelerator says about the run."""
+        bf16 = bool(getattr(args, "bf16", False))
+        budget = getattr(args, "max_update_tokens", None)
+        if processes > 1 or deepspeed:
+            budget = 0
+        elif budget is None:
+            budget = CPU_UPDATE_TOKENS if device == "cpu" else 0
+        share = getattr(args, "share_prompt_prefix", None)
+        if share is None:
+            share = device == "cpu"
+        return cls(
+            device=device,
+            processes=processes,
+            bf16=bf16,
+            bf16_base=stores_base_in_bf16(bf16, getattr(args, "bf16_base", None), device),
+            update_tokens=int(budget),
+            share_prompts=bool(share) and not checkpointing and processes == 1,
+        )

@@ -34,7 +34,6 @@ __all__ = [
     "load_default_policy",
     "load_policy",
     "smollm2_gguf_path",
-    "stores_base_in_bf16",
 ]
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -134,12 +133,6 @@ def bf16_frozen_base(model: Any) -> int:
             param.data = param.data.to(torch.bfloat16)
             converted += 1
     return converted
-
-
-def stores_base_in_bf16(bf16: bool, bf16_base: bool | None, device_type: str) -> bool:
-    """Whether an update (or warm start) on ``device_type`` stores the frozen base in bf16: only with ``bf16``, and
-    then ``bf16_base``, or where it is None, on a CPU (a GPU keeps autocast over float32 weights unless asked)."""
-    return bool(bf16) and (device_type == "cpu" if bf16_base is None else bool(bf16_base))
 
 
 def load_default_policy(*, dtype: Any = None, checkpoint: str | Path | None = None) -> tuple[Any, Any]:

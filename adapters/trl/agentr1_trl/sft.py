@@ -18,7 +18,8 @@ from agentr1_gym.errors import ConfigError, NoOracleError
 from agentr1_gym.generation import SamplingConfig
 from agentr1_gym.rollout import Sample, collect_rollouts
 from agentr1_trl.backends import ScriptedGenerator
-from agentr1_trl.models import bf16_frozen_base, stores_base_in_bf16
+from agentr1_trl.hardware import stores_base_in_bf16
+from agentr1_trl.models import bf16_frozen_base
 
 __all__ = [
     "WARM_START_EPOCHS",

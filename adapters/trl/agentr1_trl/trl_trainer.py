@@ -35,8 +35,8 @@ from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model, use_a
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.generation import GenerationError
 from agentr1_gym.rollout import Trajectory
-from agentr1_trl.config import CPU_UPDATE_TOKENS
 from agentr1_trl.forward import completion_logps, regroup_micro_batches, select_rows, update_passes
+from agentr1_trl.hardware import DeviceDefaults
 from agentr1_trl.models import bf16_frozen_base
 from agentr1_trl.run_dir import mark_complete, resolve_resume
 from agentr1_trl.signals import advantage_mask, check_rewards, env_return
@@ -232,7 +232,17 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
                 reference, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32
             )
             self.ref_model = self.accelerator.prepare_model(reference, evaluation_mode=True)
-        if self.bf16_base:
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        #: what this device and process count decide for the run (precision, frozen base, update passes, shared
+        #: prompts), resolved once here
+        self.device_defaults = DeviceDefaults.resolve(
+            args,
+            device=self.accelerator.device.type,
+            processes=self.accelerator.num_processes,
+            deepspeed=bool(self.is_deepspeed_enabled),
+            checkpointing=bool(getattr(unwrapped, "is_gradient_checkpointing", False)),
+        )
+        if self.device_defaults.bf16_base:
             bf16_frozen_base(self.model)
         if self.accelerator.num_processes > 1 and not self.supports_multi_process():
             raise ConfigError(
@@ -283,9 +293,8 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
     # ---- services for subclasses -------------------------------------------------------------------------
     @property
     def bf16_base(self) -> bool:
-        """Whether the frozen base model's weights are stored in bf16 (``args.bf16_base``; None: where the update
-        runs in bf16 on a CPU)."""
-        return self.args.stores_base_in_bf16(self.accelerator.device.type)
+        """Whether the frozen base model's weights are stored in bf16 (:attr:`device_defaults`)."""
+        return self.device_defaults.bf16_base
 
     @property
     def mode(self) -> str:
@@ -336,17 +345,11 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
             )
 
     def shares_prompts(self, model: Any) -> bool:
-        """Whether the forward pass may run each shared prompt once: ``share_prompt_prefix`` on (by default: on a
-        CPU), no gradient checkpointing (it turns the KV cache off), one process (DDP wants one forward per
-        backward)."""
+        """Whether the forward pass over ``model`` may run each shared prompt once: as :attr:`device_defaults`
+        decided, unless gradient checkpointing was turned on since (it turns the KV cache off)."""
         unwrapped = self.accelerator.unwrap_model(model)
-        setting = getattr(self.args, "share_prompt_prefix", False)
-        if setting is None:  # auto: a CPU's saving; on a GPU the cached forward is the slower one
-            setting = self.accelerator.device.type == "cpu"
-        return (
-            bool(setting)
-            and not getattr(unwrapped, "is_gradient_checkpointing", False)
-            and self.accelerator.num_processes == 1
+        return self.device_defaults.share_prompts and not getattr(
+            unwrapped, "is_gradient_checkpointing", False
         )
 
     def loss_denominators(
@@ -544,15 +547,9 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         return last + done
 
     def update_token_budget(self) -> int:
-        """The most tokens one forward/backward pass holds (``max_update_tokens``; None: by device); 0 when the
-        micro-batch must run as one pass: several processes (DDP syncs on every backward) or DeepSpeed (it scales
-        and steps per backward)."""
-        setting = getattr(self.args, "max_update_tokens", 0)
-        if self.accelerator.num_processes > 1 or self.is_deepspeed_enabled:
-            return 0
-        if setting is None:
-            return CPU_UPDATE_TOKENS if self.accelerator.device.type == "cpu" else 0
-        return int(setting)
+        """The most tokens one forward/backward pass holds; 0: the micro-batch runs as one pass
+        (:attr:`device_defaults`)."""
+        return self.device_defaults.update_tokens
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         super()._save(output_dir, state_dict)
