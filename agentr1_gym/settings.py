@@ -1,7 +1,8 @@
 """The settings every env shares (:class:`EnvSettings`: ``gym.make(id, max_turns=10)``), and the keyword check
 around every env's ``__init__``: a concrete env's constructor names only its own keywords and passes
 ``**settings`` on; the accepted keywords (for ``gym.make``, the "did you mean" check and ``inspect.signature``)
-are the union of its own, its env base classes' and :class:`EnvSettings`'."""
+are the union of its own, its env base classes' and :class:`EnvSettings`'. A task's own default settings
+(``make_task(settings=...)``) are checked against them by :func:`check_task_settings`."""
 
 from __future__ import annotations
 
@@ -9,17 +10,17 @@ import difflib
 import functools
 import inspect
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentr1_gym.context import parse_context
-from agentr1_gym.errors import BadArgumentError
+from agentr1_gym.errors import BadArgumentError, ConfigError
 from agentr1_gym.formats import ToolCallFormat
-from agentr1_gym.rewards import RewardConfig
+from agentr1_gym.rewards import RewardConfig, unknown_process_reward_hint
 
-__all__ = ["RENAMED_KEYWORDS", "EnvSettings", "accepted_keywords", "check_keywords"]
+__all__ = ["RENAMED_KEYWORDS", "EnvSettings", "accepted_keywords", "check_keywords", "check_task_settings"]
 
 
 class EnvSettings(BaseModel):
@@ -135,3 +136,37 @@ def check_keywords(cls: type, init: Any) -> Any:
     ]
     wrapper.__signature__ = inspect.Signature([self_param, *positional, *accepted_keywords(cls)])  # type: ignore[attr-defined]
     return wrapper
+
+
+def check_task_settings(given: Any, max_turns: int, process_rewards: list[str]) -> dict[str, Any]:
+    """A task's ``settings=`` (:func:`agentr1_gym.make_task`): its default env settings, named as ``gym.make``
+    takes them, checked when the task is made (``process_rewards``: the names of the task's own process rewards,
+    which ``reward.process`` may weight)."""
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"settings=: a dict of gym.make settings, got {type(given).__name__}")
+    given = dict(given)
+    if "max_turns" in given:
+        raise ConfigError("settings={'max_turns': ...}: pass max_turns= to the task itself")
+    try:
+        checked = EnvSettings(**{**given, "max_turns": max_turns})
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        where = ".".join(str(x) for x in err["loc"])
+        pool = (
+            list(RewardConfig.model_fields)
+            if err["loc"][:1] == ("reward",)
+            else list(EnvSettings.model_fields)
+        )
+        close = difflib.get_close_matches(str(err["loc"][-1]), pool, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close and err["type"] == "extra_forbidden" else ""
+        raise ConfigError(f"settings: bad env setting {where}: {err['msg']}{hint}") from None
+    declared = list(process_rewards)
+    for name in checked.reward.process:
+        if name not in declared:
+            hint = unknown_process_reward_hint(name, declared)
+            raise ConfigError(
+                f"settings: the task has no process reward {name!r}{hint}; its process rewards: {declared or 'none'}"
+            )
+    return given

@@ -34,33 +34,29 @@ that name, and ``score`` is their weighted mean. An episode succeeds when ``scor
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import inspect
-import math
-import numbers
 import string
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from agentr1_gym.data.records import read_records_with_location
+from agentr1_gym.data.records import load_rows
 from agentr1_gym.env import ToolEnv
-from agentr1_gym.errors import ConfigError, DataError, NoOracleError, RewardRangeError, TaskCodeError
-from agentr1_gym.matching import answer_match
-from agentr1_gym.rewards import (
-    GENERIC_PROCESS_KEYS,
-    OUTCOME_KEYS,
-    REWARD_LIMIT,
-    ProcessReward,
-    RewardConfig,
-    unknown_process_reward_hint,
+from agentr1_gym.errors import ConfigError, NoOracleError, TaskCodeError
+from agentr1_gym.rewards import ProcessReward, RewardConfig
+from agentr1_gym.settings import EnvSettings, check_task_settings
+from agentr1_gym.task_rewards import (
+    PROCESS_PARAMETERS,
+    REWARD_PARAMETERS,
+    ProcessRewardFn,
+    RewardFn,
+    RewardFunctionError,
+    golds,
+    process_reward_functions,
+    reward_functions,
 )
-from agentr1_gym.settings import EnvSettings
 from agentr1_gym.tools.base import Tool, ToolResult
 from agentr1_gym.tools.function import FunctionTool, from_function, public_methods, to_result, tool_class
 
@@ -76,60 +72,13 @@ __all__ = [
     "register_task",
 ]
 
-#: the parameter names a reward function may take
-REWARD_PARAMETERS = ("answer", "task", "world", "messages")
-#: the parameter names a process-reward function may take (one successful tool call, and where it happened)
-PROCESS_PARAMETERS = ("tool", "arguments", "result", "task", "world", "calls")
-#: metric names the env sets itself (a reward component cannot take them)
-_RESERVED = ("score", "success", "format_ok", "turns", "repeat_rate")
 #: world methods that are not tools
 _WORLD_API = ("state_key", "state_text", "admissible_actions")
 #: registered tasks: env id -> spec
 _TASKS: dict[str, TaskSpec] = {}
 
 
-class RewardFunctionError(ConfigError):
-    """A reward function returned something that is not a number in [0, 1], or raised (a bug in the task's code,
-    never the model's fault). The message names the function and the task."""
-
-
-# ---- datasets ------------------------------------------------------------------------------------------------
-def load_rows(dataset: Any) -> list[dict[str, Any]]:
-    """The rows of a dataset as dicts: a list or iterable of mappings, a JSONL (or JSON list) file path, or a
-    Hugging Face ``datasets.Dataset``. Bad files raise a one-line :class:`ConfigError` naming the line."""
-    if isinstance(dataset, (str, Path)):
-        path = Path(dataset)
-        if not path.is_file():
-            where = (
-                ""
-                if path.is_absolute()
-                else f" (a relative path is read from the working directory, {Path.cwd()})"
-            )
-            raise ConfigError(f"dataset file not found: {path}{where}")
-        try:  # a JSON list or JSONL, as every dataset file is read (agentr1_gym.data.records)
-            rows = [record for _, record in read_records_with_location(path)]
-        except DataError as exc:  # the one-line error names the file and the line
-            raise ConfigError(str(exc)) from None
-        source = str(path)
-    elif isinstance(dataset, Mapping):
-        raise ConfigError("dataset: a list of rows (dicts), not a single dict")
-    elif isinstance(dataset, Iterable):
-        rows = list(dataset)
-        source = "dataset"
-    else:
-        raise ConfigError(
-            f"dataset: a list of dicts, a JSONL path or a datasets.Dataset, got {type(dataset).__name__}"
-        )
-    out = []
-    for i, row in enumerate(rows):
-        if not isinstance(row, Mapping):
-            raise ConfigError(f"{source}: row {i} is a {type(row).__name__}, not an object with named fields")
-        out.append(dict(row))
-    if not out:
-        raise ConfigError(f"{source}: the dataset has no rows")
-    return out
-
-
+# ---- the prompt template -------------------------------------------------------------------------------------
 def _template_fields(template: str) -> list[str]:
     try:
         parsed = list(string.Formatter().parse(template))
@@ -146,246 +95,6 @@ def _template_fields(template: str) -> list[str]:
             )
         names.append(root)
     return names
-
-
-# ---- rewards -------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RewardFn:
-    name: str
-    fn: Callable[..., Any]
-    weight: float
-    params: tuple[str, ...]  # the REWARD_PARAMETERS it takes
-
-    def __call__(self, values: dict[str, Any], task_id: str) -> float:
-        try:
-            out = self.fn(**{p: values[p] for p in self.params})
-        except Exception as exc:
-            raise RewardFunctionError(
-                f"reward function {self.name!r} raised {type(exc).__name__}: {exc} (task {task_id!r}, answer "
-                f"{str(values.get('answer'))[:80]!r}); reward functions must score any answer, including None and "
-                "garbage"
-            ) from exc
-        if isinstance(out, bool):
-            return float(out)
-        if not isinstance(out, (int, float)):  # numpy scalars and Fractions; a 0-d array or tensor by .item()
-            if isinstance(out, numbers.Real):
-                out = float(out)
-            elif callable(getattr(out, "item", None)):
-                with contextlib.suppress(TypeError, ValueError):
-                    out = out.item()
-        if (
-            isinstance(out, bool)
-            or not isinstance(out, (int, float))
-            or not math.isfinite(out)
-            or not 0.0 <= out <= 1.0
-        ):
-            raise RewardFunctionError(
-                f"reward function {self.name!r} returned {out!r} for task {task_id!r}; a reward function returns "
-                "a number in [0, 1] or a bool (scale components with weights)"
-            )
-        return float(out)
-
-
-def _reward_fn(name: str, fn: Any, weight: Any, has_world: bool) -> RewardFn:
-    if not callable(fn):
-        raise ConfigError(f"reward {name!r}: expected a function, got {type(fn).__name__}")
-    if (
-        isinstance(weight, bool)
-        or not isinstance(weight, (int, float))
-        or not math.isfinite(weight)
-        or weight <= 0
-    ):
-        raise ConfigError(f"reward {name!r}: its weight must be a positive number, got {weight!r}")
-    if weight > REWARD_LIMIT:
-        raise RewardRangeError(
-            f"reward {name!r}: its weight {weight:g} is beyond the reward limit {REWARD_LIMIT:g}"
-        )
-    if name in _RESERVED:
-        raise ConfigError(f"reward {name!r}: that metric name is the env's own; name the component otherwise")
-    params = list(_params("reward function", name, fn, REWARD_PARAMETERS))
-    takes_all = len(params) == len(REWARD_PARAMETERS)
-    if "world" in params and not has_world and not takes_all:
-        raise ConfigError(f"reward {name!r} takes 'world', but the task has no world= class")
-    return RewardFn(name, fn, float(weight), tuple(params))
-
-
-def _rewards(reward: Any, answer_field: str | None, has_world: bool) -> tuple[RewardFn, ...]:
-    if reward is None:
-        if has_world or answer_field is None:
-            raise ConfigError("reward=: a world task (or one without an answer field) needs reward functions")
-
-        def correct(answer: str | None, task: dict[str, Any]) -> float:
-            return 0.0 if answer is None else answer_match(answer, _golds(task.get(answer_field)))
-
-        return (RewardFn("correct", correct, 1.0, ("answer", "task")),)
-    if callable(reward) and not isinstance(reward, (list, tuple, dict)):
-        name = getattr(reward, "__name__", "")
-        reward = {name if name and name != "<lambda>" else "reward": reward}
-    if isinstance(reward, Mapping):
-        items = []
-        for name, value in reward.items():
-            fn, weight = value if isinstance(value, tuple) else (value, 1.0)
-            items.append(_reward_fn(str(name), fn, weight, has_world))
-    elif isinstance(reward, Sequence):
-        items = []
-        for fn in reward:
-            name = getattr(fn, "__name__", "")
-            if not name or name == "<lambda>":
-                raise ConfigError(
-                    "reward=[...]: each function is reported under its name; name lambdas with a dict: "
-                    "reward={'name': fn}"
-                )
-            items.append(_reward_fn(name, fn, 1.0, has_world))
-    else:
-        raise ConfigError(
-            f"reward=: a function, a list of functions or a dict of them, got {type(reward).__name__}"
-        )
-    names = [r.name for r in items]
-    if not items:
-        raise ConfigError("reward=: no reward functions given")
-    if len(set(names)) != len(names):
-        raise ConfigError(f"reward=: two reward components have the same name: {names}")
-    return tuple(items)
-
-
-@dataclass(frozen=True)
-class ProcessRewardFn:
-    """A task's own process reward: ``fn`` returns the units one successful tool call earned (a number >= 0 or a
-    bool), paid ``weight`` each, at most ``cap`` units per episode (the env enforces the cap, so repeating a
-    rewarded call earns nothing once it is reached)."""
-
-    name: str
-    fn: Callable[..., Any]
-    weight: float
-    cap: float
-    params: tuple[str, ...]  # the PROCESS_PARAMETERS it takes
-
-    def __call__(self, values: dict[str, Any], task_id: str) -> float:
-        try:
-            out = self.fn(**{p: values[p] for p in self.params})
-        except Exception as exc:
-            raise RewardFunctionError(
-                f"process reward {self.name!r} raised {type(exc).__name__}: {exc} (task {task_id!r}, call "
-                f"{values['tool']}({str(values['arguments'])[:60]})); process rewards must take any call"
-            ) from exc
-        if isinstance(out, numbers.Real):  # bools, ints, numpy scalars
-            out = float(out)
-        if not isinstance(out, float) or not math.isfinite(out) or out < 0:
-            raise RewardFunctionError(
-                f"process reward {self.name!r} returned {out!r} for task {task_id!r}; a process reward returns "
-                "the units a call earned: a number >= 0 or a bool (its weight sets the reward per unit)"
-            )
-        return out
-
-
-def _params(kind: str, name: str, fn: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
-    """The parameters of ``fn`` among ``allowed`` (all of them for ``**kwargs``), or a ConfigError."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{kind} {name!r}: cannot read the function's signature") from None
-    params: list[str] = []
-    for p in sig.parameters.values():
-        if p.kind is p.VAR_KEYWORD:
-            return allowed
-        if p.kind is p.VAR_POSITIONAL:
-            continue
-        if p.name in allowed:
-            if p.kind is p.POSITIONAL_ONLY:
-                raise ConfigError(
-                    f"{kind} {name!r}: parameter {p.name!r} is positional-only; it is called by keyword"
-                )
-            params.append(p.name)
-        elif p.default is p.empty:
-            raise ConfigError(
-                f"{kind} {name!r} takes parameter {p.name!r}; it may take any of {', '.join(allowed)} (by name)"
-            )
-    return tuple(params)
-
-
-def _process_rewards(given: Any, has_world: bool) -> tuple[ProcessRewardFn, ...]:
-    if given is None:
-        return ()
-    if not isinstance(given, Mapping):
-        raise ConfigError(
-            "process_rewards=: a dict {'name': fn}, {'name': (fn, weight)} or {'name': (fn, weight, cap)}, got "
-            f"{type(given).__name__}"
-        )
-    out = []
-    for name, value in given.items():
-        name = str(name)
-        parts = value if isinstance(value, tuple) else (value,)
-        if not 1 <= len(parts) <= 3:
-            raise ConfigError(
-                f"process reward {name!r}: fn, (fn, weight) or (fn, weight, cap), got {len(parts)} items"
-            )
-        fn, weight, cap = {1: (*parts, 0.1, 1.0), 2: (*parts, 1.0), 3: parts}[len(parts)]
-        if not callable(fn):
-            raise ConfigError(f"process reward {name!r}: expected a function, got {type(fn).__name__}")
-        for label, number in (("weight", weight), ("cap", cap)):
-            if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
-                raise ConfigError(f"process reward {name!r}: its {label} must be a number, got {number!r}")
-        if cap <= 0:
-            raise ConfigError(
-                f"process reward {name!r}: its cap (units per episode) must be > 0, got {cap!r}"
-            )
-        if abs(weight) * cap > REWARD_LIMIT:
-            raise RewardRangeError(
-                f"process reward {name!r}: weight x cap = {abs(weight) * cap:g} could pay more than the reward limit "
-                f"+-{REWARD_LIMIT:g} in an episode; keep |weight| x cap within it"
-            )
-        if name in (
-            *_RESERVED,
-            *GENERIC_PROCESS_KEYS,
-            *OUTCOME_KEYS,
-            *RewardConfig.model_fields,
-        ) or name.endswith("_reward"):
-            raise ConfigError(
-                f"process reward {name!r}: that name is the env's own or a RewardConfig field; name it otherwise"
-            )
-        params = _params("process reward", name, fn, PROCESS_PARAMETERS)
-        if "world" in params and not has_world and len(params) < len(PROCESS_PARAMETERS):
-            raise ConfigError(f"process reward {name!r} takes 'world', but the task has no world= class")
-        out.append(ProcessRewardFn(name, fn, float(weight), float(cap), params))
-    return tuple(out)
-
-
-def _task_settings(given: Any, max_turns: int, process: tuple[ProcessRewardFn, ...]) -> dict[str, Any]:
-    """``settings=``: the task's default env settings, named as ``gym.make`` takes them, checked now."""
-    if given is None:
-        return {}
-    if not isinstance(given, Mapping):
-        raise ConfigError(f"settings=: a dict of gym.make settings, got {type(given).__name__}")
-    given = dict(given)
-    if "max_turns" in given:
-        raise ConfigError("settings={'max_turns': ...}: pass max_turns= to the task itself")
-    try:
-        checked = EnvSettings(**{**given, "max_turns": max_turns})
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        where = ".".join(str(x) for x in err["loc"])
-        pool = (
-            list(RewardConfig.model_fields)
-            if err["loc"][:1] == ("reward",)
-            else list(EnvSettings.model_fields)
-        )
-        close = difflib.get_close_matches(str(err["loc"][-1]), pool, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close and err["type"] == "extra_forbidden" else ""
-        raise ConfigError(f"settings: bad env setting {where}: {err['msg']}{hint}") from None
-    declared = [f.name for f in process]
-    for name in checked.reward.process:
-        if name not in declared:
-            hint = unknown_process_reward_hint(name, declared)
-            raise ConfigError(
-                f"settings: the task has no process reward {name!r}{hint}; its process rewards: {declared or 'none'}"
-            )
-    return given
-
-
-def _golds(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 # ---- the spec and the env ------------------------------------------------------------------------------------
@@ -552,12 +261,12 @@ def make_task(
                 f"dataset row {missing[0]} lacks the answer field {answer_field!r} that the default reward needs "
                 "(pass answer_field= or reward=)"
             )
-    rewards = _rewards(reward, answer_field, world is not None)
-    process = _process_rewards(process_rewards, world is not None)
+    rewards = reward_functions(reward, answer_field, world is not None)
+    process = process_reward_functions(process_rewards, world is not None)
     clash = sorted({p.name for p in process} & {r.name for r in rewards})
     if clash:
         raise ConfigError(f"process reward {clash[0]!r} has the name of a reward function; name it otherwise")
-    defaults = _task_settings(settings, max_turns, process)
+    defaults = check_task_settings(settings, max_turns, [f.name for f in process])
     if oracle is not None and not callable(oracle):
         raise ConfigError(f"oracle=: a function oracle(env) -> str or a plan, got {type(oracle).__name__}")
     return TaskSpec(
@@ -737,7 +446,7 @@ class TaskEnv(ToolEnv):
 
     def task_answers(self, task: dict[str, Any]) -> tuple[str, ...]:
         field_ = self.task_spec.answer_field
-        return tuple(str(g) for g in _golds(task.get(field_))) if field_ else ()
+        return tuple(str(g) for g in golds(task.get(field_))) if field_ else ()
 
     def next_user_message(self) -> str | None:
         """The row's next later message (``user_turns=``), or None after the last."""

@@ -6,15 +6,16 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agentr1_gym.errors import DataError
+from agentr1_gym.errors import ConfigError, DataError
 
 __all__ = [
     "gold_field",
+    "load_rows",
     "need_fields",
     "parse_json",
     "read_records",
@@ -122,3 +123,40 @@ def gold_field(record: dict[str, Any], key: str, aliases: str | None = None) -> 
 
 def unique(items: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
+
+
+def load_rows(dataset: Any) -> list[dict[str, Any]]:
+    """The rows of a dataset as dicts: a list or iterable of mappings, a JSONL (or JSON list) file path, or a
+    Hugging Face ``datasets.Dataset`` (a task's ``dataset=``, :func:`agentr1_gym.make_task`). Bad files raise a
+    one-line :class:`~agentr1_gym.errors.ConfigError` naming the line."""
+    if isinstance(dataset, (str, Path)):
+        path = Path(dataset)
+        if not path.is_file():
+            where = (
+                ""
+                if path.is_absolute()
+                else f" (a relative path is read from the working directory, {Path.cwd()})"
+            )
+            raise ConfigError(f"dataset file not found: {path}{where}")
+        try:  # a JSON list or JSONL, as every dataset file is read
+            rows = [record for _, record in read_records_with_location(path)]
+        except DataError as exc:  # the one-line error names the file and the line
+            raise ConfigError(str(exc)) from None
+        source = str(path)
+    elif isinstance(dataset, Mapping):
+        raise ConfigError("dataset: a list of rows (dicts), not a single dict")
+    elif isinstance(dataset, Iterable):
+        rows = list(dataset)
+        source = "dataset"
+    else:
+        raise ConfigError(
+            f"dataset: a list of dicts, a JSONL path or a datasets.Dataset, got {type(dataset).__name__}"
+        )
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise ConfigError(f"{source}: row {i} is a {type(row).__name__}, not an object with named fields")
+        out.append(dict(row))
+    if not out:
+        raise ConfigError(f"{source}: the dataset has no rows")
+    return out

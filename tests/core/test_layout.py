@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "agentr1_gym.tools": 5,
     "agentr1_gym.context": 1,  # the context policy: what the agent sees each step (parsed once per env)
     "agentr1_gym.settings": 4,  # EnvSettings and the keyword check around every env's __init__
+    "agentr1_gym.task_rewards": 2,  # a task's reward functions, checked when made and held to their contract
     "agentr1_gym.env": 6,
     "agentr1_gym.envs": 7,
     "agentr1_gym.wrappers": 7,
