@@ -68,6 +68,7 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.models": 23,
     "agentr1_trl.sft": 24,
     "agentr1_trl.estimators": 24,  # each advantage estimator declared once: its needs and its scoring
+    "agentr1_trl.agent_tasks": 20,  # a user's agent: its function, its result, its tasks and their env session
     "agentr1_trl.agent_calls": 23,  # an agent's calls as tokens: rendering on sampled ids, parsing, trajectories
     "agentr1_trl.agent_proxy": 24,  # the OpenAI-compatible endpoint that records each call's tokens
     "agentr1_trl.model_eval": 24,
