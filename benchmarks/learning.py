@@ -505,6 +505,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         share_prompt_prefix=not args.no_share_prompt,
         generation_backend=_backend(args, model),
         disable_tqdm=not args.progress,
+        train_top_layers=args.train_top_layers,
         # durable: a checkpoint after every step (the adapter and optimizer state, a few MB), the last two kept
         save_strategy="steps",
         save_steps=1,
@@ -908,6 +909,12 @@ def build_parser() -> argparse.ArgumentParser:
         "~2,000-token episodes need 2 on a 24 GB machine)",
     )
     parser.add_argument("--lora-r", type=int, default=16)
+    parser.add_argument(
+        "--train-top-layers",
+        type=int,
+        default=0,
+        help="train: RL trains the adapter's top K decoder layers only (the warm start trained all; 0: every one)",
+    )
     parser.add_argument("--critic-warmup", type=int, default=2, help="PPO: value-head-only steps first")
     parser.add_argument("--eval-episodes", type=int, default=200)
     parser.add_argument(

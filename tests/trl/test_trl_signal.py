@@ -412,6 +412,32 @@ def test_bf16_base_can_be_turned_off_and_needs_bf16(tmp_path):
         AgentGRPOConfig(output_dir=str(tmp_path), **{**BASE, "bf16_base": True})
 
 
+@pytest.mark.parametrize(("algo", "bf16"), [("grpo", False), ("grpo", True), ("ppo", False)])
+def test_train_top_layers_trains_the_top_of_an_adapter_on_every_layer(tmp_path, algo, bf16):
+    """train_top_layers=1 on a 2-layer model with LoRA on both: the lower layer's adapter weights are frozen as the
+    trainer found them (float32 even when the frozen base goes to bf16: they are saved with the adapter) and get no
+    gradient; the top layer's train; a PPO value head still trains."""
+    trainer = _lora_trainer(tmp_path, algo, train_top_layers=1, bf16=bf16)
+    lora = {n: p for n, p in trainer.model.named_parameters() if "lora_" in n}
+    lower = {n: p.detach().clone() for n, p in lora.items() if ".layers.0." in n}
+    top = {n: p.detach().clone() for n, p in lora.items() if ".layers.1." in n}
+    assert lower and top
+    assert not any(lora[n].requires_grad for n in lower) and all(lora[n].requires_grad for n in top)
+    assert {lora[n].dtype for n in lower} == {torch.float32}
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    assert all(
+        torch.equal(after[n].detach(), before) and after[n].grad is None for n, before in lower.items()
+    )
+    assert any(not torch.equal(after[n].detach(), before) for n, before in top.items())
+    if algo == "ppo":
+        assert all(p.requires_grad for p in trainer.value_head.parameters())
+    with pytest.raises(ConfigError, match="train_top_layers=3, but the model has 2 decoder layers"):
+        _lora_trainer(tmp_path / "too-many", algo, train_top_layers=3)
+    with pytest.raises(ConfigError, match="train_top_layers must be a whole number"):
+        AgentGRPOConfig(output_dir=str(tmp_path), **{**BASE, "train_top_layers": -1})
+
+
 def test_bf16_frozen_base_converts_only_frozen_float32_parameters():
     from agentr1_trl.models import bf16_frozen_base
     from peft import get_peft_model

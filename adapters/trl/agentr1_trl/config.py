@@ -155,6 +155,17 @@ class AgentTrainerConfig(GRPOConfig):
             "CPU (on a GPU bf16 stays autocast over float32 weights). Needs bf16."
         },
     )
+    train_top_layers: int = field(
+        default=0,
+        metadata={
+            "help": "Train only the top this many decoder layers: every trainable parameter of a lower layer (the "
+            "adapter's weights there) is frozen as it is when the trainer starts, a warm start's, so nothing "
+            "below the lowest trained layer needs a gradient and the backward pass stops there. Unlike the "
+            "run's lora_layers (an adapter in the top layers only), the adapter still covers every layer: a warm "
+            "start trains all of them, RL the top ones, and the saved adapter holds both. 0 (default): every "
+            "layer. Parameters outside the decoder layers (embeddings, a value head) keep training."
+        },
+    )
     regroup_micro_batches: bool = field(
         default=True,
         metadata={
@@ -292,6 +303,14 @@ class AgentTrainerConfig(GRPOConfig):
             raise ConfigError("need 1 <= max_new_tokens_per_turn < max_episode_tokens")
         if self.num_tasks < 1:
             raise ConfigError("num_tasks must be >= 1")
+        if (
+            isinstance(self.train_top_layers, bool)
+            or not isinstance(self.train_top_layers, int)
+            or (self.train_top_layers < 0)
+        ):
+            raise ConfigError(
+                f"train_top_layers must be a whole number >= 0 (0: every layer), got {self.train_top_layers!r}"
+            )
         if self.max_update_tokens is not None and self.max_update_tokens < 0:
             raise ConfigError(f"max_update_tokens must be >= 0 (0: no limit), got {self.max_update_tokens}")
         if self.generation_backend not in {"auto", "hf", "vllm"}:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -34,6 +35,7 @@ __all__ = [
     "load_default_policy",
     "load_policy",
     "smollm2_gguf_path",
+    "train_top_layers",
 ]
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -115,6 +117,29 @@ def _publish_dir(target: Path, write: Any) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+_LAYER = re.compile(r"\.layers\.(\d+)\.")
+
+
+def train_top_layers(model: Any, top: int) -> int:
+    """Freeze every trainable parameter of ``model``'s decoder layers below the top ``top`` (a LoRA adapter's
+    weights there keep their values, a warm start's say) and return how many were frozen. Nothing below the lowest
+    trained layer then needs a gradient, so autograd records nothing there and the backward pass stops at it.
+    Parameters outside the decoder layers (embeddings, the final norm, a value head) are left as they are."""
+    config = getattr(model, "config", None) or getattr(getattr(model, "base_model", None), "config", None)
+    total = getattr(config, "num_hidden_layers", None)
+    if not isinstance(total, int):
+        raise ConfigError("train_top_layers needs a model whose config names its num_hidden_layers")
+    if top > total:
+        raise ConfigError(f"train_top_layers={top}, but the model has {total} decoder layers")
+    frozen = 0
+    for name, param in model.named_parameters():
+        found = _LAYER.search(name)
+        if param.requires_grad and found and int(found.group(1)) < total - top:
+            param.requires_grad_(False)
+            frozen += 1
+    return frozen
+
+
 def bf16_frozen_base(model: Any) -> int:
     """Store ``model``'s frozen float32 parameters in bfloat16, in place, and return how many were converted. The
     trainable ones (a LoRA adapter, a value head, whatever is fully fine-tuned) stay float32, and so do their
@@ -128,8 +153,9 @@ def bf16_frozen_base(model: Any) -> int:
     import torch
 
     converted = 0
-    for param in model.parameters():
-        if not param.requires_grad and param.dtype == torch.float32:
+    for name, param in model.named_parameters():
+        # an adapter's frozen layers (train_top_layers) stay float32: they are saved with the adapter
+        if not param.requires_grad and param.dtype == torch.float32 and "lora_" not in name:
             param.data = param.data.to(torch.bfloat16)
             converted += 1
     return converted

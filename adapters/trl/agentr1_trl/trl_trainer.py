@@ -37,7 +37,7 @@ from agentr1_gym.generation import GenerationError
 from agentr1_gym.rollout import Trajectory
 from agentr1_trl.forward import completion_logps, regroup_micro_batches, select_rows, update_passes
 from agentr1_trl.hardware import DeviceDefaults
-from agentr1_trl.models import bf16_frozen_base
+from agentr1_trl.models import bf16_frozen_base, train_top_layers
 from agentr1_trl.run_dir import mark_complete, resolve_resume
 from agentr1_trl.signals import advantage_mask, check_rewards, env_return
 from agentr1_trl.turn_rows import CONTEXT_DEPENDENT, expand_turn_rows
@@ -242,6 +242,10 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
             deepspeed=bool(self.is_deepspeed_enabled),
             checkpointing=bool(getattr(unwrapped, "is_gradient_checkpointing", False)),
         )
+        if getattr(
+            args, "train_top_layers", 0
+        ):  # before the frozen base goes to bf16 and the optimizer exists
+            train_top_layers(self.model, args.train_top_layers)
         if self.device_defaults.bf16_base:
             bf16_frozen_base(self.model)
         if self.accelerator.num_processes > 1 and not self.supports_multi_process():
