@@ -35,7 +35,8 @@ measured in the same run, fp32 and bf16; peak RSS; the CPU's model and vector fl
   every product casts its weight, and norms, rotary embeddings and the residual stream stay float32);
 * ``bf16-base-regrouped``: regrouped, ``bf16=True`` with the frozen base stored in bf16 (``bf16_base``, the
   default with bf16 on a CPU; the adapter, its gradients and optimizer state float32), and the same with LoRA on
-  the top third. The bf16 variants pay only on a CPU with native bf16 (AVX512-BF16, AMX): elsewhere bf16 is
+  the top third; ``bf16-base-regrouped-train-top-third``: the adapter on every layer (as a warm start trains it)
+  and RL training its top third only (``train_top_layers``). The bf16 variants pay only on a CPU with native bf16 (AVX512-BF16, AMX): elsewhere bf16 is
   emulated, hundreds of times slower per product.
 
 The viewer's saved episodes (``save_episodes_steps``: a forward pass per saved episode every 10th step) are off:
@@ -107,6 +108,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "lora_layers": 1 / 3,
         "regroup": True,
     },
+    # the adapter on every layer (as the warm start trains it), RL training its top third only
+    # (train_top_layers): the lower layers' adapter runs frozen, without autograd
+    "bf16-base-regrouped-train-top-third": {
+        "bf16": True,
+        "bf16_base": True,
+        "lora_layers": 1.0,
+        "train_top": 1 / 3,
+        "regroup": True,
+    },
 }
 GENERATIONS, GROUPS = 4, 2
 MALFORMED = "I am not sure which tool to use, so I will think about it first."
@@ -146,6 +156,9 @@ def worker(world: str, variant: str, steps: int, threads: int, model_name: str) 
         model = tiny_model(tok, hidden_size=64)
     rows = GENERATIONS * GROUPS
     micro = spec["micro_batch"]
+    layers = model.config.num_hidden_layers
+    adapted = max(1, round(layers * settings["lora_layers"]))
+    trained_layers = round(layers * settings["train_top"]) if settings.get("train_top") else 0
     args = AgentGRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="step-cost-"),
         per_device_train_batch_size=micro,
@@ -165,6 +178,7 @@ def worker(world: str, variant: str, steps: int, threads: int, model_name: str) 
         bf16=settings["bf16"],
         bf16_base=settings["bf16_base"],
         regroup_micro_batches=settings["regroup"],
+        train_top_layers=trained_layers,
         save_episodes_steps=0,  # the viewer's episodes (a forward pass each, every 10th step) are not the step
         env_id=spec["env"],
         env_kwargs=spec["env_kwargs"],
@@ -188,8 +202,6 @@ def worker(world: str, variant: str, steps: int, threads: int, model_name: str) 
             phases["optimizer"].append(now - self.opt_start)
             step_s.append(now - self.step_start)
 
-    layers = model.config.num_hidden_layers
-    adapted = max(1, round(layers * settings["lora_layers"]))
     peft_config = lora_config(16, adapted, model)  # the CLI's adapter, as --lora-layers ADAPTED makes it
     trainer = AgentGRPOTrainer(model, args, tok, peft_config=peft_config, callbacks=[Timer()])
     trainer.generator = ScriptedGenerator(tok, _script(trainer._envs(rows)))
@@ -241,6 +253,7 @@ def worker(world: str, variant: str, steps: int, threads: int, model_name: str) 
         "env": spec["env"],
         "settings": {k: v for k, v in spec.items() if k != "env"} | settings,
         "lora_layers": f"{adapted} of {layers}",
+        "trained_layers": f"{trained_layers or adapted} of {layers}",
         "model": model_name,
         "threads": threads,
         "sec_per_step": round(mean(step_s[1:]), 3),
