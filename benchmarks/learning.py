@@ -460,11 +460,11 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     # there (steps after that checkpoint were lost, so their time does not count)
     clock = WallClock(out_dir)
     resume_from = resolve_resume(True, out_dir)
-    spent_before = clock.spent_at(resume_from)
+    first_step = int(Path(resume_from).name.split("-")[-1]) if resume_from else 0
+    spent_before = clock.spent_at(first_step)
     if resume_from:
         print(f"[{args.task}] {name}: resuming from {resume_from} ({spent_before / 60:.1f} of {args.minutes:g} "
               "min spent)", file=sys.stderr, flush=True)  # fmt: skip
-    first_step = int(Path(resume_from).name.split("-")[-1]) if resume_from else 0
     # an arm killed after its budget ran out loads its last checkpoint and trains no further step
     max_steps = first_step if spent_before >= 60 * args.minutes else args.max_steps
     started = time.perf_counter()
@@ -645,16 +645,15 @@ class WallClock:
         self.path = run_dir / "wall_clock.json"
         self.spent: dict[str, float] = json.loads(self.path.read_text()) if self.path.exists() else {}
 
-    def spent_at(self, checkpoint: str | None) -> float:
-        """Seconds spent up to ``checkpoint`` (``.../checkpoint-N``); 0 for none. A checkpoint without a recorded
-        time (written by a version without this clock) raises: its budget would be a guess."""
-        if not checkpoint:
+    def spent_at(self, step: int) -> float:
+        """Seconds spent up to the checkpoint of ``step``; 0 for step 0 (a new arm). A checkpoint without a
+        recorded time (written by a version without this clock) raises: its budget would be a guess."""
+        if not step:
             return 0.0
-        step = Path(checkpoint).name.split("-")[-1]
-        if step not in self.spent:
-            raise SystemExit(f"{self.path} has no time for step {step}: cannot resume {checkpoint} on a budget "
-                             f"(delete {self.path.parent} to start the arm over)")  # fmt: skip
-        return self.spent[step]
+        if str(step) not in self.spent:
+            raise SystemExit(f"{self.path} has no time for step {step}: cannot resume checkpoint-{step} on a "
+                             f"budget (delete {self.path.parent} to start the arm over)")  # fmt: skip
+        return self.spent[str(step)]
 
     def record(self, step: int, seconds: float) -> None:
         self.spent[str(step)] = round(seconds, 2)
