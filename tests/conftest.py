@@ -159,20 +159,41 @@ def build_tiny_encoder(path, texts):
 SLOW_ENV_PREFIXES = ("AgentR1/TextWorld-", "AgentR1/BFCL-", "AgentR1/MiniWoB-")
 
 
-#: the tests that take a minute or more alone (a CI run's durations): under pytest-xdist they start first, so that
-#: no worker is left running one of them while the others have nothing left to do (a stale entry costs nothing)
+#: the tests that take half a minute or more alone, longest first (a CI run's durations): under pytest-xdist they
+#: start first, in this order, so that no worker is left running one of them while the others have nothing left to
+#: do (a stale entry costs nothing)
 LONG_FIRST = (
-    "tests/trl/test_trl_cli.py::test_train_and_eval_a_model_on_every_env[AgentR1/BFCL-",
-    "tests/envs/test_worlds.py::test_random_commands_never_hang_or_crash_the_interpreter",
+    "tests/trl/test_tutorial.py::",
     "tests/trl/test_multiprocess.py::test_every_trainer_in_two_processes",
     "tests/trl/test_benchmark_smoke.py::test_step_cost_benchmark_smoke",
-    "tests/trl/test_trl_cli.py::test_train_and_eval_a_model_on_every_env[AgentR1/2Wiki",
-    "tests/trl/test_trl_cli.py::test_train_and_eval_a_model_on_every_env[AgentR1/WebShop",
-    "tests/trl/test_trl_default_policy.py::test_smollm2_loader_and_one_trainer_step",
+    "tests/core/test_fuzz_steps.py::test_adversarial_steps_never_crash_and_stay_recordable[AgentR1/MiniWoB-v0-full]",
+    "tests/trl/test_benchmark_smoke.py::test_an_interrupted_learning_arm_resumes",
+    "tests/trl/test_benchmark_smoke.py::test_learning_benchmark_trains_here_and_evaluates_later",
+    "tests/trl/test_trl_cli.py::test_train_and_eval_a_model_on_every_env[AgentR1/MiniWoB-",
     "tests/trl/test_trl_cli.py::test_eval_model_baselines_and_value_guided",
-    "tests/core/test_examples.py::test_example_runs[ppo_hotpotqa]",
-    "tests/trl/test_tutorial.py::",
+    "tests/trl/test_benchmark_smoke.py::test_gpu_step_benchmark_runs_its_tiny_mode_on_this_cpu",
+    "tests/trl/test_vllm.py::test_server_mode_generates_and_syncs",
+    "tests/trl/test_benchmark_smoke.py::test_update_profile_benchmark_smoke",
+    "tests/trl/test_trl_cli.py::test_train_and_eval_a_model_on_every_env[AgentR1/BFCL-",
+    "tests/trl/test_trl_default_policy.py::test_smollm2_loader_and_one_trainer_step",
+    "tests/trl/test_multiprocess.py::test_settings_that_read_one_process_alone",
+    "tests/trl/test_trl_durable.py::test_a_killed_run_resumes_losing_at_most_one_step",
+    "tests/core/test_your_task.py::test_ppo_trains_on_a_users_task_from_the_cli",
+    "tests/trl/test_benchmark_smoke.py::test_table3_benchmark_smoke",
+    "tests/envs/test_miniwob.py::test_gaming_the_world_stays_far_below_the_oracle",
+    "tests/envs/test_worlds.py::test_random_commands_never_hang_or_crash_the_interpreter",
 )
+
+
+def _long_rank(nodeid: str) -> int:
+    """Where a test starts under pytest-xdist: its place in LONG_FIRST, or after all of them."""
+    return next((i for i, prefix in enumerate(LONG_FIRST) if nodeid.startswith(prefix)), len(LONG_FIRST))
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the README's test command): one worker per core this process may use, at most 4 (each worker
+    imports torch and builds tiny models: more would cost memory on a large machine and gain little)."""
+    return max(1, min(len(os.sched_getaffinity(0)), 4))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -182,4 +203,4 @@ def pytest_collection_modifyitems(config, items):
         if any(isinstance(v, str) and v.startswith(SLOW_ENV_PREFIXES) for v in params.values()):
             item.add_marker(pytest.mark.slow)
     if os.environ.get("PYTEST_XDIST_WORKER"):  # the same order on every worker: the controller checks it
-        items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))
+        items.sort(key=lambda item: _long_rank(item.nodeid))

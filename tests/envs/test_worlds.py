@@ -396,7 +396,7 @@ print("steps", steps)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("n", [pytest.param(1500, id="1500"), pytest.param(50_000, id="50000")])
+@pytest.mark.parametrize("n", [pytest.param(1500, id="1500"), pytest.param(20_000, id="20000")])
 def test_random_commands_never_hang_or_crash_the_interpreter(n):
     """Random words, printable ASCII and arbitrary unicode as game commands, in a subprocess so that a hang or a
     segfault (both happened with raw model text) fails the test instead of the test run."""

@@ -198,9 +198,9 @@ def test_train_and_eval_a_model_on_every_env(env_id, tmp_path, tiny_dir, capsys)
         budget = 20480
         argv[argv.index("--warm-start") + 1] = "0"  # the oracle's transcripts are longer still
         argv += ["--backend", "hf"]  # past the tiny model's positions, which vLLM holds a model to
-        # every turn of the tiny model runs over the whole listing again: 3 turns, not BFCL's 16 (5 minutes of the
-        # slow tier alone were this test)
-        argv += ["--env-arg", "max_turns=3"]
+        # every turn of the tiny model runs over the whole listing again: one turn, not BFCL's 16 (5 minutes of the
+        # slow tier alone were this test at 16, 2.3 at 3); tests/envs/test_bfcl.py plays whole multi-turn episodes
+        argv += ["--env-arg", "max_turns=1"]
     for field in ("per_device_train_batch_size=2", "num_generations=2", "use_cpu=true",
                   "max_new_tokens_per_turn=8", f"max_episode_tokens={budget}"):  # fmt: skip
         argv += ["--set", field]
