@@ -35,6 +35,10 @@ SCRIPTS = {
         "main_job.py",
         "The main job, three seeds, on a CPU with AMX (bf16, the frozen base in bf16)",
     ),
+    "main_job_train_top_layers": (
+        "main_job.py",
+        "The main job, RL on the top layers only (train_top_layers) against every layer",
+    ),
     "learning": ("learning.py", "Learning: GRPO, PPO and the no-action-mask ablation"),
     "learning_fast": ("learning.py", "Learning at the faster settings"),
     "learning_old_settings": ("learning.py", "Learning at the old settings"),
@@ -255,6 +259,50 @@ def _main_job(data: dict[str, Any]) -> str:
         # the float32/bf16 pair belongs on their two pages, not on a run of other settings
         # the float32/autocast pair ran on one CPU: shown beside the runs from that CPU only
         + (_precision_comparison() if _cpu_of(data) == _cpu_of(_load("main_job")) else "")
+    )
+
+
+def _main_job_variants(data: dict[str, Any]) -> str:
+    """Settings compared side by side (``main_job.py --variant``): per seed and variant, held-out success after RL
+    with its interval, the RL phase's minutes, seconds per step and update, and success gained per RL minute."""
+    if "comparison" not in data:
+        return _main_job(data)
+    first = next(iter(data["runs"].values()))[0]
+    episodes, steps = first["after_rl"]["episodes"], first["run_config"]["settings"]["max_steps"]
+    rows = []
+    for name, table in data["comparison"].items():
+        for r in table:
+            lo, hi = wilson(r["success_after"], episodes)
+            gain = (r["success_after"] - r["success_before"]) / (r["train_runtime_s"] / 60)
+            rows.append([name, str(r["seed"]), r["success_before"], f"{r['success_after']:.2f} [{lo:.2f}, {hi:.2f}]",
+                         r["train_runtime_s"] / 60, r["step_s"], r["rollout_s"], r["update_s"], gain])  # fmt: skip
+    means = []
+    for name, table in data["comparison"].items():
+        n = len(table)
+        means.append([name, sum(r["success_after"] for r in table) / n,
+                      sum(r["train_runtime_s"] for r in table) / n / 60, sum(r["step_s"] for r in table) / n,
+                      sum(r["update_s"] for r in table) / n])  # fmt: skip
+    variants = ", ".join(f"{k}: `{v or '(the defaults)'}`" for k, v in data["variants"].items())
+    return (
+        f"`{data['command']}` with each variant's arguments ({variants}), every seed running every variant in "
+        f"turn on {data['machine']['cpus']} cores; {episodes} held-out episodes per evaluation (95% Wilson "
+        f"intervals); the same {steps} steps in every run, so a cheaper step is less RL time:\n\n"
+        + _table(
+            [
+                "variant",
+                "seed",
+                "success before RL",
+                "after RL [95% CI]",
+                "RL minutes",
+                "s per step",
+                "rollout s per step",
+                "update s per step",
+                "success gained per RL minute",
+            ],
+            rows,
+        )
+        + "\n\nMeans over the seeds:\n\n"
+        + _table(["variant", "success after RL", "RL minutes", "s per step", "update s per step"], means)
     )
 
 
@@ -762,6 +810,7 @@ HIGHLIGHTS = {
     "main_job_bf16": _main_job,
     "main_job_lora_top_third": _main_job,
     "main_job_amx": _main_job,
+    "main_job_train_top_layers": _main_job_variants,
     "gpu_step": _gpu_step,
     "context": _context,
     "context_learning": _context_learning,

@@ -4,10 +4,12 @@ commands, and every relative link resolves."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 
+import pytest
 from _paths import REPO
 
 ROOT = REPO
@@ -103,3 +105,49 @@ def test_step_credit_arms_are_compared_with_grpo_of_their_own_training_seed(monk
     row = next(r for r in report.headline_rows() if "step-level credit" in r[0])
     assert "GRPO 0.200, 0.300, grpo-gigpo 0.400, 0.300" in row[1] and "training seeds 0, 1" in row[1]
     assert row[2] == "4 runs, 30 min of training each"  # the budget, not a last step's overrun
+
+
+def test_main_job_variants_run_seed_by_seed_and_compare_on_their_page(monkeypatch, tmp_path):
+    """``main_job.py --variant``: each seed runs every variant in turn (a drift of the machine falls on all alike),
+    each variant's own arguments after the shared ones, and the page compares them per seed."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import main_job
+        import report
+    finally:
+        sys.path.pop(0)
+    calls = []
+
+    def fake_run(out, extra):
+        calls.append((out.relative_to(tmp_path).as_posix(), extra))
+        top = "--set" in extra and "train_top_layers=10" in extra
+        after = 0.5 if top else 0.6
+        return {
+            "command": "agentr1 train " + " ".join(extra), "wall_clock_s": 600.0, "peak_rss_gb": 6.0,
+            "run_config": {"settings": {"max_steps": 30}},
+            "before_rl": {"success": 0.12, "episodes": 100}, "after_rl": {"success": after, "episodes": 100},
+            "success_ratio": after / 0.12, "steps": 30, "train_runtime_s": 240.0 if top else 320.0,
+            "per_step_mean": {"step_time": 8.0 if top else 10.6, "time/rollout_s": 5.0,
+                              "time/update_s": 2.8 if top else 5.4},
+        }  # fmt: skip
+
+    monkeypatch.setattr(main_job, "run_one", fake_run)
+    out = tmp_path / "r.json"
+    argv = ["main_job.py", "--seeds", "42", "1", "--output-dir", str(tmp_path), "--json", str(out),
+            "--variant", "all=", "--variant", "top10=--set train_top_layers=10", "--max-steps", "30"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    main_job.main()
+    assert calls == [
+        ("all/seed-42", ["--max-steps", "30"]),
+        ("top10/seed-42", ["--max-steps", "30", "--set", "train_top_layers=10"]),
+        ("all/seed-1", ["--max-steps", "30", "--set", "seed=1"]),
+        ("top10/seed-1", ["--max-steps", "30", "--set", "train_top_layers=10", "--set", "seed=1"]),
+    ]
+    data = json.loads(out.read_text())
+    assert data["variants"] == {"all": "", "top10": "--set train_top_layers=10"}
+    assert [r["seed"] for r in data["comparison"]["top10"]] == [42, 1]
+    assert data["summary"]["all"]["success_after"] == [0.6, 0.6]
+    text = report._main_job_variants(data)
+    assert "| top10 | 1 | 0.120 | 0.50 [0.40, 0.60] | 4.000 | 8.000 | 5.000 | 2.800 | 0.095 |" in text
+    with pytest.raises(SystemExit, match="expected NAME=ARGS"):
+        main_job.parse_variants(["all=", "all=--set bf16=true"])
