@@ -22,6 +22,9 @@ def _isolate_xdist_worker() -> None:
     if not worker:
         return
     os.environ["TMPDIR"] = tempfile.mkdtemp(prefix=f"agentr1-{worker}-")
+    # traversable as /tmp is (mkdtemp makes it 0700): a sandbox in user-namespace mode reaches its base directory
+    # under it as an unmapped user, and with the interpreter in a virtualenv under /tmp its probe failed without it
+    os.chmod(os.environ["TMPDIR"], 0o755)
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
     atexit.register(shutil.rmtree, os.environ["TMPDIR"], ignore_errors=True)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
