@@ -171,6 +171,16 @@ def run_one(out: Path, extra: list[str]) -> dict[str, Any]:
     }
 
 
+def _finish(fig: Any, ax: Any, path: str, xlabel: str, ylabel: str, title: str) -> None:
+    """Label a figure's axes, title it, and save it as a PNG at ``path``."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def plot(runs: list[dict[str, Any]], seeds: list[int], path: str) -> None:
     """Training success per step for each seed, with its held-out evaluations before and after RL."""
     import matplotlib
@@ -192,12 +202,8 @@ def plot(runs: list[dict[str, Any]], seeds: list[int], path: str) -> None:
             alpha=0.6,
             label=f"seed {seed}: held-out {run['before_rl']['success']:.2f} -> {run['after_rl']['success']:.2f}",
         )
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("success")
-    ax.set_title("agentr1 train (defaults): training success per step, held-out before and after")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _finish(fig, ax, path, "optimizer step", "success",
+            "agentr1 train (defaults): training success per step, held-out before and after")  # fmt: skip
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -267,12 +273,8 @@ def plot_variants(table: dict[str, Any], path: str) -> None:
             linestyle=":",
             label=f"before RL (seed {next(iter(table.values()))[0]['seed']})",
         )
-    ax.set_xlabel("RL phase, minutes (same steps)")
-    ax.set_ylabel("held-out success after RL")
-    ax.set_title("agentr1 train: learning per CPU-minute, by variant")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _finish(fig, ax, path, "RL phase, minutes (same steps)", "held-out success after RL",
+            "agentr1 train: learning per CPU-minute, by variant")  # fmt: skip
 
 
 def main() -> None:
