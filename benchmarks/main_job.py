@@ -266,12 +266,9 @@ def plot_variants(table: dict[str, Any], path: str) -> None:
         for r, x, y in zip(rows, xs, ys):
             ax.annotate(f"seed {r['seed']}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
     if table:
-        before = next(iter(table.values()))[0]["success_before"]
+        first = next(iter(table.values()))[0]
         ax.axhline(
-            before,
-            color="grey",
-            linestyle=":",
-            label=f"before RL (seed {next(iter(table.values()))[0]['seed']})",
+            first["success_before"], color="grey", linestyle=":", label=f"before RL (seed {first['seed']})"
         )
     _finish(fig, ax, path, "RL phase, minutes (same steps)", "held-out success after RL",
             "agentr1 train: learning per CPU-minute, by variant")  # fmt: skip
