@@ -26,8 +26,7 @@ from agentr1_gym.errors import ConfigError
 from agentr1_gym.evaluation import summarize
 from agentr1_gym.generation import SamplingConfig
 from agentr1_gym.rollout import collect_rollouts, render_chat
-from agentr1_trl.backends import HFGenerator
-from agentr1_trl.backends.factory import GenerationSettings, make_generator, policy_vocab_size
+from agentr1_trl.backends.factory import GenerationSettings, hf_generator, make_generator, policy_vocab_size
 from agentr1_trl.models import load_policy
 
 __all__ = [
@@ -123,7 +122,7 @@ def evaluate_model(
         temperature=temperature or 1.0,
         do_sample=temperature > 0 or value_guided > 1,
     )
-    generator = generator or HFGenerator(model, tokenizer)
+    generator = generator or hf_generator(model, tokenizer)
     if value_guided > 1:
         from agentr1_trl.backends.value_guided import ValueGuidedGenerator
 
