@@ -10,6 +10,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from agentr1_gym.errors import ConfigError
+from agentr1_trl.backends.factory import HF_DECODES
 from agentr1_trl.hardware import CPU_UPDATE_TOKENS, stores_base_in_bf16, update_precision
 
 __all__ = [
@@ -133,6 +134,30 @@ class AgentTrainerConfig(GRPOConfig):
             "tokens. Applies without gradient checkpointing and in one process; otherwise the full forward runs. "
             "None (default): on CPUs, where the saved tokens are saved time, and not on GPUs, where the cached "
             "forward measured slower than the full one (benchmarks/results/gpu_step.json)."
+        },
+    )
+    fuse_lora: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Run each LoRA-adapted linear layer as two products and one accumulating product "
+            "(agentr1_trl.models.fuse_lora_forward: no cast of the activation to the adapter's float32 and back, "
+            "no separate scaling and sum passes); the same function. None (default): on GPUs."
+        },
+    )
+    update_width_multiple: int | None = field(
+        default=None,
+        metadata={
+            "help": "Pad each update pass (prompt and completion together) to a width that is a multiple of this, "
+            "so that shapes repeat from step to step (agentr1_trl.forward.pad_width). None (default): 64 on GPUs, "
+            "where a new shape costs its first pass, 1 (no padding) on CPUs."
+        },
+    )
+    hf_decode: str = field(
+        default="auto",
+        metadata={
+            "help": "How the hf backend decodes: 'static' (agentr1_trl.backends.static_decode: slotted static KV "
+            "cache refilled as turns end, LoRA merged for the loop, CUDA graphs on a GPU), 'generate' (Hugging "
+            "Face generate) or 'auto' (static on GPUs for the model families it supports, generate elsewhere)."
         },
     )
     max_update_tokens: int | None = field(
@@ -313,6 +338,12 @@ class AgentTrainerConfig(GRPOConfig):
             )
         if self.max_update_tokens is not None and self.max_update_tokens < 0:
             raise ConfigError(f"max_update_tokens must be >= 0 (0: no limit), got {self.max_update_tokens}")
+        if self.update_width_multiple is not None and self.update_width_multiple < 1:
+            raise ConfigError(
+                f"update_width_multiple must be >= 1 (1: no padding), got {self.update_width_multiple}"
+            )
+        if self.hf_decode not in HF_DECODES:
+            raise ConfigError(f"hf_decode must be one of {HF_DECODES}, got {self.hf_decode!r}")
         if self.generation_backend not in {"auto", "hf", "vllm"}:
             raise ConfigError(
                 f"generation_backend must be 'auto', 'hf' or 'vllm', got {self.generation_backend!r}"

