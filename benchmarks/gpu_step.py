@@ -229,7 +229,7 @@ def one_run(spec: dict[str, Any], opts: argparse.Namespace) -> dict[str, Any]:
         dtype = None if full else torch.bfloat16
         model = shaped_model(spec["shape"], tok, dtype=dtype, device="cuda")
     numbers = shape_numbers(model.config)
-    gen = spec["rollout"] == "hf-generate"
+    gen = spec["rollout"].startswith("hf-")
     rows = spec["rows"]
     settings = dict(
         output_dir=str(Path(opts.workdir) / f"{spec['name']}"),
@@ -258,6 +258,12 @@ def one_run(spec: dict[str, Any], opts: argparse.Namespace) -> dict[str, Any]:
     generator = None if gen else ScriptedGenerator(tok, script_for(tok, opts.turn_tokens))
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+    update = spec.get("update", "fused")
+    settings.update(
+        fuse_lora=update == "fused",
+        update_width_multiple=None if update == "fused" else 1,
+        hf_decode="static" if spec["rollout"] == "hf-static" else "generate",
+    )
     trainer = cls(model, cfg(**settings, generation_backend="hf"), tok, peft_config=lora, generator=generator)
     probe = StepProbe(trainer, cuda)
     if spec.get("profile"):
@@ -265,7 +271,7 @@ def one_run(spec: dict[str, Any], opts: argparse.Namespace) -> dict[str, Any]:
     else:
         trainer.train()
     lora_per_token = 0 if full else lora_params_per_token(trainer.model)
-    measured = probe.steps[1:] or probe.steps  # the first step warms up kernels and the allocator
+    measured = probe.steps[1:] or probe.steps  # the first step warms up kernels, the allocator, CUDA graphs
     first = len(probe.steps) - len(measured)
     works = [w for i, w in probe.micro if i >= first]
     flops = sum(update_flops(w, numbers, lora_per_token, full) for w in works)
@@ -286,6 +292,8 @@ def one_run(spec: dict[str, Any], opts: argparse.Namespace) -> dict[str, Any]:
         "update_tflops": flops / len(measured) / 1e12,
         "update_tflop_per_s": flops / len(measured) / mean["update_s"] / 1e12,
         "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+        "first_step_s": probe.steps[0]["step_s"],
+        "generation": trainer.describe_generation() if gen else "scripted",
     }
     peak = peak_flops(torch.cuda.get_device_name()) if cuda else None
     result["update_mfu"] = (flops / len(measured) / mean["update_s"] / peak) if peak else None
@@ -316,20 +324,27 @@ def release(cuda: bool) -> None:
 
 
 def plan(shape: str, rows: int) -> list[dict[str, Any]]:
-    """The runs of one shape: the update matrix (scripted turns), then the two runs whose policy generates."""
-    base = {"shape": shape, "rows": rows}
+    """The runs of one shape, each a before/after pair in the same process: the LoRA update as peft runs it
+    (``update="peft"``: adapters cast their input to float32, widths as they come) against the fused forward and
+    bucketed widths (``"fused"``, the GPU default), with and without gradient checkpointing; full fine-tuning for
+    reference; PPO with the GPU defaults; then the policy generating with Hugging Face ``generate`` against the
+    static-cache decoder (``rollout="hf-generate"`` / ``"hf-static"``)."""
+    base = {"shape": shape, "rows": rows, "algo": "grpo", "mode": "lora", "rollout": "scripted"}
     runs = [
-        {**base, "algo": algo, "mode": mode, "checkpointing": ckpt, "rollout": "scripted"}
-        for algo in ("grpo", "ppo")
-        for mode in ("lora", "full")
+        {**base, "checkpointing": ckpt, "update": update}
         for ckpt in (False, True)
+        for update in ("peft", "fused")
     ]
-    # the policy generates (PPO's generation is the same Hugging Face generate; its split is in the matrix)
-    runs.append({**base, "algo": "grpo", "mode": "lora", "checkpointing": False, "rollout": "hf-generate"})
+    runs.append({**base, "mode": "full", "checkpointing": False, "update": "fused"})
+    runs.append({**base, "algo": "ppo", "checkpointing": True, "update": "fused"})
+    # before: generate over peft's unmerged adapters; after: the static-cache decoder (adapters merged for it)
+    for rollout, update in (("hf-generate", "peft"), ("hf-static", "fused")):
+        runs.append({**base, "checkpointing": False, "update": update, "rollout": rollout})
     for run in runs:
         run["name"] = "-".join(
-            [run["shape"], run["algo"], run["mode"], "gc" if run["checkpointing"] else "nogc", run["rollout"]]
-        )
+            [run["shape"], run["algo"], run["mode"], "gc" if run["checkpointing"] else "nogc", run["rollout"],
+             run["update"]]
+        )  # fmt: skip
     return runs
 
 
@@ -345,7 +360,7 @@ def largest_batch(opts: argparse.Namespace, shape: str, checkpointing: bool, out
             found["stopped"] = "time budget"
             return
         spec = {"shape": shape, "rows": rows, "algo": "grpo", "mode": "lora", "checkpointing": checkpointing,
-                "rollout": "scripted", "name": f"{key}-rows{rows}"}  # fmt: skip
+                "rollout": "scripted", "update": "fused", "name": f"{key}-rows{rows}"}  # fmt: skip
         try:
             result = one_run(spec, opts)
         except torch.OutOfMemoryError:
@@ -452,13 +467,15 @@ def main(argv: list[str] | None = None) -> int:
                 out["skipped"].append({"name": spec["name"], "why": why})
                 continue
             out["runs"].append(result)
-            print(f"    step {result['step_s']:.2f} s, update {result['update_tokens_per_s']:.0f} tok/s, "
-                  f"MFU {result['update_mfu']}, peak {result['peak_memory_gb']} GiB", flush=True)  # fmt: skip
+            print(f"    step {result['step_s']:.2f} s (first {result['first_step_s']:.2f}), update "
+                  f"{result['update_tokens_per_s']:.0f} tok/s, MFU {result['update_mfu']}, generation "
+                  f"{result['generation_tokens_per_s']} tok/s, peak {result['peak_memory_gb']} GiB", flush=True)  # fmt: skip
             emit(out, opts.json, quiet=True)
-        if shape == ("tiny" if opts.tiny else opts.search_shape) and not opts.no_search:
-            for checkpointing in (False, True):
-                largest_batch(opts, shape, checkpointing, out)
-                emit(out, opts.json, quiet=True)
+    # the largest batch last: every shape's before/after pairs come first if time runs out
+    if not opts.no_search:
+        for checkpointing in (False, True):
+            largest_batch(opts, "tiny" if opts.tiny else opts.search_shape, checkpointing, out)
+            emit(out, opts.json, quiet=True)
     if opts.profile:  # a separate run under the profiler (its times are not the ones reported above)
         shape = next((k for k in ROWS if opts.profile.startswith(k + "-")), "")
         specs = [r for r in plan(shape, opts.rows or ROWS.get(shape, 8)) if r["name"] == opts.profile]

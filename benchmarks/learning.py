@@ -443,7 +443,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
 
 def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     """One RL run from the shared warm-started adapter; saves ``WORKDIR/TASK/ALGO.json`` and the adapter."""
-    from agentr1_trl.backends import HFGenerator
+    from agentr1_trl.backends.factory import hf_generator
     from agentr1_trl.presets import build_config  # the settings' checks every run passes (agentr1 train too)
     from agentr1_trl.run_dir import resolve_resume
     from peft import PeftModel
@@ -511,7 +511,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         save_steps=1,
         save_total_limit=2,
     )
-    generator = _TimedGenerator(HFGenerator(model, tok)) if _backend(args, model) == "hf" else None
+    generator = _TimedGenerator(hf_generator(model, tok)) if _backend(args, model) == "hf" else None
     _Timed.spent["env"] = 0.0
     factory = lambda: _Timed(agentr1_gym.make(env_id, **train_kwargs))  # noqa: E731
     kwargs = dict(env_factory=factory, generator=generator, callbacks=[Budget()])

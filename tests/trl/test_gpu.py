@@ -104,11 +104,13 @@ def test_a_full_parameter_step_on_the_gpu(tmp_path):
 
 
 def test_the_trainer_generates_on_the_gpu(tmp_path):
-    """The default rollout engine (Hugging Face generate, no vLLM) samples on the GPU inside a training step."""
+    """The default rollout engine without vLLM (the static-cache decoder, CUDA graphs) samples on the GPU inside a
+    training step."""
     trainer = _trainer(tmp_path, dtype=torch.bfloat16, generator=None, generation_backend="hf", max_steps=1)
     seen = record_rollouts(trainer)
     trainer.train()
-    assert trainer.describe_generation() == "Hugging Face generate"
+    assert "static-cache decoding" in trainer.describe_generation()
+    assert "CUDA graphs" in trainer.describe_generation() and "failed" not in trainer.describe_generation()
     assert len(seen) == 4 and all(t.completion_ids for t in seen)
     assert all(len(t.logprobs) == len(t.completion_ids) for t in seen)
     assert math.isfinite(_losses(trainer)[0])
@@ -260,3 +262,51 @@ def test_vllm_gpu_engine_matches_hf_generation(tmp_path):
         assert engine.generate([prompt], greedy)[0].ids == expected
     finally:
         engine.close()
+
+
+def test_static_cache_decoding_on_the_gpu_is_token_exact_with_refill_and_cuda_graphs():
+    from agentr1_trl.backends.static_decode import StaticCacheGenerator
+
+    tok = tiny_tokenizer()
+    policy = _peft_policy(tok)
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    base = _prompt(tok)
+    prompts = [base[i:] for i in range(0, 30, 3)]  # 10 prompts of different lengths through 8 slots: a refill
+    greedy = SamplingConfig(max_new_tokens=12, temperature=0)
+    gen = StaticCacheGenerator(policy, tok, max_slots=8)
+    out = gen.generate(prompts, greedy)
+    assert "CUDA graphs" in gen.describe() and "failed" not in gen.describe(), gen.describe()
+    assert gen.stats["graph_captures"] >= 1 and gen.stats["busy_slot_steps"] < gen.stats["slot_steps"]
+    with torch.no_grad():
+        for prompt, g in zip(prompts, out):
+            seq = list(prompt)
+            for _ in range(len(g.ids)):
+                logits = policy(input_ids=torch.tensor([seq], device="cuda"), use_cache=False).logits[0, -1]
+                seq.append(int(logits.argmax()))
+            assert seq[len(prompt) :] == g.ids
+            logits = policy(input_ids=torch.tensor([seq[:-1]], device="cuda")).logits[0, len(prompt) - 1 :]
+            forward = torch.log_softmax(logits.float(), -1).gather(
+                -1, torch.tensor(g.ids, device="cuda")[:, None]
+            )
+            assert torch.allclose(forward[:, 0].cpu(), torch.tensor(g.logprobs), atol=1e-3)
+    after = policy.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # the merged base restored bit for bit
+    again = gen.generate(prompts, greedy)  # the captured graph replays on a second call
+    assert [g.ids for g in again] == [g.ids for g in out]
+
+
+def test_the_fused_lora_update_on_the_gpu_matches_peft(tmp_path):
+    from agentr1_trl.models import fuse_lora_forward
+
+    tok = tiny_tokenizer()
+    plain = _peft_policy(tok).train()
+    fused = copy.deepcopy(plain)
+    assert fuse_lora_forward(fused) == 30 * 4
+    ids = torch.randint(0, len(tok), (4, 96), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        a, b = plain(input_ids=ids).logits.float(), fused(input_ids=ids).logits.float()
+    assert (a - b).abs().max() < 0.05 * a.abs().max()
+    a.square().mean().backward()
+    b.square().mean().backward()
+    grads = [(p.grad, q.grad) for p, q in zip(plain.parameters(), fused.parameters()) if p.grad is not None]
+    assert grads and all(((g - h).norm() / g.norm()).item() < 0.05 for g, h in grads)
