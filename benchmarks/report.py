@@ -85,7 +85,15 @@ SCRIPTS = {
         "repeats.py",
         "Context policies: does the agent loop? The repeat rate of held-out episodes",
     ),
-    "gpu_step": ("gpu_step.py", "GRPO and PPO steps on a GPU (H100)"),
+    "gpu_step": (
+        "gpu_step.py",
+        "GRPO and PPO steps on a GPU (H200): generation and the LoRA update, before and after",
+    ),
+    "gpu_step_h100": (
+        "gpu_step.py",
+        "GRPO and PPO steps on a GPU (H100, before the static decoder and fused LoRA)",
+    ),
+    "gpu_learning_shop": ("learning.py", "The shop on a GPU within one lease: warm start, then GRPO (H200)"),
     "env_server": ("env_server.py", "Envs over OpenEnv: steps through the server against direct steps"),
     "agent_proxy": ("agent_proxy.py", "Your own agent through the recording endpoint: overhead and learning"),
     "bfcl": ("bfcl.py", "BFCL multi-turn: the prompted model per category, and RL on the base category"),
@@ -552,15 +560,17 @@ def _gpu_step(data: dict[str, Any]) -> str:
     for r in data["runs"]:
         split = r["split_s"]
         rows.append([
-            r["shape"], r["algo"], r["mode"], "on" if r["checkpointing"] else "off", r["rollout"], r["rows"],
-            _num(r["step_s"], 2), " / ".join(f"{split[k]:.2f}" for k in ("generation", "scoring", "update", "other")),
+            r["shape"], r["algo"], r["mode"], "on" if r["checkpointing"] else "off", r["rollout"],
+            r.get("update", "peft"), r.get("call", ""), r["rows"], _num(r["step_s"], 2),
+            _num(r["first_step_s"], 2) if "first_step_s" in r else "",
+            " / ".join(f"{split[k]:.2f}" for k in ("generation", "scoring", "update", "other")),
             _num(r["generation_tokens_per_s"], 0) if r["generation_tokens_per_s"] else "",
             _num(round(r["update_tokens_per_s"])), f"{100 * (r['update_mfu'] or 0):.1f}%",
             _num(r["peak_memory_gb"], 1),
         ])  # fmt: skip
-    header = ["shape", "algo", "train", "checkpointing", "rollout", "rows", "step s",
-              "generation / scoring / update / other s", "generated tok/s", "update tok/s", "update MFU",
-              "peak GiB"]  # fmt: skip
+    header = ["shape", "algo", "train", "checkpointing", "rollout", "LoRA forward", "call", "rows", "step s",
+              "first step s", "generation / scoring / update / other s", "generated tok/s", "update tok/s",
+              "update MFU", "peak GiB"]  # fmt: skip
     parts = [head, _table(header, rows)]
     skipped = data.get("skipped") or []
     if skipped:
@@ -812,6 +822,7 @@ HIGHLIGHTS = {
     "main_job_amx": _main_job,
     "main_job_train_top_layers": _main_job_variants,
     "gpu_step": _gpu_step,
+    "gpu_step_h100": _gpu_step,
     "context": _context,
     "context_learning": _context_learning,
     "context_repeats": _context_repeats,
