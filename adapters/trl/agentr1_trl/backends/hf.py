@@ -9,7 +9,7 @@ import torch
 
 from agentr1_gym.generation import BaseGenerator, Generation, SamplingConfig
 
-__all__ = ["HFGenerator", "trim_generation"]
+__all__ = ["HFGenerator", "end_of_turn_ids", "trim_generation"]
 
 
 def trim_generation(ids: list[int], tokenizer: Any, eos_ids: set[int], stop_strings: Sequence[str]) -> int:
@@ -30,6 +30,16 @@ def trim_generation(ids: list[int], tokenizer: Any, eos_ids: set[int], stop_stri
     return len(ids)
 
 
+def end_of_turn_ids(model: Any, tokenizer: Any) -> set[int]:
+    """The ids that end a turn: the tokenizer's EOS and the model's generation config's; a ``ValueError`` if the
+    tokenizer has no pad token (batches are padded)."""
+    if tokenizer.pad_token_id is None:
+        raise ValueError("the tokenizer needs a pad token (tokenizer.pad_token = tokenizer.eos_token works)")
+    extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = [tokenizer.eos_token_id] + (extra if isinstance(extra, list) else [extra])
+    return {i for i in ids if i is not None}
+
+
 class HFGenerator(BaseGenerator):
     """Batched sampling with ``model.generate``.
 
@@ -43,13 +53,7 @@ class HFGenerator(BaseGenerator):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
-        eos = tokenizer.eos_token_id
-        extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        self.eos_ids = {i for i in ([eos] + (extra if isinstance(extra, list) else [extra])) if i is not None}
-        if tokenizer.pad_token_id is None:
-            raise ValueError(
-                "the tokenizer needs a pad token (tokenizer.pad_token = tokenizer.eos_token works)"
-            )
+        self.eos_ids = end_of_turn_ids(model, tokenizer)
 
     def describe(self) -> str:
         return "Hugging Face generate"

@@ -40,6 +40,7 @@ import torch
 
 from agentr1_gym.errors import ConfigError
 from agentr1_gym.generation import BaseGenerator, Generation, SamplingConfig
+from agentr1_trl.backends.hf import end_of_turn_ids
 
 __all__ = ["StaticCacheGenerator", "merged_lora", "supports_static_decoding"]
 
@@ -245,10 +246,6 @@ class StaticCacheGenerator(BaseGenerator):
             raise ConfigError(
                 f"static-cache decoding does not support this model ({reason}): use hf_decode='generate'"
             )
-        if tokenizer.pad_token_id is None:
-            raise ValueError(
-                "the tokenizer needs a pad token (tokenizer.pad_token = tokenizer.eos_token works)"
-            )
         if cuda_graphs not in {"auto", "on", "off"}:
             raise ConfigError(f"cuda_graphs must be 'auto', 'on' or 'off', got {cuda_graphs!r}")
         if max_slots < 1 or prefill_tokens < 1:
@@ -261,9 +258,7 @@ class StaticCacheGenerator(BaseGenerator):
         self.prefill_tokens = prefill_tokens
         self.merge_lora = merge_lora
         self.cuda_graphs = cuda_graphs
-        eos = tokenizer.eos_token_id
-        extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        self.eos_ids = {i for i in ([eos] + (extra if isinstance(extra, list) else [extra])) if i is not None}
+        self.eos_ids = end_of_turn_ids(model, tokenizer)  # a ValueError without a pad token
         self._decoders: dict[tuple[int, int], _Decoder] = {}
         self._saved: dict[int, torch.Tensor] = {}
         self._graph_pool = None
