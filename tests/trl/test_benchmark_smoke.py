@@ -128,13 +128,24 @@ def test_gpu_step_benchmark_runs_its_tiny_mode_on_this_cpu(tmp_path):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert not result["skipped"] and len(result["runs"]) == 9
+    assert not result["skipped"] and len(result["runs"]) == 8
     for r in result["runs"]:
         assert r["update_tokens_per_step"] > 1000 and r["update_tflops"] > 0, r["name"]
         assert all(math.isfinite(x) for x in r["losses"]) and len(r["losses"]) == 2
         assert math.isclose(sum(r["split_s"].values()), r["step_s"], rel_tol=1e-6)
-    generating = [r for r in result["runs"] if r["rollout"] == "hf-generate"]
-    assert generating and generating[0]["generation_tokens_per_s"] > 0
+        assert r["first_step_s"] > 0
+    # each change beside what it replaced: peft's LoRA forward and the fused one, generate and the static decoder
+    pairs = {
+        (r["checkpointing"], r["update"])
+        for r in result["runs"]
+        if r["rollout"] == "scripted" and r["mode"] == "lora" and r["algo"] == "grpo"
+    }
+    assert pairs == {(False, "peft"), (False, "fused"), (True, "peft"), (True, "fused")}
+    generating = {r["rollout"]: r for r in result["runs"] if r["rollout"].startswith("hf-")}
+    assert set(generating) == {"hf-generate", "hf-static"}
+    assert all(r["generation_tokens_per_s"] > 0 for r in generating.values())
+    assert "static-cache decoding" in generating["hf-static"]["generation"]
+    assert generating["hf-generate"]["generation"] == "Hugging Face generate"
     assert [f["rows"] for f in result["largest_batch"]["tiny-grpo-lora-gc"]["fits"]] == [4, 8]
 
 
