@@ -61,6 +61,10 @@ SCRIPTS = {
     "trainer_step": ("trainer_step.py", "Trainer step against TRL's GRPOTrainer (tiny model)"),
     "trainer_step_smollm2": ("trainer_step.py", "Trainer step against TRL's GRPOTrainer (SmolLM2)"),
     "update_step": ("update_step.py", "What one update costs, per setting"),
+    "update_step_fused_lora_amx": (
+        "update_step.py",
+        "The fused LoRA forward on a CPU with AMX: the trainer's defaults with and without it",
+    ),
     "step_cost": ("step_cost.py", "What an RL step costs in each world, part by part"),
     "step_cost_amx": ("step_cost.py", "What an RL step costs on a CPU with AMX: float32 against bf16"),
     "update_profile_amx": ("update_profile.py", "The update operator by operator on a CPU with AMX"),

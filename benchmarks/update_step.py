@@ -18,7 +18,9 @@ warm-up and not timed. Variants:
 * ``bf16``, ``shared-prompt+bf16``: the same with bf16 autocast on the CPU (not the same arithmetic; whether it is
   faster depends on the CPU's bf16 matmul speed, printed in the JSON as ``matmul_gflops``);
 * ``shared-prompt+bf16-weights``: the base model's weights stored in bf16, the LoRA adapter and its optimizer
-  state in fp32 (peft keeps adapter weights in fp32), no autocast.
+  state in fp32 (peft keeps adapter weights in fp32), no autocast;
+* ``defaults``, ``defaults+fused-lora``: the trainer's own defaults on this machine (``DeviceDefaults``), then the
+  same with the fused LoRA forward that GPUs get by default (``fuse_lora=True``).
 
 Each run reports the step split: ``forward`` (the loss's forward pass), ``backward``, ``optimizer`` (the
 optimizer step and zeroing), the micro-batch's tokens and padding fraction, and ``score`` (what TRL computes
@@ -45,6 +47,10 @@ VARIANTS = {
     "shared-prompt+bf16-weights": {
         "gradient_checkpointing": False, "bf16": False, "share_prompt_prefix": True, "bf16_weights": True,
     },
+    # the trainer's own defaults on this machine (precision, frozen base, passes, shared prompts: DeviceDefaults),
+    # then the same with the GPU's fused LoRA forward (agentr1_trl.models.fuse_lora_forward)
+    "defaults": {"fuse_lora": False},
+    "defaults+fused-lora": {"fuse_lora": True},
 }  # fmt: skip
 TURN = '<tool_call>{"name": "search", "arguments": {"query": "who founded the record label of the band"}}</tool_call>'
 
@@ -120,9 +126,9 @@ def worker(variant: str, steps: int, threads: int) -> dict:
     )
     loss = trainer.loss
 
-    def timed_loss(model, batch):
+    def timed_loss(model, batch, whole=None):  # ``whole``: the micro-batch a pass is one of (update passes)
         t = time.perf_counter()
-        out = loss(model, batch)
+        out = loss(model, batch, whole=whole)
         phases["forward"].append(time.perf_counter() - t)
         return out
 
