@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -412,8 +413,6 @@ class StaticCacheGenerator(BaseGenerator):
     def _run(
         self, dec: _Decoder, prompts: Sequence[Sequence[int]], sampling: SamplingConfig
     ) -> list[Generation]:
-        import time
-
         waiting = deque(range(len(prompts)))
         slot_of: list[int | None] = [None] * dec.slots  # prompt index per slot
         ids: list[list[int]] = [[] for _ in prompts]
