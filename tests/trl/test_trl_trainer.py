@@ -114,6 +114,24 @@ def test_resume_reproduces_the_next_step(tmp_path):
 
 
 @pytest.mark.slow
+def test_resuming_a_finished_run_trains_no_further_step(tmp_path):
+    """A run resumed at its step budget (to evaluate or save it) loads the checkpoint and trains nothing:
+    transformers' own loop would train one step past max_steps."""
+    a, _ = _trainer(tmp_path / "a", save_strategy="steps", save_steps=1, max_steps=1)
+    a.train()
+    trained = _lora(a.model)
+    b, _ = _trainer(tmp_path / "b", save_strategy="no", max_steps=1)
+    fresh = _lora(b.model)
+    out = b.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-1"))
+    assert out.global_step == b.state.global_step == 1
+    assert len([h for h in b.state.log_history if "loss" in h]) == 1  # the checkpoint's history, no new step
+    final = _lora(b.model)
+    assert any(not torch.equal(fresh[k], final[k]) for k in fresh), "the checkpoint's adapter must be loaded"
+    for k in trained:
+        assert torch.equal(trained[k], final[k]), k
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["rloo", "reinforce_pp"])
 def test_other_estimators_run(tmp_path, estimator):
     trainer, _ = _trainer(tmp_path, advantage_estimator=estimator, max_steps=1, kl_estimator="low_var_kl")

@@ -129,7 +129,26 @@ class DurableCheckpointsMixin:
 
     def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
         resume = resolve_resume(resume_from_checkpoint, self.args.output_dir)  # type: ignore[attr-defined]
+        if resume and self._reached_max_steps(resume):
+            # transformers' loop skips the checkpoint's batches and then trains one step before it checks
+            # max_steps: a finished run resumed (to evaluate or save it) would train a step past its end
+            from transformers import TrainerState
+            from transformers.trainer_utils import TrainOutput
+
+            self._load_from_checkpoint(resume)  # type: ignore[attr-defined]
+            self.state = TrainerState.load_from_json(os.path.join(resume, "trainer_state.json"))
+            return TrainOutput(self.state.global_step, 0.0, {})
         return super().train(resume, *args, **kwargs)  # type: ignore[misc]
+
+    def _reached_max_steps(self, checkpoint: str) -> bool:
+        """Whether ``checkpoint`` is at or past ``max_steps`` (a run with a step budget that it has used up)."""
+        from transformers import TrainerState
+
+        max_steps = int(getattr(self.args, "max_steps", -1) or -1)  # type: ignore[attr-defined]
+        state_file = os.path.join(checkpoint, "trainer_state.json")
+        if max_steps <= 0 or not os.path.isfile(state_file):
+            return False
+        return TrainerState.load_from_json(state_file).global_step >= max_steps
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         """Load the checkpoint's optimizer and schedule, then apply the configured ``learning_rate`` where it
