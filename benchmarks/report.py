@@ -50,6 +50,7 @@ SCRIPTS = {
     "reasoning_gym_learning": ("learning.py", "A reasoning-gym task with a calculator"),
     "mixture": ("learning.py", "A mixture of envs against single-env runs"),
     "step_credit": ("learning.py", "Step-level credit: GiGPO, per-turn RLOO and step-level PPO"),
+    "learning_cheaper_step": ("learning.py", "The step-credit worlds again, with the cheaper RL step"),
     "lr_selection": ("learning.py", "Learning-rate selection on validation seeds"),
     "table3": ("table3.py", "Table 3 of the paper in miniature"),
     "retrieval": ("retrieval.py", "Retrieval backends against rank_bm25 and Pyserini"),
@@ -463,6 +464,38 @@ def _step_credit(data: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def _cheaper_step(data: dict[str, Any]) -> str:
+    """The step-credit tables, then each run against its own warm start (ratio, whether the intervals are apart:
+    the issue's target) with its step rate and what a step cost, beside the same arm's step rate in
+    ``step_credit.json`` (the step before it got cheaper; that file's machine)."""
+    before = _load("step_credit")["tasks"] if (RESULTS / "step_credit.json").is_file() else {}
+    parts = [_step_credit(data)]
+    for task, t in data["tasks"].items():
+        start = (t.get("start") or {}).get("after_sft") or {}
+        old_runs = (before.get(task) or {}).get("runs") or {}
+        rows = []
+        for name, run in t.get("runs", {}).items():
+            after, train = run.get("after") or {}, run.get("train") or {}
+            if not after or not start:
+                continue
+            per_step = train.get("per_step_s") or {}
+            ratio = after["success"] / start["success"] if start.get("success") else float("inf")
+            apart = "yes" if _bounds(after)[0] > _bounds(start)[1] else "no"
+            old = (old_runs.get(name) or {}).get("train") or {}
+            rows.append([name, _rate(after), f"{ratio:.2f}x", apart, train.get("steps"),
+                         train.get("steps_per_minute"), per_step.get("total"), per_step.get("generation"),
+                         per_step.get("update"), old.get("steps_per_minute", "")])  # fmt: skip
+        if not rows:
+            continue
+        header = ["run", "success [95% CI]", "of its warm start", "interval above the warm start", "RL steps",
+                  "steps a minute", "s/step", "generation s/step", "update s/step",
+                  "steps a minute before (step_credit.json)"]  # fmt: skip
+        parts.append(
+            f"#### {task}: each run against its warm start ({_rate(start)})\n\n" + _table(header, rows)
+        )
+    return "\n\n".join(parts)
+
+
 def _context_learning(data: dict[str, Any]) -> str:
     """The learning tables, then each run under a context policy (``TASK@CONTEXT``) beside the same arm and
     training seed with the whole chat (``TASK``): success, its ratio to the run's own warm start, whether the two
@@ -835,6 +868,7 @@ HIGHLIGHTS = {
     "main_job_passes": _main_job_passes,
     "table3": _table3,
     "step_credit": _step_credit,
+    "learning_cheaper_step": _cheaper_step,
 }
 
 
@@ -956,6 +990,32 @@ def headline_rows() -> list[list[str]]:
             f"{len(runs)} runs, {minutes:.0f} min of training each"
             + ("; the shop's catalog before knock-off listings" if task == "webshop" else ""),
         ])  # fmt: skip
+    if (RESULTS / "learning_cheaper_step.json").is_file():
+        cheaper = _load("learning_cheaper_step")
+        for task, t in cheaper["tasks"].items():
+            runs = {name: run for name, run in t["runs"].items() if run.get("after")}
+            if task not in CREDIT_ROWS or not runs:
+                continue
+            start = t["start"]["after_sft"]
+            arms = sorted({name.removesuffix(_seed_of(name)) for name in runs})
+            rates = "; ".join(
+                f"{arm} " + ", ".join(
+                    f"{runs[n]['after']['success']:.3f} ({runs[n]['after']['success'] / start['success']:.2f}x)"
+                    for n in sorted(runs) if n.removesuffix(_seed_of(n)) == arm
+                )
+                for arm in arms
+            )  # fmt: skip
+            seeds = sorted({_seed_of(n).replace("-seed", "") or "0" for n in runs})
+            per_minute = [run["train"]["steps_per_minute"] for run in runs.values()]
+            minutes = max(run["settings"]["minutes"] for run in runs.values())
+            rows.append([
+                f"[step-level credit on {CREDIT_ROWS[task]}, the cheaper step](docs/results/learning_cheaper_step.md)",
+                f"`{t['start']['env']}` held-out success {start['success']:.3f} after the warm start; {rates} "
+                f"(training seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}; x its warm start)",
+                f"{len(runs)} runs, {minutes:.0f} min of training each, {min(per_minute):.2f}-{max(per_minute):.2f} "
+                "steps a minute on one core each"
+                + ("; the catalog with knock-off listings" if task == "webshop" else ""),
+            ])  # fmt: skip
     if (RESULTS / "context_update.json").is_file():
         every = _load("context_update")["runs"]
         runs = [r for r in every if r["world"].startswith("shop")]
