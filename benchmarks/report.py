@@ -464,6 +464,12 @@ def _step_credit(data: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def _against_start(after: dict[str, Any], start: dict[str, Any]) -> tuple[float, str]:
+    """A run's success as a multiple of its warm start's, and whether its 95% interval lies above the warm start's."""
+    ratio = after["success"] / start["success"] if start.get("success") else float("inf")
+    return ratio, "yes" if _bounds(after)[0] > _bounds(start)[1] else "no"
+
+
 def _cheaper_step(data: dict[str, Any]) -> str:
     """The step-credit tables, then each run against its own warm start (ratio, whether the intervals are apart:
     the issue's target) with its step rate and what a step cost, beside the same arm's step rate in
@@ -479,8 +485,7 @@ def _cheaper_step(data: dict[str, Any]) -> str:
             if not after or not start:
                 continue
             per_step = train.get("per_step_s") or {}
-            ratio = after["success"] / start["success"] if start.get("success") else float("inf")
-            apart = "yes" if _bounds(after)[0] > _bounds(start)[1] else "no"
+            ratio, apart = _against_start(after, start)
             old = (old_runs.get(name) or {}).get("train") or {}
             rows.append([name, _rate(after), f"{ratio:.2f}x", apart, train.get("steps"),
                          train.get("steps_per_minute"), per_step.get("total"), per_step.get("generation"),
@@ -520,9 +525,7 @@ def _context_learning(data: dict[str, Any]) -> str:
                                     ("full", other, peer.get("train") or {})):  # fmt: skip
                 if not after:
                     continue
-                start = starts[c]
-                ratio = after["success"] / start["success"] if start.get("success") else float("inf")
-                apart = "yes" if _bounds(after)[0] > _bounds(start)[1] else "no"
+                ratio, apart = _against_start(after, starts[c])
                 vs = (
                     f"{after['success'] - other['success']:+.3f} (z {two_proportion_z(after, other):+.1f})"
                     if c == context and other

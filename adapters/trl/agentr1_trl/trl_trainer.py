@@ -129,26 +129,29 @@ class DurableCheckpointsMixin:
 
     def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
         resume = resolve_resume(resume_from_checkpoint, self.args.output_dir)  # type: ignore[attr-defined]
-        if resume and self._reached_max_steps(resume):
+        finished = self._finished_state(resume) if resume else None
+        if finished is not None:
             # transformers' loop skips the checkpoint's batches and then trains one step before it checks
             # max_steps: a finished run resumed (to evaluate or save it) would train a step past its end
-            from transformers import TrainerState
             from transformers.trainer_utils import TrainOutput
 
             self._load_from_checkpoint(resume)  # type: ignore[attr-defined]
-            self.state = TrainerState.load_from_json(os.path.join(resume, "trainer_state.json"))
-            return TrainOutput(self.state.global_step, 0.0, {})
+            self.state = finished
+            return TrainOutput(finished.global_step, 0.0, {})
         return super().train(resume, *args, **kwargs)  # type: ignore[misc]
 
-    def _reached_max_steps(self, checkpoint: str) -> bool:
-        """Whether ``checkpoint`` is at or past ``max_steps`` (a run with a step budget that it has used up)."""
+    def _finished_state(self, checkpoint: str) -> Any:
+        """The trainer state of ``checkpoint`` if it is at or past ``max_steps`` (a run that has used up its step
+        budget), else None."""
         from transformers import TrainerState
+        from transformers.trainer import TRAINER_STATE_NAME
 
         max_steps = int(getattr(self.args, "max_steps", -1) or -1)  # type: ignore[attr-defined]
-        state_file = os.path.join(checkpoint, "trainer_state.json")
+        state_file = os.path.join(checkpoint, TRAINER_STATE_NAME)
         if max_steps <= 0 or not os.path.isfile(state_file):
-            return False
-        return TrainerState.load_from_json(state_file).global_step >= max_steps
+            return None
+        state = TrainerState.load_from_json(state_file)
+        return state if state.global_step >= max_steps else None
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         """Load the checkpoint's optimizer and schedule, then apply the configured ``learning_rate`` where it
