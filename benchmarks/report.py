@@ -68,6 +68,10 @@ SCRIPTS = {
     ),
     "step_cost": ("step_cost.py", "What an RL step costs in each world, part by part"),
     "step_cost_amx": ("step_cost.py", "What an RL step costs on a CPU with AMX: float32 against bf16"),
+    "generation_cost_amx": (
+        "generation_cost.py",
+        "Where a rollout's generation time goes on one core with AMX: vLLM's decode step part by part",
+    ),
     "update_profile_amx": ("update_profile.py", "The update operator by operator on a CPU with AMX"),
     "update_profile_amx_long": (
         "update_profile.py",
@@ -745,6 +749,38 @@ def _step_cost(data: dict[str, Any]) -> str:
     )
 
 
+def _generation_cost(data: dict[str, Any]) -> str:
+    """Decode steps against their memory floor (eager and compiled), one step's parts, and rollouts' generation
+    against the model ``decode steps x ms + computed prompt tokens / prefill rate``."""
+    floor, compiled = data["floor"], data.get("compiled") or {}
+    rows = [[k, v["ms_per_step"], v["floor_ms"], f"{v['ms_per_step'] / v['floor_ms']:.1f}x",
+             ((compiled.get("decode") or {}).get(k) or {}).get("ms_per_step", ""),
+             (compiled.get("eager_over_compiled_ms") or {}).get(k, "")]
+            for k, v in data["decode"].items()]  # fmt: skip
+    parts = data["decode_step_parts_ms"]
+    names = ["linear", "attention", "sampling", "other operators", "outside operators"]
+    part_rows = [[n, parts[n], f"{100 * parts[n] / parts['wall_ms_per_step']:.0f}%"] for n in names]
+    roll = [[r["generate_calls"], r["decode_steps"], r["generated_tokens"], r["prompt_tokens"], r["cached_tokens"],
+             r["computed_prompt_tokens"], r["generation_s"], r["predicted_generation_s"],
+             r["decode_share_of_prediction"]] for r in data["coin_collector_rollout_steps"]]  # fmt: skip
+    return "\n\n".join([
+        f"{data['model']}, {data['engine']}; one thread. This core reads memory at {floor['read_bandwidth_gbs']} "
+        f"GB/s; a decode step reads {floor['weight_mb_per_step']} MB of weights and {floor['kv_kb_per_context_token']}"
+        " kB of KV cache per context token, which is its *floor* at that rate. The eager engine (our backend's on "
+        f"CPUs) started in {data['engine_start_s']} s, the compiled one in {compiled.get('engine_start_s', '?')} s.",
+        _table(["decode step", "ms (eager)", "floor ms", "over the floor", "ms (compiled)", "eager / compiled"],
+               rows),
+        f"Prefill (8 fresh prompts): {', '.join(f'{k} {v} tokens/s' for k, v in data['prefill_tokens_per_s'].items())}"
+        f". One decode step part by part ({parts['setting']}: {parts['wall_ms_per_step']} ms a step; the linear "
+        f"layers stream their weights at {parts['linear_weight_gbs']} GB/s):",
+        _table(["part", "ms a step", "share"], part_rows),
+        "Coin Collector, one learning step of 8 episodes each row (*predicted*: decode steps x the eager ms a step "
+        "at batch 8 and context 1,024 + computed prompt tokens / the prefill rate at 1,024):",
+        _table(["generate calls", "decode steps", "generated tokens", "prompt tokens", "from the prefix cache",
+                "computed", "generation s", "predicted s", "decode share"], roll),
+    ])  # fmt: skip
+
+
 def _update_profile(data: dict[str, Any]) -> str:
     """Per precision: the pass's time and rate against float32's, then the operators that take the time."""
     peak, shape = data.get("matmul_gflops", {}), data["shape"]
@@ -850,6 +886,7 @@ HIGHLIGHTS = {
     "miniwob_env": _miniwob_env,
     "step_cost": _step_cost,
     "step_cost_amx": _step_cost,
+    "generation_cost_amx": _generation_cost,
     "update_profile_amx": _update_profile,
     "update_profile_amx_long": _update_profile,
     "bfcl": _bfcl,
@@ -1111,6 +1148,22 @@ def headline_rows() -> list[list[str]]:
                 f"[{what}](docs/results/{name}.md)", text,
                 f"SmolLM2-135M + LoRA, {cost['threads']} threads ({flags})",
             ])  # fmt: skip
+    if (RESULTS / "generation_cost_amx.json").is_file():
+        gen = _load("generation_cost_amx")
+        step, parts = gen["decode"]["batch 8, context 1024"], gen["decode_step_parts_ms"]
+        eager_over = (
+            (gen.get("compiled") or {}).get("eager_over_compiled_ms", {}).get("batch 8, context 1024")
+        )
+        rolls = gen["coin_collector_rollout_steps"]
+        rows.append([
+            "[a rollout's generation, part by part](docs/results/generation_cost_amx.md)",
+            f"vLLM decode step at batch 8, context 1,024: {step['ms_per_step']} ms against a memory floor of "
+            f"{step['floor_ms']} ms; linear layers {parts['linear']} ms, outside every operator "
+            f"{parts['outside operators']} ms; compiled model {eager_over}x the eager one's speed; a Coin Collector "
+            f"step's generation {min(r['generation_s'] for r in rolls)}-{max(r['generation_s'] for r in rolls)} s, "
+            f"{min(r['decode_steps'] for r in rolls)}-{max(r['decode_steps'] for r in rolls)} decode steps",
+            f"SmolLM2-135M, one core and thread ({', '.join(gen['machine'].get('cpu_vector') or [])})",
+        ])  # fmt: skip
     if (RESULTS / "context_learning.json").is_file():
         tasks = _load("context_learning")["tasks"]
         for key, t in tasks.items():

@@ -333,3 +333,33 @@ def test_update_profile_benchmark_smoke(tmp_path):
         assert run["frozen_dtypes"] == (
             ["torch.bfloat16"] if name.startswith("bf16-base") else ["torch.float32"]
         )
+
+
+def test_generation_cost_splits_a_decode_step_by_part(monkeypatch):
+    """The decode-step breakdown of benchmarks/generation_cost.py: each profiler op's self time in its part, and the
+    wall time no op covers as the engine's own."""
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(
+        "generation_cost_under_test", REPO / "benchmarks" / "generation_cost.py"
+    )
+    gc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gc)
+    ops = {
+        "_C::onednn_mm": 20.0,
+        "_C::weight_packed_linear": 2.0,
+        "_C::cpu_attention_with_kv_cache": 5.0,
+        "vllm::unified_kv_cache_update": 1.0,
+        "_C::fused_gumbel_argmax": 3.0,
+        "aten::copy_": 4.0,
+    }
+    parts = gc.split_profile(ops, wall_ms=50.0)
+    assert parts == {
+        "linear": 22.0,
+        "attention": 6.0,
+        "sampling": 3.0,
+        "other operators": 4.0,
+        "outside operators": 15.0,
+    }
+    assert gc.split_profile(ops, wall_ms=10.0)["outside operators"] == 0.0  # the profiler's own overlap
