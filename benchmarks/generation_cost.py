@@ -74,6 +74,17 @@ def _prompts(n: int, ctx: int, salt: int) -> list[list[int]]:
     return [[(17 * i + 31 * j + salt) % 40000 + 100 for i in range(ctx)] for j in range(n)]
 
 
+def forced_decode(llm: Any, n: int, ctx: int, salt: int) -> tuple[list[Any], Any]:
+    """``n`` prompts of ``ctx`` tokens, already in the engine's prefix cache, and sampling parameters that force 64
+    new tokens each at temperature 0.7 (the trainers' sampling): a call then times decode steps only."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    prompts = [TokensPrompt(prompt_token_ids=p) for p in _prompts(n, ctx, salt)]
+    llm.generate(prompts, SamplingParams(max_tokens=1), use_tqdm=False)
+    return prompts, SamplingParams(max_tokens=64, min_tokens=64, ignore_eos=True, temperature=0.7, logprobs=0)
+
+
 def measure_decode(llm: Any, weight_bytes: int, kv_per_token: int, bandwidth: float) -> tuple[dict, dict]:
     """Milliseconds per decode step (with the floor at ``bandwidth``) per batch and context, and prefill tokens
     per second, on a started ``vllm.LLM``."""
@@ -81,9 +92,7 @@ def measure_decode(llm: Any, weight_bytes: int, kv_per_token: int, bandwidth: fl
     from vllm.inputs import TokensPrompt
 
     def decode(n: int, ctx: int, salt: int) -> float:
-        prompts = [TokensPrompt(prompt_token_ids=p) for p in _prompts(n, ctx, salt)]
-        llm.generate(prompts, SamplingParams(max_tokens=1), use_tqdm=False)  # the prompts now cached
-        forced = SamplingParams(max_tokens=64, min_tokens=64, ignore_eos=True, temperature=0.7, logprobs=0)
+        prompts, forced = forced_decode(llm, n, ctx, salt)
         start = time.perf_counter()
         llm.generate(prompts, forced, use_tqdm=False)
         return 1000 * (time.perf_counter() - start) / 64
@@ -107,13 +116,14 @@ def measure_decode(llm: Any, weight_bytes: int, kv_per_token: int, bandwidth: fl
 
 
 def policy_bytes(model: Any, dtype: str) -> tuple[int, int]:
-    """``(weight bytes a decode step reads, KV-cache bytes per context token)`` of the policy in ``dtype``."""
-    config = model.config
+    """``(weight bytes a decode step reads, KV-cache bytes per context token)`` of the policy in ``dtype`` (the KV
+    size the backend sizes its cache by: :func:`~agentr1_trl.backends.vllm.kv_bytes_per_token`)."""
+    from agentr1_trl.backends.factory import model_directory
+    from agentr1_trl.backends.vllm import kv_bytes_per_token
+
     dtype_bytes = 2 if dtype in ("bfloat16", "float16") else 4
     n_params = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
-    head_dim = config.hidden_size // config.num_attention_heads
-    kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * dtype_bytes
-    return n_params * dtype_bytes, kv_per_token
+    return n_params * dtype_bytes, int(kv_bytes_per_token(model_directory(model), dtype) or 0)
 
 
 def compiled_decode() -> dict[str, Any]:
@@ -154,8 +164,6 @@ def main() -> None:
     from agentr1_trl.backends.factory import GenerationSettings, make_generator
     from agentr1_trl.models import load_default_policy
     from torch.profiler import ProfilerActivity, profile
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
 
     import agentr1_gym
     from agentr1_gym.generation import SamplingConfig
@@ -177,9 +185,7 @@ def main() -> None:
     steps, prefill = measure_decode(llm, weight_bytes, kv_per_token, bandwidth)
 
     # one decode step part by part
-    prompts = [TokensPrompt(prompt_token_ids=p) for p in _prompts(8, 1024, 77)]
-    llm.generate(prompts, SamplingParams(max_tokens=1), use_tqdm=False)
-    forced = SamplingParams(max_tokens=64, min_tokens=64, ignore_eos=True, temperature=0.7, logprobs=0)
+    prompts, forced = forced_decode(llm, 8, 1024, 77)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
         llm.generate(prompts, forced, use_tqdm=False)

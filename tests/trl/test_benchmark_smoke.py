@@ -236,15 +236,20 @@ def test_an_interrupted_learning_arm_resumes_from_its_checkpoint(tmp_path):
     assert set(json.loads((arm / "wall_clock.json").read_text())) == {"1", "2"}
 
 
-def _repeats_module(monkeypatch):
+def _benchmark_module(monkeypatch, name):
+    """``benchmarks/NAME.py`` imported as a module (with ``benchmarks/`` on the path for its ``_common``)."""
     import importlib.util
 
     benchmarks = REPO / "benchmarks"
     monkeypatch.syspath_prepend(str(benchmarks))
-    spec = importlib.util.spec_from_file_location("repeats_under_test", benchmarks / "repeats.py")
+    spec = importlib.util.spec_from_file_location(f"{name}_under_test", benchmarks / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _repeats_module(monkeypatch):
+    return _benchmark_module(monkeypatch, "repeats")
 
 
 def test_repeats_reads_loops_from_saved_episodes(tmp_path, monkeypatch):
@@ -338,14 +343,7 @@ def test_update_profile_benchmark_smoke(tmp_path):
 def test_generation_cost_splits_a_decode_step_by_part(monkeypatch):
     """The decode-step breakdown of benchmarks/generation_cost.py: each profiler op's self time in its part, and the
     wall time no op covers as the engine's own."""
-    import importlib.util
-
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(
-        "generation_cost_under_test", REPO / "benchmarks" / "generation_cost.py"
-    )
-    gc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gc)
+    gc = _benchmark_module(monkeypatch, "generation_cost")
     ops = {
         "_C::onednn_mm": 20.0,
         "_C::weight_packed_linear": 2.0,
