@@ -39,6 +39,10 @@ SCRIPTS = {
         "main_job.py",
         "The main job, RL on the top layers only (train_top_layers) against every layer",
     ),
+    "main_job_avx512": (
+        "main_job.py",
+        "The main job on a CPU with AVX512-BF16: its default (bf16, the base in bf16) against float32",
+    ),
     "learning": ("learning.py", "Learning: GRPO, PPO and the no-action-mask ablation"),
     "learning_fast": ("learning.py", "Learning at the faster settings"),
     "learning_old_settings": ("learning.py", "Learning at the old settings"),
@@ -68,6 +72,10 @@ SCRIPTS = {
     ),
     "step_cost": ("step_cost.py", "What an RL step costs in each world, part by part"),
     "step_cost_amx": ("step_cost.py", "What an RL step costs on a CPU with AMX: float32 against bf16"),
+    "step_cost_avx512": (
+        "step_cost.py",
+        "What an RL step costs on a CPU with AVX512-BF16: float32 against bf16",
+    ),
     "generation_cost_amx": (
         "generation_cost.py",
         "Where a rollout's generation time goes on one core with AMX: vLLM's decode step part by part",
@@ -279,6 +287,11 @@ def _main_job(data: dict[str, Any]) -> str:
     )
 
 
+def _mean_minutes(seconds: list[float | None]) -> float | str:
+    """The mean in minutes, or "" where any run lacks its time."""
+    return sum(seconds) / len(seconds) / 60 if seconds and all(seconds) else ""  # type: ignore[arg-type]
+
+
 def _main_job_variants(data: dict[str, Any]) -> str:
     """Settings compared side by side (``main_job.py --variant``): per seed and variant, held-out success after RL
     with its interval, the RL phase's minutes, seconds per step and update, and success gained per RL minute."""
@@ -288,17 +301,21 @@ def _main_job_variants(data: dict[str, Any]) -> str:
     episodes, steps = first["after_rl"]["episodes"], first["run_config"]["settings"]["max_steps"]
     rows = []
     for name, table in data["comparison"].items():
-        for r in table:
+        for r, run in zip(table, data["runs"][name]):
             lo, hi = wilson(r["success_after"], episodes)
             gain = (r["success_after"] - r["success_before"]) / (r["train_runtime_s"] / 60)
+            # a run recovered from its directory (not timed by the harness) has no wall clock or peak memory
+            whole, rss = _mean_minutes([run.get("wall_clock_s")]), run.get("peak_rss_gb") or ""
             rows.append([name, str(r["seed"]), r["success_before"], f"{r['success_after']:.2f} [{lo:.2f}, {hi:.2f}]",
-                         r["train_runtime_s"] / 60, r["step_s"], r["rollout_s"], r["update_s"], gain])  # fmt: skip
+                         r["train_runtime_s"] / 60, r["step_s"], r["rollout_s"], r["update_s"], gain, whole,
+                         rss])  # fmt: skip
     means = []
     for name, table in data["comparison"].items():
         n = len(table)
         means.append([name, sum(r["success_after"] for r in table) / n,
                       sum(r["train_runtime_s"] for r in table) / n / 60, sum(r["step_s"] for r in table) / n,
-                      sum(r["update_s"] for r in table) / n])  # fmt: skip
+                      sum(r["update_s"] for r in table) / n,
+                      _mean_minutes([r.get("wall_clock_s") for r in data["runs"][name]])])  # fmt: skip
     variants = ", ".join(f"{k}: `{v or '(the defaults)'}`" for k, v in data["variants"].items())
     return (
         f"`{data['command']}` with each variant's arguments ({variants}), every seed running every variant in "
@@ -315,11 +332,23 @@ def _main_job_variants(data: dict[str, Any]) -> str:
                 "rollout s per step",
                 "update s per step",
                 "success gained per RL minute",
+                "whole job (min)",
+                "peak RSS (GB)",
             ],
             rows,
         )
         + "\n\nMeans over the seeds:\n\n"
-        + _table(["variant", "success after RL", "RL minutes", "s per step", "update s per step"], means)
+        + _table(
+            [
+                "variant",
+                "success after RL",
+                "RL minutes",
+                "s per step",
+                "update s per step",
+                "whole job (min)",
+            ],
+            means,
+        )
     )
 
 
@@ -886,6 +915,7 @@ HIGHLIGHTS = {
     "miniwob_env": _miniwob_env,
     "step_cost": _step_cost,
     "step_cost_amx": _step_cost,
+    "step_cost_avx512": _step_cost,
     "generation_cost_amx": _generation_cost,
     "update_profile_amx": _update_profile,
     "update_profile_amx_long": _update_profile,
@@ -898,6 +928,7 @@ HIGHLIGHTS = {
     "main_job_lora_top_third": _main_job,
     "main_job_amx": _main_job,
     "main_job_train_top_layers": _main_job_variants,
+    "main_job_avx512": _main_job_variants,
     "gpu_step": _gpu_step,
     "gpu_step_h100": _gpu_step,
     "context": _context,
@@ -992,6 +1023,23 @@ def headline_rows() -> list[list[str]]:
             f"held-out success {before} -> {after} ({len(main['seeds'])} seeds; at least "
             f"{s['success_ratio_min']:.2f}x the RL start)",
             f"at most {s['wall_clock_s_max'] / 60:.1f} min, peak RSS at most {s['peak_rss_gb_max']:.2f} GB",
+        ])  # fmt: skip
+    if (RESULTS / "main_job_avx512.json").is_file():
+        avx = _load("main_job_avx512")
+        text, cost = [], []
+        for name, s in avx["summary"].items():
+            label = "float32" if name == "fp32" else "the defaults (bf16, chosen by measuring)"
+            before = ", ".join(f"{x:.2f}" for x in s["success_before"])
+            after = ", ".join(f"{x:.2f}" for x in s["success_after"])
+            text.append(f"{label}: {before} -> {after} (at least {s['success_ratio_min']:.2f}x)")
+            cost.append(
+                f"{'float32' if name == 'fp32' else 'defaults'} at most {s['wall_clock_s_max'] / 60:.1f} min and "
+                f"{s['peak_rss_gb_max']:.2f} GB"
+            )
+        rows.append([
+            "[`agentr1 train` on an AVX512-BF16 CPU](docs/results/main_job_avx512.md)",
+            f"held-out success, {len(avx['seeds'])} seeds, {'; '.join(text)}",
+            f"{'; '.join(cost)} ({avx['machine']['cpu_model']}, {', '.join(avx['machine'].get('cpu_vector') or [])})",
         ])  # fmt: skip
     rg = _load("reasoning_gym_learning")
     for t in rg["tasks"].values():
@@ -1117,6 +1165,7 @@ def headline_rows() -> list[list[str]]:
     for name, what in (
         ("step_cost", "what an RL step costs"),
         ("step_cost_amx", "an RL step on a CPU with AMX"),
+        ("step_cost_avx512", "an RL step on a CPU with AVX512-BF16"),
     ):
         if not (RESULTS / f"{name}.json").is_file():
             continue
