@@ -85,6 +85,14 @@ SCRIPTS = {
         "update_profile.py",
         "The update operator by operator on a CPU with AMX: long rows",
     ),
+    "update_profile_avx512": (
+        "update_profile.py",
+        "The update operator by operator on a CPU with AVX512-BF16",
+    ),
+    "update_profile_avx512_long": (
+        "update_profile.py",
+        "The update operator by operator on a CPU with AVX512-BF16: long rows",
+    ),
     "miniwob_env": ("miniwob_env.py", "MiniWoB++ in a browser: oracles, observations, cost, gaming"),
     "miniwob_learning": ("learning.py", "MiniWoB++ in a browser: learning on ten tasks"),
     "shop_shortcuts": (
@@ -919,6 +927,8 @@ HIGHLIGHTS = {
     "generation_cost_amx": _generation_cost,
     "update_profile_amx": _update_profile,
     "update_profile_amx_long": _update_profile,
+    "update_profile_avx512": _update_profile,
+    "update_profile_avx512_long": _update_profile,
     "bfcl": _bfcl,
     "agent_proxy": _agent_proxy,
     "context_update": _context_update,

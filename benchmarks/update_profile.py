@@ -15,6 +15,9 @@ Variants (each in its own process, pinned to one core, one thread, as the learni
 * ``bf16-base-strided-logits``: that, with the forward passes asking for the last position's logits as
   ``logits_to_keep=1`` (a strided slice of the hidden states, as before the fix in ``agentr1_trl.forward``): it
   shows what that cost.
+* ``bf16-base-fp32-attention``: ``bf16-base`` with the attention kernel run in float32 (queries, keys and values
+  cast up, autocast off inside it, the output cast back to bf16): whether PyTorch's CPU attention, whose backward
+  gained nothing from bf16 on AMX (``update_profile_amx_long.json``), is cheaper in float32 on bf16 inputs.
 
 The rows share no prompt (each row its own forward over prompt and completion, as a step row of a context policy
 or a micro-batch of distinct tasks does). Per variant: the best of ``--reps`` timed steps after a warm-up one
@@ -34,7 +37,26 @@ import sys
 import time
 from typing import Any
 
-VARIANTS = ("fp32", "bf16-autocast", "bf16-base", "bf16-base-strided-logits")
+VARIANTS = ("fp32", "bf16-autocast", "bf16-base", "bf16-base-strided-logits", "bf16-base-fp32-attention")
+
+
+def _fp32_attention(model: Any) -> None:
+    """Run ``model``'s attention through transformers' SDPA function in float32: bf16 queries, keys and values
+    cast up (autocast off inside, or it would cast them back down), the output cast back to their dtype."""
+    import torch
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def sdpa_fp32(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
+        dtype = query.dtype
+        with torch.autocast("cpu", enabled=False):
+            out, weights = sdpa_attention_forward(
+                module, query.float(), key.float(), value.float(), attention_mask, **kwargs
+            )
+        return out.to(dtype), weights
+
+    AttentionInterface.register("sdpa_fp32", sdpa_fp32)
+    model.set_attn_implementation("sdpa_fp32")
 
 
 def worker(variant: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -61,6 +83,8 @@ def worker(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     model = get_peft_model(model, lora_config(16, 0, model))
     if variant.startswith("bf16-base"):
         bf16_frozen_base(model)
+    if variant == "bf16-base-fp32-attention":
+        _fp32_attention(model)
     if variant == "bf16-base-strided-logits":
         forward._last_only = lambda input_ids: 1  # the int form: a strided slice of the hidden states
     autocast = variant != "fp32"
@@ -100,6 +124,7 @@ def worker(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         "grad_norm": round(grad_norms[0], 6),
         "frozen_dtypes": sorted({str(p.dtype) for p in model.parameters() if not p.requires_grad}),
         "trained_dtypes": sorted({str(p.dtype) for p in model.parameters() if p.requires_grad}),
+        "attention": model.config._attn_implementation,
     }
     if args.top:
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:

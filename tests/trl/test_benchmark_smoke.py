@@ -331,13 +331,25 @@ def test_update_profile_benchmark_smoke(tmp_path):
                    timeout=300)  # fmt: skip
     result = json.loads(out.read_text())
     runs = result["runs"]
-    assert list(runs) == ["fp32", "bf16-autocast", "bf16-base", "bf16-base-strided-logits"]
+    assert list(runs) == [
+        "fp32",
+        "bf16-autocast",
+        "bf16-base",
+        "bf16-base-strided-logits",
+        "bf16-base-fp32-attention",
+    ]
     for name, run in runs.items():
         assert run["grad_norm"] > 0 and run["step_s"] > 0 and run["speed_vs_fp32"] > 0
         assert run["trained_dtypes"] == ["torch.float32"]
         assert run["frozen_dtypes"] == (
             ["torch.bfloat16"] if name.startswith("bf16-base") else ["torch.float32"]
         )
+    assert {name: run["attention"] for name, run in runs.items()}["bf16-base-fp32-attention"] == "sdpa_fp32"
+    assert runs["bf16-base"]["attention"] == "sdpa"
+    # attention in float32 computes the same update as in bf16, to bf16's precision
+    assert runs["bf16-base-fp32-attention"]["grad_norm"] == pytest.approx(
+        runs["bf16-base"]["grad_norm"], rel=0.05
+    )
 
 
 def test_generation_cost_splits_a_decode_step_by_part(monkeypatch):

@@ -16,7 +16,7 @@ and learned less on one seed of three, so such a CPU keeps float32. On a 2-core 
 float32's) a bf16 update with the frozen base stored in bf16 (the trainer's ``bf16_base``) ran 1.53-2.45x float32's
 update in the four learning worlds, 1.34-1.68x under autocast over float32 weights
 (``benchmarks/results/step_cost_amx.json``). A later 2-core EPYC with the same flags and model name measures its
-bf16 products at 4.1-4.5x float32's, so bf16 is chosen there; its bf16 update with the base in bf16 ran 1.96-2.44x
+bf16 products at 4.1-4.5x float32's, so bf16 is chosen there; its bf16 update with the base in bf16 ran 1.85-2.21x
 float32's (``step_cost_avx512.json``): the flags do not tell the two EPYCs apart, the measurement does. On an
 AVX2-only CPU bf16 is emulated and slower. The threshold was set under autocast alone; whether a bf16 base pays on
 a CPU whose products measure only 2.2x is not measured yet.
