@@ -1038,13 +1038,16 @@ def headline_rows() -> list[list[str]]:
         avx = _load("main_job_avx512")
         text, cost = [], []
         for name, s in avx["summary"].items():
-            label = "float32" if name == "fp32" else "the defaults (bf16, chosen by measuring)"
+            short, label = (
+                ("float32",) * 2
+                if name == "fp32"
+                else ("defaults", "the defaults (bf16, chosen by measuring)")
+            )
             before = ", ".join(f"{x:.2f}" for x in s["success_before"])
             after = ", ".join(f"{x:.2f}" for x in s["success_after"])
             text.append(f"{label}: {before} -> {after} (at least {s['success_ratio_min']:.2f}x)")
             cost.append(
-                f"{'float32' if name == 'fp32' else 'defaults'} at most {s['wall_clock_s_max'] / 60:.1f} min and "
-                f"{s['peak_rss_gb_max']:.2f} GB"
+                f"{short} at most {s['wall_clock_s_max'] / 60:.1f} min and {s['peak_rss_gb_max']:.2f} GB"
             )
         rows.append([
             "[`agentr1 train` on an AVX512-BF16 CPU](docs/results/main_job_avx512.md)",
