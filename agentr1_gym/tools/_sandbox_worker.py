@@ -1090,9 +1090,14 @@ _PENDING_CLEANUP: list[str] = []
 LOCK_FD = -1
 
 
+_REFILLED_RETRIES = 6  # a directory found refilled after it was emptied is emptied again this many times
+
+
 def _remove_tree(path: str) -> None:
     """Remove a directory tree whatever the code left in it: any depth (no recursion, no path longer than one
-    name), unreadable or unwritable modes (fixed as it goes), symlinks (removed, never followed). Never raises."""
+    name), unreadable or unwritable modes (fixed as it goes), symlinks (removed, never followed), and a process
+    still writing in it while a kill reaches it (a directory refilled after it was emptied is emptied again, up
+    to ``_REFILLED_RETRIES`` times with a growing pause). Never raises."""
     if not path:
         return
     try:
@@ -1101,8 +1106,20 @@ def _remove_tree(path: str) -> None:
         return
     names: list[str] = []  # the path from ``path`` down to ``fd``
     stuck: set[tuple[int, int]] = set()  # directories that could not be emptied: never entered again
+    refilled: dict[tuple[int, int], int] = {}
+
+    def give_up(key: tuple[int, int], error: OSError, blocked: bool) -> bool:
+        """After a failed rmdir: True to leave the directory, False to empty it again (it was refilled: its last
+        scan emptied it, yet it is not empty)."""
+        refilled[key] = refilled.get(key, 0) + 1
+        if blocked or error.errno != errno.ENOTEMPTY or refilled[key] > _REFILLED_RETRIES:
+            return True
+        time.sleep(0.002 * 2 ** refilled[key])  # 4 ms .. 128 ms: the writer's kill takes effect
+        return False
+
     while True:
         entered = False
+        blocked = False  # this scan of ``fd`` left something in it
         try:
             os.fchmod(fd, 0o700)
         except OSError:
@@ -1114,6 +1131,7 @@ def _remove_tree(path: str) -> None:
                         if entry.is_dir(follow_symlinks=False):
                             st = entry.stat(follow_symlinks=False)
                             if (st.st_dev, st.st_ino) in stuck:
+                                blocked = True
                                 continue
                             if st.st_mode & stat.S_IRWXU != stat.S_IRWXU:
                                 os.chmod(entry.name, 0o700, dir_fd=fd)
@@ -1125,18 +1143,26 @@ def _remove_tree(path: str) -> None:
                             names.append(entry.name)
                             break
                         os.unlink(entry.name, dir_fd=fd)
-                    except OSError:
+                    except OSError as e:
+                        blocked = blocked or e.errno != errno.ENOENT  # (gone already: nothing left)
                         continue
         except OSError:
-            pass
+            blocked = True
         if entered:
             continue
         if not names:
+            st = os.fstat(fd)
             os.close(fd)
             try:
                 os.rmdir(path)
-            except OSError:
-                pass
+            except OSError as e:
+                if give_up((st.st_dev, st.st_ino), e, blocked):
+                    return
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+                except OSError:
+                    return
+                continue
             return
         try:
             parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
@@ -1148,8 +1174,9 @@ def _remove_tree(path: str) -> None:
         fd = parent
         try:
             os.rmdir(names.pop(), dir_fd=fd)
-        except OSError:
-            stuck.add((st.st_dev, st.st_ino))
+        except OSError as e:
+            if give_up((st.st_dev, st.st_ino), e, blocked):
+                stuck.add((st.st_dev, st.st_ino))
 
 
 def _make_base() -> str:
@@ -1295,6 +1322,9 @@ def main() -> None:
         while _PENDING_CLEANUP:
             _remove_tree(_PENDING_CLEANUP.pop())
         _remove_tree(BASE)
+        # the directories of workers that died since this one started (a killed worker cleans up nothing, and
+        # the sweep at start ran before they died): the last worker of a pool to stop leaves none behind
+        sweep()
 
 
 def _prepare_into(zygote: Zygote, box: list[Run]) -> None:

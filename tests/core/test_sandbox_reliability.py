@@ -342,10 +342,93 @@ def test_close_leaves_no_directory():
     assert _our_dirs() <= before
 
 
+def test_a_stopping_worker_sweeps_the_directories_of_workers_that_died(monkeypatch):
+    """Before: only a starting worker swept, so a worker killed after the pool's last start left its directory
+    until some later sandbox started (CI: a worker SIGKILLed in the burst test above left its 1,500-deep tree
+    behind after close()). Now every worker that stops sweeps too."""
+    private = tempfile.mkdtemp(prefix="agentr1-sweep-")
+    monkeypatch.setenv("TMPDIR", private)
+    sb = _sandbox("off", pool_size=1)
+    sb.run("print(1)")
+    assert len(_our_dirs(private)) == 1  # the live worker's
+    dead = Path(private, "agentr1-sbx-deadworker")  # as a SIGKILLed worker leaves it: nobody holds its lock
+    deep = dead / "runs" / "run-x"
+    deep.mkdir(parents=True)
+    for _ in range(50):
+        deep = deep / "d"
+        deep.mkdir()
+    (deep / "leaf").write_text("x")
+    sb.close()
+    deadline = time.monotonic() + 10
+    while _our_dirs(private) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _our_dirs(private), "the dead worker's directory (or the live one's) was left behind"
+    shutil.rmtree(private, ignore_errors=True)
+
+
+def _tree(root: Path, depth: int) -> Path:
+    leaf = root
+    for _ in range(depth):
+        leaf = leaf / "d"
+    leaf.mkdir(parents=True)
+    (leaf / "f").write_text("x")
+    return leaf
+
+
+def test_a_tree_refilled_while_it_is_removed_is_removed(tmp_path, monkeypatch):
+    """A run being killed can still make directories while the tree is removed (its kill is asynchronous).
+    Before: a directory whose rmdir failed with ENOTEMPTY was never entered again, and it and every ancestor stayed
+    (the burst test's leftover). Now a directory refilled after it was emptied is emptied again."""
+    from agentr1_gym.tools import _sandbox_worker as worker
+
+    root = tmp_path / "tree"
+    _tree(root, 20)
+    real_rmdir, refills = os.rmdir, []
+
+    def rmdir(path, *, dir_fd=None):
+        if dir_fd is not None and len(refills) < 3:  # a late writer refills the first three directories
+            os.mkdir(os.path.join(path, f"late{len(refills)}"), dir_fd=dir_fd)
+            refills.append(path)
+        return real_rmdir(path, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    worker._remove_tree(str(root))
+    assert len(refills) == 3
+    assert not root.exists()
+
+
+def test_a_tree_that_cannot_be_emptied_is_left_at_once(tmp_path, monkeypatch):
+    """What really cannot be removed (here a file whose unlink the kernel refuses) is left without retrying each
+    of its ancestors: a 300-deep tree costs one rmdir per directory, not one per retry."""
+    from agentr1_gym.tools import _sandbox_worker as worker
+
+    root = tmp_path / "tree"
+    leaf = _tree(root, 300)
+    real_unlink, real_rmdir, calls = os.unlink, os.rmdir, []
+
+    def unlink(path, *, dir_fd=None):
+        if path == "f":
+            raise PermissionError(errno.EPERM, "refused")
+        return real_unlink(path, dir_fd=dir_fd)
+
+    def rmdir(path, *, dir_fd=None):
+        calls.append(path)
+        return real_rmdir(path, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    worker._remove_tree(str(root))
+    assert (leaf / "f").exists()
+    assert len(calls) <= 301 + 1, len(calls)
+
+
 @pytest.mark.parametrize("how", ["exit", "sigterm", "sigkill"])
-def test_no_directory_survives_the_host(how):
-    """Interpreter exit and SIGTERM: the workers clean up; SIGKILL of everything: the next worker sweeps."""
-    before = _our_dirs()
+def test_no_directory_survives_the_host(how, monkeypatch):
+    """Interpreter exit and SIGTERM: the workers clean up; SIGKILL of everything: the next worker sweeps. In a
+    TMPDIR of the test's own (a sandbox stopping beside the suite sweeps the host's temp dir)."""
+    private = tempfile.mkdtemp(prefix="agentr1-host-")
+    monkeypatch.setenv("TMPDIR", private)
+    before = _our_dirs(private)
     host = subprocess.Popen(
         [
             sys.executable,
@@ -360,24 +443,25 @@ def test_no_directory_survives_the_host(how):
         start_new_session=True,
     )
     assert host.stdout.readline().strip() == "ready"
-    assert _our_dirs() - before
+    assert _our_dirs(private) - before
     if how == "sigterm":
         host.send_signal(signal.SIGTERM)
     elif how == "sigkill":
         os.killpg(host.pid, signal.SIGKILL)  # the host, its workers and their zygotes, at once
     host.wait(timeout=30)
     deadline = time.monotonic() + (1 if how == "sigkill" else 10)
-    while _our_dirs() - before and time.monotonic() < deadline:
+    while _our_dirs(private) - before and time.monotonic() < deadline:
         time.sleep(0.1)
-    left = _our_dirs() - before
+    left = _our_dirs(private) - before
     if how == "sigkill":
         assert left, "a SIGKILLed worker cannot clean up: its directory stays until the next start"
         sb = PythonSandbox(CONFIG.model_copy(update={"pool_size": 1}))
         sb.run("print(1)")  # a new worker sweeps directories whose worker is gone
         sb.close()
-        assert not left & _our_dirs(), left
+        assert not left & _our_dirs(private), left
     else:
         assert not left, left
+    shutil.rmtree(private, ignore_errors=True)
 
 
 @pytest.mark.slow
