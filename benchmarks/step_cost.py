@@ -38,6 +38,9 @@ measured in the same run, fp32 and bf16; peak RSS; the CPU's model and vector fl
   the top third; ``bf16-base-regrouped-train-top-third``: the adapter on every layer (as a warm start trains it)
   and RL training its top third only (``train_top_layers``). The bf16 variants pay only on a CPU with native bf16 (AVX512-BF16, AMX): elsewhere bf16 is
   emulated, hundreds of times slower per product.
+* ``bf16-base-regrouped-masked``, ``fp32-regrouped-masked``: those with ``unmasked_causal_rows=False``, every
+  forward pass with transformers' padding mask (as before ``agentr1_trl.causal_rows``); the other variants run
+  rows that need no mask without one.
 
 The viewer's saved episodes (``save_episodes_steps``: a forward pass per saved episode every 10th step) are off:
 they are not part of the step.
@@ -102,6 +105,22 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # and the frozen base stored in bf16 (bf16_base, the default with bf16 on a CPU): the adapter, its gradients
     # and optimizer state float32
     "bf16-base-regrouped": {"bf16": True, "bf16_base": True, "lora_layers": 1.0, "regroup": True},
+    # and every pass with transformers' padding mask (before unmasked_causal_rows: the attention kernel then
+    # computes every block of the score matrix, and grouped keys and values are copied out to every head)
+    "bf16-base-regrouped-masked": {
+        "bf16": True,
+        "bf16_base": True,
+        "lora_layers": 1.0,
+        "regroup": True,
+        "unmasked_causal_rows": False,
+    },
+    "fp32-regrouped-masked": {
+        "bf16": False,
+        "bf16_base": False,
+        "lora_layers": 1.0,
+        "regroup": True,
+        "unmasked_causal_rows": False,
+    },
     "bf16-base-regrouped-lora-top-third": {
         "bf16": True,
         "bf16_base": True,
@@ -178,6 +197,7 @@ def worker(world: str, variant: str, steps: int, threads: int, model_name: str) 
         bf16=settings["bf16"],
         bf16_base=settings["bf16_base"],
         regroup_micro_batches=settings["regroup"],
+        unmasked_causal_rows=settings.get("unmasked_causal_rows", True),
         train_top_layers=trained_layers,
         save_episodes_steps=0,  # the viewer's episodes (a forward pass each, every 10th step) are not the step
         env_id=spec["env"],

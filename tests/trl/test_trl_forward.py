@@ -498,3 +498,189 @@ def test_regrouped_micro_batches_give_the_steps_loss_and_gradient(tmp_path, algo
     assert shuffled.keys() == regrouped.keys() and any("lora_" in k for k in shuffled)
     for k in shuffled:
         assert torch.allclose(regrouped[k], shuffled[k], atol=1e-6, rtol=1e-4), k
+
+
+# ---- rows that need no attention mask (agentr1_trl.causal_rows) ---------------------------------------------
+def test_rows_are_causal_only_without_prompt_padding_and_with_completions_padded_at_their_end():
+    from agentr1_trl.causal_rows import rows_are_causal
+
+    ones = torch.ones((2, 4), dtype=torch.long)
+    right = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    assert rows_are_causal(ones, right)
+    assert rows_are_causal(ones, torch.zeros((2, 0), dtype=torch.long))
+    assert rows_are_causal(ones, torch.zeros((2, 3), dtype=torch.long))  # empty completions: nothing attends
+    assert not rows_are_causal(torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]]), right)  # a left-padded prompt
+    assert not rows_are_causal(ones, torch.tensor([[1, 0, 1, 0], [1, 1, 1, 1]]))  # a hole in a completion
+
+
+def _kernel_calls(monkeypatch):
+    """Every call of PyTorch's attention: (queries, keys, mask given, is_causal, grouped keys kept grouped)."""
+    import torch.nn.functional as F
+
+    calls, real = [], F.scaled_dot_product_attention
+
+    def sdpa(q, k, v, attn_mask=None, *a, is_causal=False, enable_gqa=False, **kw):
+        grouped = enable_gqa or k.shape[1] < q.shape[1]
+        calls.append((q.shape[2], k.shape[2], attn_mask is not None, is_causal, grouped))
+        return real(q, k, v, attn_mask, *a, is_causal=is_causal, enable_gqa=enable_gqa, **kw)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "prompt,lengths,share,kernel",
+    [
+        (8, [20, 13, 0], True, "causal"),  # a group on its prompt's cache (zero queries in front)
+        (8, [20, 13], False, "causal"),  # whole rows
+        (40, [6, 4], True, "mask"),  # a short continuation of a long cache: the mask's way
+    ],
+)
+def test_unmasked_causal_rows_give_the_masked_log_probs_and_gradients(
+    monkeypatch, prompt, lengths, share, kernel
+):
+    """The same rows with transformers' padding mask and without any: equal log-probs and LoRA gradients, and the
+    kernel asked for causality (no mask, grouped keys and values not copied out) where the rows allow it."""
+    from agentr1_trl.causal_rows import CAUSAL_ROWS_ATTENTION
+    from agentr1_trl.pipeline import lora_config
+    from peft import get_peft_model
+
+    torch.manual_seed(0)
+    model = get_peft_model(tiny_model(tiny_tokenizer(), hidden_size=64), lora_config(8))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.1)  # a LoRA update that changes the output (B starts at zero)
+    g = torch.Generator().manual_seed(1)
+    vocab = model.config.vocab_size
+    width = max(lengths) or 1
+    pid = torch.randint(10, vocab, (1, prompt), generator=g).repeat(len(lengths), 1)
+    cid = torch.randint(10, vocab, (len(lengths), width), generator=g)
+    cm = (torch.arange(width)[None] < torch.tensor(lengths)[:, None]).long()
+    calls = _kernel_calls(monkeypatch)
+
+    def run(unmasked):
+        model.zero_grad()
+        calls.clear()
+        logps, _ = completion_logps(model, pid, torch.ones_like(pid), cid, cm, share_prompts=share,
+                                    unmasked_causal_rows=unmasked)  # fmt: skip
+        (logps * cm).sum().backward()
+        return logps * cm, _grads(model), list(calls)
+
+    masked, masked_grads, masked_calls = run(False)
+    unmasked, unmasked_grads, unmasked_calls = run(True)
+    assert (
+        model.config._attn_implementation == "sdpa" != CAUSAL_ROWS_ATTENTION
+    )  # switched for the passes only
+    assert torch.allclose(unmasked, masked, atol=1e-5)
+    assert masked_grads.keys() == unmasked_grads.keys() and any("lora_" in k for k in masked_grads)
+    for k in masked_grads:
+        assert torch.allclose(unmasked_grads[k], masked_grads[k], atol=1e-5, rtol=1e-4), k
+    passes = [c for c in unmasked_calls if c[0] > 1]  # (a 1-query pass is the prompt's last position)
+    assert passes and any(has_mask for _, _, has_mask, _, _ in masked_calls)
+    if kernel == "causal":
+        assert all(not has_mask and causal and grouped for _, _, has_mask, causal, grouped in passes), passes
+    else:  # the prompt's own pass is causal, the completion's on its cache keeps the mask
+        assert any(q < k and has_mask and not causal for q, k, has_mask, causal, _ in passes), passes
+        assert all(has_mask or (q == k and causal) for q, k, has_mask, causal, _ in passes), passes
+
+
+def test_padded_prompts_keep_the_mask_and_other_attentions_are_left_alone(monkeypatch):
+    """Rows whose prompts are padded need the mask; a model not on SDPA attention (eager here) is not switched,
+    and a pass that raises leaves the model's attention as it was."""
+    from agentr1_trl.causal_rows import causal_rows
+
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, hidden_size=64)
+    pid, pm, cid, cm = _batch(tok)
+    calls = _kernel_calls(monkeypatch)
+    completion_logps(model, pid, pm, cid, cm)
+    assert calls and all(has_mask for q, _, has_mask, _, _ in calls if q > 1)
+    with pytest.raises(RuntimeError), causal_rows(model) as switched:
+        assert switched and model.config._attn_implementation != "sdpa"
+        raise RuntimeError("a failing pass")
+    assert model.config._attn_implementation == "sdpa"
+    model.config._attn_implementation = "eager"
+    with causal_rows(model) as switched:
+        assert not switched and model.config._attn_implementation == "eager"
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_a_step_with_and_without_unmasked_causal_rows_has_the_same_loss_and_gradient(tmp_path, algo):
+    """Regrouped micro-batches (one group each: no prompt padding) through the trainer, unmasked_causal_rows on
+    (the default) and off: the same summed loss and gradient."""
+    from agentr1_trl.forward import regroup_micro_batches
+    from trl.trainer.utils import split_tensor_dict
+
+    trainer = _loss_trainer(tmp_path, algo, "grpo")
+    assert trainer.args.unmasked_causal_rows
+    model = trainer.model
+    batch = _groups_batch(trainer.processing_class)
+    del batch["episode"]
+    _add_loss_inputs(trainer, batch, algo, torch.Generator().manual_seed(3))
+    chunks = regroup_micro_batches(split_tensor_dict(batch, 4))
+
+    def run(unmasked):
+        trainer.args.unmasked_causal_rows = unmasked
+        model.zero_grad()
+        losses = []
+        for c in chunks:
+            loss = trainer._compute_loss(model, dict(c))
+            loss.backward()
+            losses.append(float(loss.detach()))
+        return sum(losses), _grads(model)
+
+    on_loss, on = run(True)
+    off_loss, off = run(False)
+    assert on_loss == pytest.approx(off_loss, rel=1e-5, abs=1e-6)
+    for k in off:
+        assert torch.allclose(on[k], off[k], atol=1e-6, rtol=1e-4), k
+
+
+def test_models_with_a_sliding_window_keep_the_mask():
+    """A sliding window's mask is not causality alone: such models are not switched."""
+    from agentr1_trl.causal_rows import causal_rows
+
+    model = tiny_model(tiny_tokenizer(), hidden_size=64)
+    model.config.layer_types = ["sliding_attention", *model.config.layer_types[1:]]
+    with causal_rows(model) as switched:
+        assert not switched
+
+
+def test_the_warm_starts_right_padded_rows_attend_unmasked_with_the_same_loss_and_gradient(monkeypatch):
+    """The warm start's batches are right-padded rows: without a mask, the same NLL and gradient as with it."""
+    import contextlib
+
+    from agentr1_trl import sft
+    from agentr1_trl.pipeline import lora_config
+    from peft import get_peft_model
+
+    from agentr1_gym.rollout import Sample
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    model = get_peft_model(tiny_model(tok, hidden_size=64), lora_config(8))
+    g = torch.Generator().manual_seed(2)
+
+    def sample(prompt, completion):
+        ids = torch.randint(10, 200, (prompt + completion,), generator=g).tolist()
+        mask = (torch.rand(completion, generator=g) > 0.3).long().tolist()
+        return Sample(ids[:prompt], ids[prompt:], mask, [0.0] * completion, [0.0] * completion)
+
+    batch = [sample(7, 20), sample(12, 5), sample(3, 9)]
+    calls = _kernel_calls(monkeypatch)
+
+    def run():
+        model.zero_grad()
+        calls.clear()
+        loss = sft._masked_nll(model, batch, tok.pad_token_id, torch.device("cpu"))
+        loss.backward()
+        return loss.item(), _grads(model), list(calls)
+
+    unmasked_loss, unmasked, unmasked_calls = run()
+    monkeypatch.setattr(sft, "causal_rows", lambda model: contextlib.nullcontext(False))
+    masked_loss, masked, masked_calls = run()
+    assert all(not has_mask and causal for _, _, has_mask, causal, _ in unmasked_calls)
+    assert all(has_mask for _, _, has_mask, _, _ in masked_calls)
+    assert unmasked_loss == pytest.approx(masked_loss, rel=1e-6)
+    for k in masked:
+        assert torch.allclose(unmasked[k], masked[k], atol=1e-6, rtol=1e-4), k

@@ -201,6 +201,16 @@ class AgentTrainerConfig(GRPOConfig):
             "(tested); False: TRL's shuffled micro-batches."
         },
     )
+    unmasked_causal_rows: bool = field(
+        default=True,
+        metadata={
+            "help": "Run the update's forward passes without an attention mask where the rows need none (no "
+            "prompt padding, each completion padded only after its last token: a regrouped micro-batch of one "
+            "group), through agentr1_trl.causal_rows: the attention kernel's causal path skips the blocks above "
+            "the diagonal and keeps grouped keys and values grouped. The same log-probs and gradients (tested); "
+            "False: transformers' padding mask on every pass."
+        },
+    )
     generation_backend: str = field(
         default="auto",
         metadata={

@@ -42,6 +42,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agentr1_trl.causal_rows import causal_rows, rows_are_causal
+
 __all__ = [
     "MIN_SHARED_PREFIX",
     "common_prefix",
@@ -168,10 +170,10 @@ def _plan(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[str, Any
     return ("prefix", shared) if shared >= MIN_SHARED_PREFIX else ("full", None)
 
 
-def sequence_states(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def sequence_states(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """The model's last (final-norm) hidden state at every position of each row, ``(rows, width, hidden)``: the
     plain forward pass, without the vocabulary projection (the last position's only), so no ``(rows, width,
-    vocabulary)`` logits are built."""
+    vocabulary)`` logits are built. ``attention_mask=None``: every row causal over all its columns."""
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -189,24 +191,31 @@ def completion_states(
     completion_mask: torch.Tensor,
     *,
     share_prompts: bool = True,
+    unmasked_causal_rows: bool = True,
 ) -> torch.Tensor:
     """The (final-norm) hidden state before each completion token, ``(rows, completion width, hidden)``: the
     state the next-token distribution of that token is read from, and the state a value head scores. With
     ``share_prompts`` (and a :func:`share_plan` other than ``"full"``) shared prompts or a shared prefix run once;
-    otherwise one full forward pass (the same states, tested)."""
+    otherwise one full forward pass (the same states, tested). With ``unmasked_causal_rows``, rows that need no
+    attention mask (:func:`~agentr1_trl.causal_rows.rows_are_causal`) run without one
+    (:func:`~agentr1_trl.causal_rows.causal_rows`; the same states, tested)."""
     if prompt_ids.size(1) == 0:
         raise ValueError("completion_states needs at least one prompt token before the completion")
     plan, found = _plan(prompt_ids, prompt_mask) if share_prompts else ("full", None)
     parts = (prompt_ids, prompt_mask, completion_ids, completion_mask)
-    if plan == "prompts":
-        return _shared_prompt_states(model, parts, found)
     if plan == "prefix":
         return _shared_prefix_states(model, parts, found)
-    states = sequence_states(
-        model,
-        torch.cat([prompt_ids, completion_ids], dim=1),
-        torch.cat([prompt_mask, completion_mask], dim=1),
-    )
+    # rows that need no attention mask (no prompt padding, completions padded only at their end) attend without
+    # one: the kernel's causal path (agentr1_trl.causal_rows)
+    unmask = unmasked_causal_rows and rows_are_causal(prompt_mask, completion_mask)
+    with causal_rows(model, unmask) as unmasked:
+        if plan == "prompts":
+            return _shared_prompt_states(model, parts, found, masked=not unmasked)
+        states = sequence_states(
+            model,
+            torch.cat([prompt_ids, completion_ids], dim=1),
+            None if unmasked else torch.cat([prompt_mask, completion_mask], dim=1),
+        )
     return states[:, prompt_ids.size(1) - 1 : -1]
 
 
@@ -223,17 +232,25 @@ def completion_logps(
     chunk: int = 256,
     share_prompts: bool = True,
     head: Any | None = None,
+    unmasked_causal_rows: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (at ``temperature``) of the completion tokens, ``(rows, completion width)`` float32; with
     ``hidden`` also the state before each completion token (what a value head reads), else None. The forward pass
-    is :func:`completion_states` (``share_prompts``: each shared prompt or prefix once).
+    is :func:`completion_states` (``share_prompts``: each shared prompt or prefix once; ``unmasked_causal_rows``:
+    no attention mask for rows that need none).
 
     Only the tokens in ``needed`` (default: ``completion_mask``; the loss passes its action mask) go through the
     vocabulary projection ``head`` (default: the model's output embeddings; pass the unwrapped model's under DDP),
     ``chunk`` positions at a time; log-probs elsewhere are 0. The full ``(rows, width, vocabulary)`` logits are
     never built: on a CPU, allocating and normalising them costs as much as the transformer itself."""
     states = completion_states(
-        model, prompt_ids, prompt_mask, completion_ids, completion_mask, share_prompts=share_prompts
+        model,
+        prompt_ids,
+        prompt_mask,
+        completion_ids,
+        completion_mask,
+        share_prompts=share_prompts,
+        unmasked_causal_rows=unmasked_causal_rows,
     )
     where = (completion_mask if needed is None else needed).bool()
     logps = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)
@@ -245,15 +262,19 @@ def completion_logps(
 
 
 def _shared_prompt_states(
-    model: Any, parts: tuple[torch.Tensor, ...], groups: tuple[torch.Tensor, torch.Tensor]
+    model: Any,
+    parts: tuple[torch.Tensor, ...],
+    groups: tuple[torch.Tensor, torch.Tensor],
+    masked: bool = True,
 ) -> torch.Tensor:
     """Each distinct prompt once (with the KV cache), every row's completion on top of its prompt's cache.
-    ``parts``: ``(prompt_ids, prompt_mask, completion_ids, completion_mask)``; ``groups``: :func:`prompt_groups`'s."""
+    ``parts``: ``(prompt_ids, prompt_mask, completion_ids, completion_mask)``; ``groups``: :func:`prompt_groups`'s;
+    ``masked=False``: both passes without an attention mask (rows that need none, under :func:`causal_rows`)."""
     prompt_ids, prompt_mask, completion_ids, completion_mask = parts
     first, inverse = groups
     out = model(
         input_ids=prompt_ids[first],
-        attention_mask=prompt_mask[first],
+        attention_mask=prompt_mask[first] if masked else None,
         use_cache=True,
         logits_to_keep=_last_only(prompt_ids),
         output_hidden_states=True,
@@ -262,7 +283,7 @@ def _shared_prompt_states(
     cache.batch_select_indices(inverse)  # every row gets its prompt's keys and values (autograd follows)
     rest = model(
         input_ids=completion_ids,
-        attention_mask=torch.cat([prompt_mask, completion_mask], dim=1),
+        attention_mask=torch.cat([prompt_mask, completion_mask], dim=1) if masked else None,
         past_key_values=cache,
         use_cache=True,
         logits_to_keep=_last_only(completion_ids),

@@ -18,6 +18,7 @@ from agentr1_gym.errors import ConfigError, NoOracleError
 from agentr1_gym.generation import SamplingConfig
 from agentr1_gym.rollout import Sample, collect_rollouts
 from agentr1_trl.backends import ScriptedGenerator
+from agentr1_trl.causal_rows import causal_rows
 from agentr1_trl.hardware import stores_base_in_bf16
 from agentr1_trl.models import bf16_frozen_base
 
@@ -155,7 +156,8 @@ def warm_start(
 
 
 def _masked_nll(model: Any, batch: Sequence[Sample], pad: int, device: Any) -> torch.Tensor:
-    """Mean NLL over the assistant tokens of a right-padded batch."""
+    """Mean NLL over the assistant tokens of a right-padded batch. Padding only follows each row's tokens, so the
+    rows need no attention mask: they attend through the kernel's causal path (:mod:`agentr1_trl.causal_rows`)."""
     seqs = [s.prompt_ids + s.completion_ids for s in batch]
     width = max(len(x) for x in seqs)
     ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -167,7 +169,9 @@ def _masked_nll(model: Any, batch: Sequence[Sample], pad: int, device: Any) -> t
         comp = torch.tensor(s.completion_ids)
         mask = torch.tensor(s.action_mask, dtype=torch.bool)
         labels[row, len(s.prompt_ids) : len(seq)] = torch.where(mask, comp, torch.tensor(-100))
-    return model(input_ids=ids.to(device), attention_mask=att.to(device), labels=labels.to(device)).loss
+    with causal_rows(model) as unmasked:
+        mask = None if unmasked else att.to(device)
+        return model(input_ids=ids.to(device), attention_mask=mask, labels=labels.to(device)).loss
 
 
 def oracle_warm_start(

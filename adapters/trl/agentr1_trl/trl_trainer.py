@@ -370,6 +370,7 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
                 needed=needed,
                 share_prompts=self.shares_prompts(model),
                 head=head,
+                unmasked_causal_rows=getattr(self.args, "unmasked_causal_rows", True),
             )
 
     def shares_prompts(self, model: Any) -> bool:
