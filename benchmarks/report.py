@@ -76,6 +76,10 @@ SCRIPTS = {
         "step_cost.py",
         "What an RL step costs on a CPU with AVX512-BF16: float32 against bf16",
     ),
+    "step_cost_causal_rows": (
+        "step_cost.py",
+        "Attention without a mask where rows need none: the update with and without it (AVX512-BF16)",
+    ),
     "generation_cost_amx": (
         "generation_cost.py",
         "Where a rollout's generation time goes on one core with AMX: vLLM's decode step part by part",
@@ -924,6 +928,7 @@ HIGHLIGHTS = {
     "step_cost": _step_cost,
     "step_cost_amx": _step_cost,
     "step_cost_avx512": _step_cost,
+    "step_cost_causal_rows": _step_cost,
     "generation_cost_amx": _generation_cost,
     "update_profile_amx": _update_profile,
     "update_profile_amx_long": _update_profile,
@@ -1209,6 +1214,35 @@ def headline_rows() -> list[list[str]]:
             rows.append([
                 f"[{what}](docs/results/{name}.md)", text,
                 f"SmolLM2-135M + LoRA, {cost['threads']} threads ({flags})",
+            ])  # fmt: skip
+    if (RESULTS / "step_cost_causal_rows.json").is_file():
+        cost = _load("step_cost_causal_rows")
+        runs = cost["runs"]
+        pairs = [(runs[k], runs.get(k + "-masked", {})) for k in runs if not k.endswith("-masked")]
+        pairs = [
+            (on, off) for on, off in pairs if "update_tokens_per_s" in on and "update_tokens_per_s" in off
+        ]
+        if pairs:
+            text = (
+                "the bf16 update's tokens per second without the mask where rows need none, over with it: "
+                + (
+                    ", ".join(
+                        f"{on['world']} {on['update_tokens_per_s'] / off['update_tokens_per_s']:.2f}x "
+                        f"({off['sec_per_step']:.1f} -> {on['sec_per_step']:.1f} s a step"
+                        # the same first-step gradient to the last digit: no pass changed, the ratio is noise
+                        + (
+                            "; no pass changed: noise)"
+                            if on["grad_norm_first_step"] == off["grad_norm_first_step"]
+                            else ")"
+                        )
+                        for on, off in pairs
+                    )
+                )
+            )
+            flags = ", ".join(cost.get("machine", {}).get("cpu_vector") or [])
+            rows.append([
+                "[attention without a mask where rows need none](docs/results/step_cost_causal_rows.md)", text,
+                f"SmolLM2-135M + LoRA, {cost['threads']} thread ({flags}), turns scripted",
             ])  # fmt: skip
     if (RESULTS / "generation_cost_amx.json").is_file():
         gen = _load("generation_cost_amx")
