@@ -83,6 +83,14 @@ def _our_dirs(tmp: str = TMP) -> set[str]:
     return set(glob.glob(os.path.join(tmp, "agentr1-sbx-*")) + glob.glob(os.path.join(tmp, ".agentr1-sbx-*")))
 
 
+def _dirs_after(tmp: str, seconds: float) -> set[str]:
+    """The workers' directories still in ``tmp`` once none is left or ``seconds`` have passed."""
+    deadline = time.monotonic() + seconds
+    while _our_dirs(tmp) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _our_dirs(tmp)
+
+
 # ---- no state crosses runs ---------------------------------------------------------------------------------
 @pytest.mark.skipif(not ROOT, reason="reads other processes' memory through /proc (root, as in CI)")
 def test_no_process_a_run_can_reach_holds_a_previous_request(sandbox):
@@ -324,10 +332,7 @@ def test_a_burst_of_hostile_runs_neither_deadlocks_nor_shrinks_the_pool(mode, mo
     sb.close()
     # a killed worker's directory can still be on its way out when close() returns (a fixed 0.2 s wait here
     # was flaky under a loaded CI machine: once in 1,625 tests); wait up to 10 s for it
-    deadline = time.monotonic() + 10
-    while _our_dirs(private) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _our_dirs(private), "directories left behind"
+    assert not _dirs_after(private, 10), "directories left behind"
     shutil.rmtree(private, ignore_errors=True)
 
 
@@ -359,10 +364,7 @@ def test_a_stopping_worker_sweeps_the_directories_of_workers_that_died(monkeypat
         deep.mkdir()
     (deep / "leaf").write_text("x")
     sb.close()
-    deadline = time.monotonic() + 10
-    while _our_dirs(private) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _our_dirs(private), "the dead worker's directory (or the live one's) was left behind"
+    assert not _dirs_after(private, 10), "the dead worker's directory (or the live one's) was left behind"
     shutil.rmtree(private, ignore_errors=True)
 
 
