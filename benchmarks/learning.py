@@ -10,6 +10,8 @@ train split, evaluate on the dev split: disjoint questions). Every run starts fr
 1. ``prepare``: greedy evaluation of the plain instruct model on ``--eval-episodes`` held-out seeds (100000+), a
    short supervised warm start on ``--sft-episodes`` oracle transcripts (seeds 200000+, masked NLL on the
    assistant's tokens), and the same evaluation after it. The warm-started adapter is saved and shared.
+   ``prepare`` run again after a kill keeps the plain evaluation it finished (``plain.json``) and resumes the warm
+   start from its progress file (``sft-progress.pt``, saved every 10 steps); delete ``WORKDIR/TASK`` to start over.
 2. ``train ALGO``: ``grpo``, ``ppo``, ``grpo-nomask`` (GRPO with the loss on tool-response tokens too: the paper's
    action-mask ablation), ``ppo-noadvmask`` (PPO with GAE over every completion token: the paper's advantage-mask
    ablation), ``grpo-ds`` (GRPO with dynamic sampling on the outcome) or a step-level credit arm (``grpo-gigpo``,
@@ -405,17 +407,27 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     model = get_peft_model(model, lora_config(args.lora_r))
     pool_seconds = generate_pools(args)
     engine = _engine(args, model, tok)
+    # a prepare killed after the plain evaluation (a BFCL warm start takes over an hour) does not run it again
+    done_plain, asked = _dir(args) / "plain.json", {"env": env_id, "plain_episodes": args.plain_episodes}
     plain = _earlier_plain(args, env_id) if args.reuse_plain else None
+    if plain is None and done_plain.is_file():
+        earlier = json.loads(done_plain.read_text())
+        plain = earlier["result"] if earlier.get("asked") == asked else None
+    if plain is None:
+        plain = _evaluate(
+            args, model, tok, "plain", episodes=args.plain_episodes, generator=_synced(engine, model)
+        )
+        done_plain.parent.mkdir(parents=True, exist_ok=True)
+        done_plain.write_text(json.dumps({"asked": asked, "result": plain}, indent=2))
+    progress = _dir(args) / "sft-progress.pt"  # a killed prepare run again resumes its warm start from here
+    resumed = progress.is_file()
     out: dict[str, Any] = {
         "task": args.task,
         "env": env_id,
         "settings": _settings(args),
         "device": device_name(args),
         "pool_generation_s": pool_seconds,
-        "plain": plain
-        or _evaluate(
-            args, model, tok, "plain", episodes=args.plain_episodes, generator=_synced(engine, model)
-        ),
+        "plain": plain,
     }
     t = time.perf_counter()
     out["sft"] = {
@@ -432,8 +444,10 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
             seed=SFT_SEED,
             progress=args.progress,
             bf16=args.bf16,
+            checkpoint=progress,
         ),
-        "seconds": round(time.perf_counter() - t, 1),
+        "seconds": round(time.perf_counter() - t, 1),  # this process's: less when it resumed
+        "resumed": resumed,
     }
     out["after_sft"] = _evaluate(args, model, tok, "after_sft", generator=_synced(engine, model))
     model.save_pretrained(_dir(args) / "sft")

@@ -208,7 +208,8 @@ def test_learning_benchmark_trains_here_and_evaluates_later(tmp_path):
 @pytest.mark.timeout(600)
 def test_an_interrupted_learning_arm_resumes_from_its_checkpoint(tmp_path):
     """An arm checkpoints every step; run again, it continues from its newest complete checkpoint (not from the
-    warm start) with the wall-clock budget it had left, and its record counts every step and second."""
+    warm start) with the wall-clock budget it had left, and its record counts every step and second. ``prepare``
+    run again keeps its plain evaluation and its (here finished) warm start."""
     pytest.importorskip("trl")
     script = REPO / "benchmarks" / "learning.py"
     common = ["--smoke", "--backend", "hf", "--workdir", str(tmp_path), "--no-eval", "--minutes", "10"]
@@ -220,6 +221,12 @@ def test_an_interrupted_learning_arm_resumes_from_its_checkpoint(tmp_path):
         return done
 
     run("prepare")
+    start = json.loads((tmp_path / "synthetic" / "start.json").read_text())
+    assert not start["sft"]["resumed"] and (tmp_path / "synthetic" / "sft-progress.pt").is_file()
+    run("prepare")  # again (as after a kill): the plain evaluation and the finished warm start are reused
+    again = json.loads((tmp_path / "synthetic" / "start.json").read_text())
+    assert again["sft"]["resumed"] and again["sft"]["losses"] == start["sft"]["losses"]
+    assert again["plain"] == start["plain"]
     run("train", "grpo", "--max-steps", "1")
     arm = tmp_path / "synthetic" / "grpo"
     first = json.loads((tmp_path / "synthetic" / "grpo.json").read_text())["train"]

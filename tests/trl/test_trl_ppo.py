@@ -228,3 +228,63 @@ def test_warm_start_names_turns_longer_than_the_rollouts_turn_limit(capsys):
     said = run(longest - 1)
     assert "warning:" in said and f"at least {longest}" in said
     assert "warning" not in run(longest)
+
+
+def test_sft_warm_start_killed_and_resumed_ends_as_an_uninterrupted_one(tmp_path, monkeypatch):
+    """A warm start with a progress file, killed after its 5th step and called again (a fresh process's model):
+    the same adapter and losses as one run through; once finished it returns at once; a file of another warm
+    start is refused."""
+    from agentr1_trl import sft
+    from peft import get_peft_model
+
+    from agentr1_gym.errors import ConfigError
+
+    tok = tiny_tokenizer()
+    samples = sft.oracle_samples("AgentR1/SyntheticMultihop-v0", range(10), tok, env_kwargs={"max_hops": 1})
+
+    def model():
+        torch.manual_seed(3)
+        return get_peft_model(
+            tiny_model(tok, hidden_size=32, seed=1),
+            LoraConfig(r=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.1),
+        )
+
+    def run(m, **kw):
+        return sft.warm_start(
+            m, tok, samples, epochs=3, lr=5e-3, batch_size=3, micro_batch_size=1, progress=False, **kw
+        )
+
+    def adapter(m):
+        return {k: v.detach().clone() for k, v in m.named_parameters() if v.requires_grad}
+
+    whole = model()
+    whole_losses = run(whole)
+    progress = tmp_path / "warm-start.pt"
+    real, calls = sft._masked_nll, []
+
+    def killed_after_five_steps(*a, **kw):
+        if len(calls) == 5 * 3:  # micro-batches of one sample: 3 per step
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(sft, "_masked_nll", killed_after_five_steps)
+    with pytest.raises(KeyboardInterrupt):
+        run(model(), checkpoint=progress, checkpoint_every=2)
+    assert progress.is_file()
+    monkeypatch.setattr(sft, "_masked_nll", real)
+    resumed = model()
+    assert run(resumed, checkpoint=progress, checkpoint_every=2) == pytest.approx(whole_losses)
+    for k, v in adapter(whole).items():
+        assert torch.allclose(adapter(resumed)[k], v, atol=1e-6), k
+    # finished: the result loads, nothing trains
+    monkeypatch.setattr(
+        sft, "_masked_nll", lambda *a, **kw: pytest.fail("a finished warm start trained again")
+    )
+    again = model()
+    assert run(again, checkpoint=progress, checkpoint_every=2) == pytest.approx(whole_losses)
+    assert all(torch.equal(adapter(again)[k], v) for k, v in adapter(resumed).items())
+    with pytest.raises(ConfigError, match="other samples or settings"):
+        sft.warm_start(
+            model(), tok, samples, epochs=3, lr=1e-3, batch_size=3, progress=False, checkpoint=progress
+        )

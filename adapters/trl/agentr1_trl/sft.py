@@ -8,7 +8,10 @@ trainable (with peft: the LoRA adapter only).
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -99,6 +102,8 @@ def warm_start(
     progress: bool = True,
     bf16: bool = False,
     bf16_base: bool | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 10,
 ) -> list[float]:
     """Masked-NLL training on the samples; returns the mean loss of each epoch.
 
@@ -108,6 +113,12 @@ def warm_start(
     RL update runs where :func:`agentr1_trl.hardware.update_precision` chooses it. ``bf16_base``: with ``bf16``,
     the frozen base's weights stored in bf16, in place (:func:`agentr1_trl.models.bf16_frozen_base`); None (the
     default): on a CPU, as the RL trainer's ``bf16_base`` does.
+
+    ``checkpoint``: a file the progress is saved to (atomically) every ``checkpoint_every`` optimizer steps and at
+    the end: the trainable parameters, the optimizer's state, the epoch's sample order and position, the losses so
+    far and the random states. Called again with that file (after a kill), the warm start resumes where it was
+    saved and ends as an uninterrupted one would (tested); once finished, it loads the result and returns at once.
+    A file made with other samples or settings is refused (ConfigError): delete it to start over.
     """
     from tqdm.auto import tqdm
 
@@ -116,24 +127,36 @@ def warm_start(
     ]  # a sample without assistant tokens has no loss (NaN)
     if not samples:
         raise ValueError("no sample has assistant tokens to train on")
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not named:
         raise ValueError("the model has no trainable parameters (wrap it with peft or unfreeze some)")
     micro = max(1, min(micro_batch_size or batch_size, batch_size))
-    optimizer = torch.optim.AdamW(params, lr=lr)
+    optimizer = torch.optim.AdamW([p for _, p in named], lr=lr)
     device = next(model.parameters()).device
     if stores_base_in_bf16(bf16, bf16_base, device.type):
         bf16_frozen_base(model)
     pad = tokenizer.pad_token_id
     gen = torch.Generator().manual_seed(seed)
     model.train()
-    history = []
+    history: list[float] = []
     steps_per_epoch = -(-len(samples) // batch_size)
-    bar = tqdm(total=epochs * steps_per_epoch, desc="warm start", unit="step", disable=not progress)
-    for _ in range(epochs):
-        order = torch.randperm(len(samples), generator=gen).tolist()
-        losses = []
-        for start in range(0, len(order), batch_size):
+    fingerprint = _fingerprint(samples, epochs, lr, batch_size, micro, seed, bf16)
+    saved = _load_progress(checkpoint, fingerprint, named, optimizer, gen)
+    first_epoch, resume_at, resume_order, resume_losses = 0, 0, None, []
+    if saved is not None:
+        history, first_epoch = saved["history"], saved["epoch"]
+        resume_at, resume_order, resume_losses = saved["position"], saved["order"], saved["losses"]
+    done = first_epoch * steps_per_epoch + -(-resume_at // batch_size)
+    bar = tqdm(
+        total=epochs * steps_per_epoch, initial=done, desc="warm start", unit="step", disable=not progress
+    )
+    for epoch in range(first_epoch, epochs):
+        if resume_order is not None:
+            order, losses, first = resume_order, resume_losses, resume_at
+            resume_order = None
+        else:
+            order, losses, first = torch.randperm(len(samples), generator=gen).tolist(), [], 0
+        for start in range(first, len(order), batch_size):
             batch = [samples[i] for i in order[start : start + batch_size]]
             total = sum(sum(s.action_mask) for s in batch) or 1
             optimizer.zero_grad()
@@ -147,12 +170,68 @@ def warm_start(
                 step_loss += loss.item()
             optimizer.step()
             losses.append(step_loss)
+            done += 1
             bar.update(1)
             bar.set_postfix(loss=f"{step_loss:.3f}")
+            if checkpoint is not None and done % checkpoint_every == 0 and start + batch_size < len(order):
+                _save_progress(checkpoint, fingerprint, named, optimizer, gen, history=history, epoch=epoch,
+                               position=start + batch_size, order=order, losses=losses)  # fmt: skip
         history.append(sum(losses) / len(losses))
+    if checkpoint is not None and (saved is None or saved["epoch"] < epochs):
+        _save_progress(checkpoint, fingerprint, named, optimizer, gen, history=history, epoch=epochs, position=0,
+                       order=None, losses=[])  # fmt: skip
     bar.close()
     model.eval()
     return history
+
+
+def _fingerprint(samples: Sequence[Sample], *settings: Any) -> str:
+    """What a saved warm start must have been made with: the samples (their tokens and masks) and the settings."""
+    digest = hashlib.sha256(repr(settings).encode())
+    for s in samples:
+        digest.update(repr((s.prompt_ids, s.completion_ids, s.action_mask)).encode())
+    return digest.hexdigest()
+
+
+def _save_progress(path: Any, fingerprint: str, named: list, optimizer: Any, gen: Any, **where: Any) -> None:
+    state = {
+        "fingerprint": fingerprint,
+        "params": {n: p.detach().cpu().clone() for n, p in named},
+        "optimizer": optimizer.state_dict(),
+        "generator": gen.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        **where,
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)  # a kill mid-save leaves the previous file whole
+
+
+def _load_progress(
+    path: Any, fingerprint: str, named: list, optimizer: Any, gen: Any
+) -> dict[str, Any] | None:
+    """The saved progress (parameters, optimizer and random states restored), or None without a file."""
+    if path is None or not Path(path).is_file():
+        return None
+    try:
+        state = torch.load(path, weights_only=False)
+    except Exception as exc:  # a truncated or foreign file: say which, do not train over it
+        raise ConfigError(
+            f"{path}: not a warm start's progress file ({exc}); delete it to start over"
+        ) from None
+    if state.get("fingerprint") != fingerprint:
+        raise ConfigError(
+            f"{path} is the progress of a warm start with other samples or settings; delete it to start over"
+        )
+    with torch.no_grad():
+        for n, p in named:
+            p.copy_(state["params"][n].to(p.device))
+    optimizer.load_state_dict(state["optimizer"])
+    gen.set_state(state["generator"])
+    torch.set_rng_state(state["torch_rng"])
+    return state
 
 
 def _masked_nll(model: Any, batch: Sequence[Sample], pad: int, device: Any) -> torch.Tensor:
@@ -188,11 +267,13 @@ def oracle_warm_start(
     bf16: bool = False,
     bf16_base: bool | None = None,
     max_new_tokens: int | None = None,
+    checkpoint: str | os.PathLike | None = None,
 ) -> list[float]:
     """Fit ``model`` (a peft model: its adapter trains) to ``episodes`` oracle transcripts of the env (seeds
     ``seed``+, masked NLL, :mod:`agentr1_trl.sft`); the loss per epoch. A ConfigError for an env without an
     oracle. ``max_new_tokens``: the rollouts' turn limit; a warning names it when oracle turns are longer (the
-    warm start would teach turns the rollouts cut off)."""
+    warm start would teach turns the rollouts cut off). ``checkpoint``: :func:`warm_start`'s progress file (a
+    killed warm start called again resumes from it)."""
     try:
         samples = oracle_samples(env_id, range(seed, seed + episodes), tokenizer, env_kwargs=env_kwargs)
     except (AttributeError, NoOracleError) as exc:
@@ -220,4 +301,5 @@ def oracle_warm_start(
         progress=progress,
         bf16=bf16,
         bf16_base=bf16_base,
+        checkpoint=checkpoint,
     )
