@@ -1,18 +1,15 @@
 """Attention without a mask for rows that need none: the update's forward passes over causal rows.
 
 A row of the update is a prompt and a completion, and a micro-batch of them is padded: prompts on the left,
-completions on the right. transformers then hands PyTorch's attention an explicit mask, and every kernel is
-slower with one. On a CPU the flash-attention kernel computes every block of a masked score matrix, where
-``is_causal`` lets it skip the blocks above the diagonal; with a mask, transformers also copies the grouped keys
-and values out to every query head (``repeat_kv``). Measured on a 2-core AVX512-BF16 EPYC, one thread, bf16,
-forward and backward of 2 rows x 9 heads x 2,048 tokens: 336 ms with ``is_causal`` against 558 ms with the same
-causal pattern as a mask (``benchmarks/results/causal_rows.json`` has the whole update).
+completions on the right. transformers then hands PyTorch's attention an explicit mask. With one, the CPU
+flash-attention kernel computes every block of the score matrix, where ``is_causal`` lets it skip the key blocks
+above the diagonal, and transformers copies the grouped keys and values out to every query head (``repeat_kv``).
 
-Most micro-batches need no mask at all. When no row's prompt is padded (a micro-batch of one GRPO group, trimmed
-to its rows, :func:`~agentr1_trl.forward.regroup_micro_batches`) and every completion is padded only after its
-last real token (TRL's completion mask: ones up to the end of the turn, then zeros), each real token attends to
-exactly the tokens before it: padding comes after every real token of its row, so causality alone excludes it.
-The padding positions' own outputs are junk no loss reads.
+Many passes need no mask at all. When no row's prompt is padded (a micro-batch of one GRPO group, trimmed to its
+rows, :func:`~agentr1_trl.forward.regroup_micro_batches`) and every completion is padded only after its last real
+token (TRL's completion mask: ones up to the end of the turn, then zeros), each real token attends to exactly the
+tokens before it: padding comes after every real token of its row, so causality alone excludes it. The padding
+positions' own outputs are junk no loss reads.
 
 :func:`causal_rows` runs a model's forward passes in that case through :func:`causal_rows_attention`, which
 ignores the mask and asks the kernel for ``is_causal``. Queries that continue a cache (each row's completion on
@@ -50,8 +47,8 @@ KEY_BLOCK = 512
 def zero_queries_pay(queries: int, keys: int) -> bool:
     """Whether ``queries`` continuing a cache (``keys`` in all) cost less as a causal square with zero queries in
     front (each of ``keys`` rows about ``position + KEY_BLOCK / 2`` keys: ``keys * (keys + KEY_BLOCK) / 2``) than
-    masked (every query against every key block). Measured on a CPU, SmolLM2's update: 2 rows of 512 + 1,536
-    tokens 20.1 -> 16.1-16.8 s a pass with them, 4 rows of 300 + 200 tokens 3.1 -> 4.4 s (so those keep the mask)."""
+    masked (every query against every key block). Short rows do not: a first version without this rule made the
+    main job's update slower (``benchmarks/results/step_cost_causal_rows.json`` says by how much)."""
     blocks = -(-keys // KEY_BLOCK) * KEY_BLOCK
     return keys * (keys + KEY_BLOCK) / 2 < queries * blocks
 
