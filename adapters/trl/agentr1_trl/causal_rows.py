@@ -22,6 +22,7 @@ rows, or a short continuation of a long cache), the pass keeps the mask.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -102,11 +103,12 @@ def causal_rows_attention(
     return out[:, :, ahead:].transpose(1, 2).contiguous(), None
 
 
+@functools.cache
 def _register() -> None:
+    """Register :func:`causal_rows_attention` with transformers, once per process."""
     from transformers import AttentionInterface
 
-    if CAUSAL_ROWS_ATTENTION not in AttentionInterface._global_mapping:
-        AttentionInterface.register(CAUSAL_ROWS_ATTENTION, causal_rows_attention)
+    AttentionInterface.register(CAUSAL_ROWS_ATTENTION, causal_rows_attention)
 
 
 def _full_attention(config: Any) -> bool:
