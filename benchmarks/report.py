@@ -691,6 +691,14 @@ def _gpu_step(data: dict[str, Any]) -> str:
 BFCL_ARMS = {"grpo": "GRPO", "grpo-gigpo": "GiGPO"}
 
 
+def _bfcl_arm(run: str) -> str:
+    """A BFCL run's label: the arm's name, with its training seed where it is not 0 (``grpo-gigpo-seed1`` ->
+    ``GiGPO, seed 1``)."""
+    seed = _seed_of(run)
+    arm = run.removesuffix(seed)
+    return BFCL_ARMS.get(arm, arm) + (f", seed {seed.removeprefix('-seed')}" if seed else "")
+
+
 def _turns_passed(r: dict[str, Any]) -> str:
     """BFCL's per-user-turn pass rate of an evaluation, as a parenthesis (empty where it was not recorded)."""
     return f" (user turns passed {r['turns_passed']:.3f})" if "turns_passed" in r else ""
@@ -712,7 +720,7 @@ def _cheaper_step_bfcl(data: dict[str, Any]) -> str:
         per_step = train.get("per_step_s") or {}
         ratio = after["turns_passed"] / start["turns_passed"] if start["turns_passed"] else float("inf")
         old = ((before.get("runs") or {}).get(name) or {}).get("train") or {}
-        rows.append([BFCL_ARMS.get(name, name), f"{after['turns_passed']:.1%}", f"{ratio:.2f}x", _rate(after),
+        rows.append([_bfcl_arm(name), f"{after['turns_passed']:.1%}", f"{ratio:.2f}x", _rate(after),
                      train.get("steps"), train.get("steps_per_minute"), per_step.get("total"),
                      per_step.get("generation"), per_step.get("update"), old.get("steps_per_minute", "")])  # fmt: skip
     if rows:
@@ -778,7 +786,7 @@ def _bfcl_learning(t: dict[str, Any]) -> str:
     for algo, run in t.get("runs", {}).items():
         train = run.get("train") or {}
         minutes = f", {train['wall_s'] / 60:.0f} min" if train.get("wall_s") else ""
-        name = BFCL_ARMS.get(algo, algo)
+        name = _bfcl_arm(algo)
         row(name, run.get("after") or {}, f"{train.get('steps', '')}{minutes}", run.get("device", "cpu"),
             run.get("after_device", run.get("device", "cpu")))  # fmt: skip
     header = ["policy", "success", "95% interval", "user turns passed", "format-valid", "turns", "tasks",
@@ -1157,22 +1165,30 @@ def headline_rows() -> list[list[str]]:
         t = _load("learning_cheaper_step_bfcl")["tasks"]["bfcl"]
         runs = {name: run for name, run in t["runs"].items() if run.get("after")}
         start = t["start"]["after_sft"]
-        if runs:
+        if runs and start["turns_passed"]:
+            arms = sorted({n.removesuffix(_seed_of(n)) for n in runs}, key=lambda a: (a not in BFCL_ARMS, a))
+            seeds = sorted({_seed_of(n).replace("-seed", "") or "0" for n in runs})
+            base = start["turns_passed"]
+
+            def of(arm: str) -> list[float]:
+                names = sorted(n for n in runs if n.removesuffix(_seed_of(n)) == arm)
+                return [runs[n]["after"]["turns_passed"] for n in names]
+
             rates = "; ".join(
-                f"{BFCL_ARMS.get(n, n)} {r['after']['turns_passed']:.1%} "
-                f"({r['after']['turns_passed'] / start['turns_passed']:.2f}x)"
-                if start["turns_passed"] else f"{BFCL_ARMS.get(n, n)} {r['after']['turns_passed']:.1%}"
-                for n, r in sorted(runs.items())
+                f"{_bfcl_arm(arm)} {', '.join(f'{x:.1%}' for x in of(arm))} "
+                f"({', '.join(f'{x / base:.2f}x' for x in of(arm))})"
+                for arm in arms
             )  # fmt: skip
+            solved = max(r["after"]["success"] for r in runs.values())
             per_minute = [run["train"]["steps_per_minute"] for run in runs.values()]
             minutes = max(run["settings"]["minutes"] for run in runs.values())
             rows.append([
                 "[BFCL base, the cheaper step](docs/results/learning_cheaper_step_bfcl.md)",
                 f"user turns passed (BFCL's checker) {start['turns_passed']:.1%} after the warm start; {rates} "
-                f"(x its warm start); tasks solved: warm start {start['success']:.3f}, "
-                + ", ".join(f"{BFCL_ARMS.get(n, n)} {r['after']['success']:.3f}" for n, r in sorted(runs.items())),
-                f"{len(runs)} runs, {minutes:.0f} min of training each, {min(per_minute):.2f}-{max(per_minute):.2f} steps a "
-                f"minute on one core each; {start['episodes']} held-out tasks, greedy",
+                f"(training seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}; x its warm start); tasks solved: "
+                f"{start['success']:.3f} after the warm start, at most {solved:.3f} after RL",
+                f"{len(runs)} runs, {minutes:.0f} min of training each, {min(per_minute):.2f}-{max(per_minute):.2f} "
+                f"steps a minute on one core each; {start['episodes']} held-out tasks, greedy",
             ])  # fmt: skip
     if (RESULTS / "context_update.json").is_file():
         every = _load("context_update")["runs"]
