@@ -168,6 +168,11 @@ def test_users_speak_several_times_and_the_rollout_renders_them_as_user_turns():
     assert question[1][0]["content"] in masked and "<|im_start|>user" in masked
     acted = tok.decode([t for t, m in zip(traj.completion_ids, traj.action_mask) if m == 1])
     assert question[1][0]["content"] not in acted
+    # a turn that ends a user turn in plain text ("Done.") ends with EOS, as a sampler ends it: a warm start on
+    # these turns teaches the model to stop there (without it, the model learnt "Done.\n</tool_call>")
+    plain = [ids for ids in gen.history if not tok.decode(ids).rstrip().endswith("</tool_call>")]
+    assert plain and all(ids[-1] == tok.eos_token_id for ids in plain)
+    assert sum(traj.completion_ids[e] == tok.eos_token_id for e in traj.turn_ends) == len(plain)
 
 
 @pytest.mark.slow

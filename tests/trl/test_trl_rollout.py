@@ -207,3 +207,24 @@ def test_one_factory_decides_the_backend(tok, monkeypatch):
         factory.make_generator(model, tok, factory.GenerationSettings(backend="vllm"))
     with pytest.raises(ConfigError, match="must be one of"):
         factory.GenerationSettings(backend="sglang")
+
+
+def test_a_scripted_turn_ends_as_a_sampler_ends_it(tok):
+    """``add_eos="unless_stopped"`` (the oracle's): EOS after a plain-text turn, none after a turn a stop string
+    ends (a sampler stops there without EOS), so a warm start on oracle turns teaches the model to end a plain
+    reply; False and True keep their meaning, and anything else is a ConfigError."""
+    from agentr1_gym.errors import ConfigError
+
+    texts = ["Done.", '<tool_call>{"name": "f", "arguments": {}}</tool_call>', "<answer>x</answer>\n"]
+    sampling = SamplingConfig(max_new_tokens=64, stop_strings=("</tool_call>", "</answer>"))
+
+    def ends(add_eos):
+        gen = ScriptedGenerator(tok, lambda ids, i: texts[i], add_eos=add_eos)
+        return [g.ids[-1] == tok.eos_token_id for g in gen.generate([[1]] * len(texts), sampling)]
+
+    assert ends("unless_stopped") == [True, False, False]
+    assert ends(False) == [False, False, False] and ends(True) == [True, True, True]
+    no_stops = ScriptedGenerator(tok, lambda ids, i: texts[i], add_eos="unless_stopped")
+    assert no_stops.generate([[1]], SamplingConfig(max_new_tokens=64))[0].ids[-1] == tok.eos_token_id
+    with pytest.raises(ConfigError, match="add_eos"):
+        ScriptedGenerator(tok, lambda ids, i: "", add_eos="yes")

@@ -64,16 +64,13 @@ def oracle_samples(
     env_kwargs: dict[str, Any] | None = None,
     max_episode_tokens: int = 8192,
 ) -> list[Sample]:
-    """One training sample per oracle episode (per turn for templates that are not prefix-stable)."""
+    """One training sample per oracle episode (per turn for templates that are not prefix-stable). A turn that does
+    not end with a stop string (a plain-text reply that ends a user turn, as BFCL's "Done.") ends with EOS, as a
+    sampler ends it, so the warm start teaches the model to end such a turn."""
     envs = [agentr1_gym.make(env_id, **(env_kwargs or {})) for _ in seeds]
-
-    def script(prompt_ids: Sequence[int], i: int) -> str:
-        live = [e for e in envs if not e.unwrapped.done]
-        return live[i].unwrapped.oracle_action()
-
     trajs = collect_rollouts(
         envs,
-        ScriptedGenerator(tokenizer, script),
+        ScriptedGenerator.oracle(tokenizer, envs),
         tokenizer,
         seeds=list(seeds),
         sampling=SamplingConfig(max_new_tokens=4096),

@@ -3,23 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
+from agentr1_gym.errors import ConfigError
 from agentr1_gym.generation import BaseGenerator, Generation, SamplingConfig
 
 __all__ = ["ScriptedGenerator"]
 
 
 class ScriptedGenerator(BaseGenerator):
-    """Answers the ``i``-th prompt of each call with ``script(prompt_ids, i) -> text``, tokenised without special tokens (plus EOS if
-    ``add_eos``). Log-probs are 0 and not a sampler's (``provides_logprobs = False``: the trainers then skip the
+    """Answers the ``i``-th prompt of each call with ``script(prompt_ids, i) -> text``, tokenised without special tokens,
+    plus EOS if ``add_eos=True``; with ``add_eos="unless_stopped"`` plus EOS only where the text does not end with one
+    of the sampling's stop strings, which is how a sampler ends a turn (it stops at a stop string and emits no EOS, or
+    it ends the turn with EOS): turns a warm start trains on then teach the model to end a plain-text turn. Log-probs are 0 and not a sampler's (``provides_logprobs = False``: the trainers then skip the
     importance-sampling correction). It records every generation it returned in ``history``."""
 
     provides_logprobs = False
 
     def __init__(
-        self, tokenizer: Any, script: Callable[[Sequence[int], int], str], *, add_eos: bool = False
+        self,
+        tokenizer: Any,
+        script: Callable[[Sequence[int], int], str],
+        *,
+        add_eos: bool | Literal["unless_stopped"] = False,
     ) -> None:
+        if add_eos not in (True, False, "unless_stopped"):
+            raise ConfigError(f'add_eos must be True, False or "unless_stopped", got {add_eos!r}')
         self.tokenizer = tokenizer
         self.script = script
         self.add_eos = add_eos
@@ -31,10 +40,12 @@ class ScriptedGenerator(BaseGenerator):
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
         out = []
         for i, p in enumerate(prompts):
-            ids = self.tokenizer.encode(self.script(p, i), add_special_tokens=False)[
-                : sampling.max_new_tokens
-            ]
-            if self.add_eos and len(ids) < sampling.max_new_tokens:
+            text = self.script(p, i)
+            ids = self.tokenizer.encode(text, add_special_tokens=False)[: sampling.max_new_tokens]
+            eos = self.add_eos is True or (
+                self.add_eos == "unless_stopped" and not text.rstrip().endswith(tuple(sampling.stop_strings))
+            )
+            if eos and len(ids) < sampling.max_new_tokens:
                 ids.append(self.tokenizer.eos_token_id)
             self.history.append(list(ids))
             out.append(Generation(ids=list(ids)))
@@ -43,10 +54,11 @@ class ScriptedGenerator(BaseGenerator):
     @classmethod
     def oracle(cls, tokenizer: Any, envs: Sequence[Any]) -> ScriptedGenerator:
         """Plays each env's ``oracle_action()``: the ``i``-th prompt of a call belongs to the ``i``-th env whose
-        episode is still running (the order :func:`~agentr1_gym.rollout.collect_rollouts` uses)."""
+        episode is still running (the order :func:`~agentr1_gym.rollout.collect_rollouts` uses), and ends a turn
+        as a sampler would (``add_eos="unless_stopped"``)."""
 
         def script(prompt_ids: Sequence[int], i: int) -> str:
             live = [e for e in envs if not e.unwrapped.done]
             return live[i].unwrapped.oracle_action()
 
-        return cls(tokenizer, script)
+        return cls(tokenizer, script, add_eos="unless_stopped")
