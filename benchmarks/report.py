@@ -14,6 +14,7 @@ import argparse
 import ast
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -691,6 +692,11 @@ def _gpu_step(data: dict[str, Any]) -> str:
 BFCL_ARMS = {"grpo": "GRPO", "grpo-gigpo": "GiGPO"}
 
 
+def _training_seeds(runs: Iterable[str]) -> list[str]:
+    """The training seeds a set of run names covers (``grpo`` -> "0", ``grpo-seed1`` -> "1"), sorted."""
+    return sorted({_seed_of(n).replace("-seed", "") or "0" for n in runs})
+
+
 def _bfcl_arm(run: str) -> str:
     """A BFCL run's label: the arm's name, with its training seed where it is not 0 (``grpo-gigpo-seed1`` ->
     ``GiGPO, seed 1``)."""
@@ -1150,7 +1156,7 @@ def headline_rows() -> list[list[str]]:
                 )
                 for arm in arms
             )  # fmt: skip
-            seeds = sorted({_seed_of(n).replace("-seed", "") or "0" for n in runs})
+            seeds = _training_seeds(runs)
             per_minute = [run["train"]["steps_per_minute"] for run in runs.values()]
             minutes = max(run["settings"]["minutes"] for run in runs.values())
             rows.append([
@@ -1167,17 +1173,19 @@ def headline_rows() -> list[list[str]]:
         start = t["start"]["after_sft"]
         if runs and start["turns_passed"]:
             arms = sorted({n.removesuffix(_seed_of(n)) for n in runs}, key=lambda a: (a not in BFCL_ARMS, a))
-            seeds = sorted({_seed_of(n).replace("-seed", "") or "0" for n in runs})
+            seeds = _training_seeds(runs)
             base = start["turns_passed"]
-
-            def of(arm: str) -> list[float]:
-                names = sorted(n for n in runs if n.removesuffix(_seed_of(n)) == arm)
-                return [runs[n]["after"]["turns_passed"] for n in names]
-
-            rates = "; ".join(
-                f"{_bfcl_arm(arm)} {', '.join(f'{x:.1%}' for x in of(arm))} "
-                f"({', '.join(f'{x / base:.2f}x' for x in of(arm))})"
+            passed = {
+                arm: [
+                    runs[n]["after"]["turns_passed"]
+                    for n in sorted(runs)
+                    if n.removesuffix(_seed_of(n)) == arm
+                ]
                 for arm in arms
+            }
+            rates = "; ".join(
+                f"{_bfcl_arm(arm)} {', '.join(f'{x:.1%}' for x in xs)} ({', '.join(f'{x / base:.2f}x' for x in xs)})"
+                for arm, xs in passed.items()
             )  # fmt: skip
             solved = max(r["after"]["success"] for r in runs.values())
             per_minute = [run["train"]["steps_per_minute"] for run in runs.values()]

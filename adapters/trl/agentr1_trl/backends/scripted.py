@@ -12,11 +12,12 @@ __all__ = ["ScriptedGenerator"]
 
 
 class ScriptedGenerator(BaseGenerator):
-    """Answers the ``i``-th prompt of each call with ``script(prompt_ids, i) -> text``, tokenised without special tokens,
-    plus EOS if ``add_eos=True``; with ``add_eos="unless_stopped"`` plus EOS only where the text does not end with one
-    of the sampling's stop strings, which is how a sampler ends a turn (it stops at a stop string and emits no EOS, or
-    it ends the turn with EOS): turns a warm start trains on then teach the model to end a plain-text turn. Log-probs are 0 and not a sampler's (``provides_logprobs = False``: the trainers then skip the
-    importance-sampling correction). It records every generation it returned in ``history``."""
+    """Answers the ``i``-th prompt of each call with ``script(prompt_ids, i) -> text``, tokenised without special
+    tokens. ``add_eos=True`` appends EOS to every turn; ``add_eos="unless_stopped"`` only to a turn that does not end
+    with one of the sampling's stop strings, as a sampler ends a turn (it stops at a stop string without EOS, or ends
+    the turn with EOS), so a warm start on such turns teaches the model to end a plain-text reply. Log-probs are 0
+    and not a sampler's (``provides_logprobs = False``: the trainers then skip the importance-sampling correction).
+    It records every generation it returned in ``history``."""
 
     provides_logprobs = False
 
