@@ -417,6 +417,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         plain = _evaluate(
             args, model, tok, "plain", episodes=args.plain_episodes, generator=_synced(engine, model)
         )
+        plain["device"] = device_name(args)  # (a prepare on another machine may reuse it from plain.json)
         done_plain.parent.mkdir(parents=True, exist_ok=True)
         done_plain.write_text(json.dumps({"asked": asked, "result": plain}, indent=2))
     progress = _dir(args) / "sft-progress.pt"  # a killed prepare run again resumes its warm start from here

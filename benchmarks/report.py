@@ -57,6 +57,10 @@ SCRIPTS = {
     "step_credit": ("learning.py", "Step-level credit: GiGPO, per-turn RLOO and step-level PPO"),
     "learning_cheaper_step": ("learning.py", "The step-credit worlds again, with the cheaper RL step"),
     "learning_cheaper_step_bfcl": ("learning.py", "BFCL base again, with the cheaper RL step"),
+    "learning_cheaper_step_bfcl_fixed": (
+        "learning.py",
+        "BFCL base with the cheaper RL step, from the fixed warm start (plain turns end with EOS)",
+    ),
     "lr_selection": ("learning.py", "Learning-rate selection on validation seeds"),
     "table3": ("table3.py", "Table 3 of the paper in miniature"),
     "retrieval": ("retrieval.py", "Retrieval backends against rank_bm25 and Pyserini"),
@@ -690,6 +694,11 @@ def _gpu_step(data: dict[str, Any]) -> str:
 
 #: how BFCL's learning runs are named in its tables and README row
 BFCL_ARMS = {"grpo": "GRPO", "grpo-gigpo": "GiGPO"}
+#: BFCL's learning results with the cheaper step, each a README row: before and after the warm start's EOS fix
+BFCL_CHEAPER_ROWS = {
+    "learning_cheaper_step_bfcl": "BFCL base, the cheaper step",
+    "learning_cheaper_step_bfcl_fixed": "BFCL base, the cheaper step, the fixed warm start",
+}
 
 
 def _training_seeds(runs: Iterable[str]) -> list[str]:
@@ -784,7 +793,7 @@ def _bfcl_learning(t: dict[str, Any]) -> str:
                      r.get("turns"), r.get("episodes"), steps, trained, evaluated])  # fmt: skip
 
     if start.get("plain"):
-        row("prompted", start["plain"], evaluated=where)
+        row("prompted", start["plain"], evaluated=start["plain"].get("device", where))
     if start.get("after_sft"):
         sft = start.get("sft", {})
         row(f"warm start ({sft.get('episodes')} transcripts x {sft.get('epochs')} epochs)", start["after_sft"],
@@ -1000,6 +1009,7 @@ HIGHLIGHTS = {
     "step_credit": _step_credit,
     "learning_cheaper_step": _cheaper_step,
     "learning_cheaper_step_bfcl": _cheaper_step_bfcl,
+    "learning_cheaper_step_bfcl_fixed": _cheaper_step_bfcl,
 }
 
 
@@ -1167,8 +1177,10 @@ def headline_rows() -> list[list[str]]:
                 "steps a minute on one core each"
                 + ("; the catalog with knock-off listings" if task == "webshop" else ""),
             ])  # fmt: skip
-    if (RESULTS / "learning_cheaper_step_bfcl.json").is_file():
-        t = _load("learning_cheaper_step_bfcl")["tasks"]["bfcl"]
+    for stem, label in BFCL_CHEAPER_ROWS.items():
+        if not (RESULTS / f"{stem}.json").is_file():
+            continue
+        t = _load(stem)["tasks"]["bfcl"]
         runs = {name: run for name, run in t["runs"].items() if run.get("after")}
         start = t["start"]["after_sft"]
         if runs and start["turns_passed"]:
@@ -1188,13 +1200,15 @@ def headline_rows() -> list[list[str]]:
                 for arm, xs in passed.items()
             )  # fmt: skip
             solved = max(r["after"]["success"] for r in runs.values())
+            formats = [r["after"]["format_ok"] for r in runs.values()]
             per_minute = [run["train"]["steps_per_minute"] for run in runs.values()]
             minutes = max(run["settings"]["minutes"] for run in runs.values())
             rows.append([
-                "[BFCL base, the cheaper step](docs/results/learning_cheaper_step_bfcl.md)",
+                f"[{label}](docs/results/{stem}.md)",
                 f"user turns passed (BFCL's checker) {start['turns_passed']:.1%} after the warm start; {rates} "
                 f"(training seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}; x its warm start); tasks solved: "
-                f"{start['success']:.3f} after the warm start, at most {solved:.3f} after RL",
+                f"{start['success']:.3f} after the warm start, at most {solved:.3f} after RL; format-valid "
+                f"{start['format_ok']:.3f} after the warm start, {min(formats):.3f}-{max(formats):.3f} after RL",
                 f"{len(runs)} runs, {minutes:.0f} min of training each, {min(per_minute):.2f}-{max(per_minute):.2f} "
                 f"steps a minute on one core each; {start['episodes']} held-out tasks, greedy",
             ])  # fmt: skip
