@@ -17,7 +17,8 @@ train split, evaluate on the dev split: disjoint questions). Every run starts fr
    ablation), ``grpo-ds`` (GRPO with dynamic sampling on the outcome) or a step-level credit arm (``grpo-gigpo``,
    ``grpo-turnrloo``, ``ppo-step``: :mod:`agentr1_trl.advantages`) from the warm-started adapter for
    ``--minutes`` of wall-clock time (training seeds 0+; ``--seed N`` other than 0 makes the run ``ALGO-seedN``,
-   beside the seed-0 one), then the same evaluation; for PPO also
+   beside the seed-0 one, and ``--train-top-layers K`` makes it ``ALGO-topK``, beside the arm that trains every
+   layer), then the same evaluation; for PPO also
    value-guided decoding (``--vg-n`` candidates per turn) against plain sampling on the first ``--vg-episodes``
    held-out seeds, same checkpoint. Per-step wall time is split into generation, env, scoring and update (the
    trainer's own ``time/*`` metrics). Rollouts and evaluations run on vLLM (``--backend``), the update without
@@ -469,7 +470,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     env_id, train_kwargs, _ = task_spec(args)
     base, tok = _policy(args)
     model = PeftModel.from_pretrained(base, str(_dir(args) / "sft"), is_trainable=True)
-    name = run_name(algo, args.seed)
+    name = run_name(algo, args.seed, args.train_top_layers)
     out_dir = _dir(args) / name
     # an interrupted arm resumes from its newest complete checkpoint, with the wall-clock budget it had left
     # there (steps after that checkpoint were lost, so their time does not count)
@@ -636,7 +637,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
 def evaluate_saved(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate the adapter a ``train --no-eval`` run saved and add the figures to its ``ALGO.json`` as ``after``
     (the run's training may have been on another machine: ``after_device`` says what evaluated it)."""
-    name = run_name(algo, args.seed)
+    name = run_name(algo, args.seed, args.train_top_layers)
     path = _dir(args) / f"{name}.json"
     if not path.exists():
         raise SystemExit(f"{path} does not exist: run `learning.py train {algo} --no-eval` first")
@@ -678,10 +679,11 @@ class WallClock:
         os.replace(tmp, self.path)
 
 
-def run_name(algo: str, seed: int) -> str:
-    """A run's name in the work dir: the algorithm, with ``-seedN`` for a training seed other than 0 (a second
-    seed of the same arm is a run of its own beside the first)."""
-    return algo if seed == 0 else f"{algo}-seed{seed}"
+def run_name(algo: str, seed: int, top_layers: int = 0) -> str:
+    """A run's name in the work dir: the algorithm, with ``-topK`` when RL trains only the top K layers and
+    ``-seedN`` for a training seed other than 0 (``grpo-top10-seed1``): each is a run of its own beside the arm
+    that trains every layer at seed 0, so a comparison shares one warm start and one report."""
+    return algo + (f"-top{top_layers}" if top_layers else "") + (f"-seed{seed}" if seed else "")
 
 
 def report(args: argparse.Namespace) -> dict[str, Any]:
@@ -700,7 +702,11 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
             continue
         entry = {"start": json.loads((d / "start.json").read_text()), "runs": {}}
         for algo in ALGOS:
-            for path in [d / f"{algo}.json", *sorted(d.glob(f"{algo}-seed*.json"))]:
+            for path in [
+                d / f"{algo}.json",
+                *sorted(d.glob(f"{algo}-seed*.json"), key=lambda p: p.stem),
+                *sorted(d.glob(f"{algo}-top*.json"), key=lambda p: p.stem),  # grpo-top10, grpo-top10-seed1
+            ]:
                 if path.exists():
                     entry["runs"][path.stem] = json.loads(path.read_text())
         result["tasks"][task] = entry

@@ -61,6 +61,10 @@ SCRIPTS = {
         "learning.py",
         "BFCL base with the cheaper RL step, from the fixed warm start (plain turns end with EOS)",
     ),
+    "learning_shop_top_layers": (
+        "learning.py",
+        "The shop with the cheaper step: RL on the top third of the layers against every layer",
+    ),
     "lr_selection": ("learning.py", "Learning-rate selection on validation seeds"),
     "table3": ("table3.py", "Table 3 of the paper in miniature"),
     "retrieval": ("retrieval.py", "Retrieval backends against rank_bm25 and Pyserini"),
@@ -552,6 +556,48 @@ def _cheaper_step(data: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def _every_layer_arm(name: str) -> str:
+    """The run that trains every layer at the same training seed as ``name`` (``grpo-top10-seed1`` ->
+    ``grpo-seed1``); ``name`` itself when it trains every layer."""
+    seed = _seed_of(name)
+    head, sep, tail = name.removesuffix(seed).rpartition("-top")
+    return (head if sep and head and tail.isdigit() else name.removesuffix(seed)) + seed
+
+
+def _top_layers(data: dict[str, Any]) -> str:
+    """The cheaper-step tables, then learning per CPU-minute: each run's step rate and update cost, its held-out
+    success against its warm start, the success it gained per 10 minutes of RL (one core per run), and each top-K run
+    against the run that trains every layer at its training seed (difference, two-proportion z)."""
+    parts = [_cheaper_step(data)]
+    for task, t in data["tasks"].items():
+        start = (t.get("start") or {}).get("after_sft") or {}
+        runs = {name: run for name, run in t.get("runs", {}).items() if run.get("after")}
+        rows = []
+        for name, run in runs.items():
+            after, train = run["after"], run.get("train") or {}
+            per_step, minutes = train.get("per_step_s") or {}, train.get("wall_s", 0.0) / 60
+            every = (runs.get(_every_layer_arm(name)) or {}).get("after")
+            own = every is None or every is after
+            top = run["settings"].get("train_top_layers") or 0
+            rows.append([
+                name, _seed_of(name).removeprefix("-seed") or "0", f"top {top}" if top else "all",
+                train.get("steps"), train.get("steps_per_minute"), per_step.get("update"),
+                per_step.get("generation"), _rate(after), f"{_against_start(after, start)[0]:.2f}x",
+                f"{10 * (after['success'] - start['success']) / minutes:+.3f}" if minutes else "",
+                "" if own else f"{after['success'] - every['success']:+.3f}",
+                "" if own else f"{two_proportion_z(after, every):+.1f}",
+            ])  # fmt: skip
+        if not rows or not start:
+            continue
+        header = ["run", "training seed", "layers RL trains", "RL steps", "steps a minute", "update s/step",
+                  "generation s/step", "success [95% CI]", "of its warm start",
+                  "success gained per 10 RL minutes", "vs every layer", "z vs every layer"]  # fmt: skip
+        parts.append(
+            f"#### {task}: learning per CPU-minute, by the layers RL trains\n\n" + _table(header, rows)
+        )
+    return "\n\n".join(parts)
+
+
 def _context_learning(data: dict[str, Any]) -> str:
     """The learning tables, then each run under a context policy (``TASK@CONTEXT``) beside the same arm and
     training seed with the whole chat (``TASK``): success, its ratio to the run's own warm start, whether the two
@@ -690,6 +736,42 @@ def _gpu_step(data: dict[str, Any]) -> str:
         )
     parts += [f"* {note}" for note in data.get("notes") or []]
     return "\n\n".join(parts)
+
+
+def _top_layers_rows(data: dict[str, Any]) -> list[list[Any]]:
+    """README rows of ``learning_shop_top_layers.json``: each arm's held-out success at each training seed (x its
+    warm start) and its step rate, the arm that trains every layer first."""
+    rows = []
+    for t in data["tasks"].values():
+        runs = {name: run for name, run in t["runs"].items() if run.get("after")}
+        start = t["start"]["after_sft"]
+        if not runs or not start.get("success"):
+            continue
+        arms: dict[str, list[str]] = {}
+        for name in sorted(runs, key=lambda n: (n.removesuffix(_seed_of(n)), _seed_of(n))):
+            arms.setdefault(name.removesuffix(_seed_of(name)), []).append(name)
+
+        tops = {arm: runs[names[0]]["settings"].get("train_top_layers") or 0 for arm, names in arms.items()}
+        label = {arm: f"top {top} layers" if top else "every layer" for arm, top in tops.items()}
+        order = sorted(arms, key=lambda arm: (tops[arm], arm))
+        rates = "; ".join(
+            f"{label[arm]} " + ", ".join(f"{runs[n]['after']['success']:.3f}" for n in arms[arm])
+            + " (" + ", ".join(f"{runs[n]['after']['success'] / start['success']:.2f}x" for n in arms[arm]) + ")"
+            for arm in order
+        )  # fmt: skip
+        speed = ", ".join(
+            f"{label[arm]} " + "-".join(f"{runs[n]['train']['steps_per_minute']:.2f}" for n in arms[arm])
+            for arm in order
+        )
+        seeds = _training_seeds(runs)
+        minutes = max(run["settings"]["minutes"] for run in runs.values())
+        rows.append([
+            "[the shop, RL on the top third of the layers](docs/results/learning_shop_top_layers.md)",
+            f"`{t['start']['env']}` held-out success {start['success']:.3f} after the warm start; {rates} "
+            f"(training seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}; x its warm start)",
+            f"{len(runs)} runs, {minutes:.0f} min of training each on one core; steps a minute: {speed}",
+        ])  # fmt: skip
+    return rows
 
 
 #: how BFCL's learning runs are named in its tables and README row
@@ -1010,6 +1092,7 @@ HIGHLIGHTS = {
     "learning_cheaper_step": _cheaper_step,
     "learning_cheaper_step_bfcl": _cheaper_step_bfcl,
     "learning_cheaper_step_bfcl_fixed": _cheaper_step_bfcl,
+    "learning_shop_top_layers": _top_layers,
 }
 
 
@@ -1177,6 +1260,8 @@ def headline_rows() -> list[list[str]]:
                 "steps a minute on one core each"
                 + ("; the catalog with knock-off listings" if task == "webshop" else ""),
             ])  # fmt: skip
+    if (RESULTS / "learning_shop_top_layers.json").is_file():
+        rows.extend(_top_layers_rows(_load("learning_shop_top_layers")))
     for stem, label in BFCL_CHEAPER_ROWS.items():
         if not (RESULTS / f"{stem}.json").is_file():
             continue

@@ -380,3 +380,37 @@ def test_generation_cost_splits_a_decode_step_by_part(monkeypatch):
         "outside operators": 15.0,
     }
     assert gc.split_profile(ops, wall_ms=10.0)["outside operators"] == 0.0  # the profiler's own overlap
+
+
+def test_learning_names_a_top_layers_arm_apart_and_reports_it(tmp_path, monkeypatch):
+    """``--train-top-layers K`` makes the run ``ALGO-topK`` (``-seedN`` after it), so the arm that trains every
+    layer and the top-K one share a warm start and a work dir; the report collects both beside each other."""
+    learning = _benchmark_module(monkeypatch, "learning")
+    assert learning.run_name("grpo", 0) == "grpo" and learning.run_name("grpo", 1) == "grpo-seed1"
+    assert learning.run_name("grpo", 0, 10) == "grpo-top10"
+    assert learning.run_name("grpo-gigpo", 1, 10) == "grpo-gigpo-top10-seed1"
+    recorded = json.loads((REPO / "benchmarks" / "results" / "learning_cheaper_step.json").read_text())
+    shop = recorded["tasks"]["webshop"]
+    task_dir = tmp_path / "webshop"
+    task_dir.mkdir()
+    (task_dir / "start.json").write_text(json.dumps(shop["start"]))
+    for name in ("grpo", "grpo-seed1", "grpo-top10", "grpo-top10-seed1", "grpo-gigpo"):
+        (task_dir / f"{name}.json").write_text(
+            json.dumps(shop["runs"]["grpo-gigpo" if "gigpo" in name else "grpo"])
+        )
+    args = learning.build_parser().parse_args(["report", "--workdir", str(tmp_path)])
+    args.json = args.plot = None
+    result = learning.report(args)
+    assert list(result["tasks"]["webshop"]["runs"]) == [
+        "grpo", "grpo-seed1", "grpo-top10", "grpo-top10-seed1", "grpo-gigpo"
+    ]  # fmt: skip
+    for name in ("grpo-top10", "grpo-top10-seed1"):  # what the report file gets from learning.py's train
+        result["tasks"]["webshop"]["runs"][name]["settings"]["train_top_layers"] = 10
+    report = _benchmark_module(monkeypatch, "report")
+    assert report._every_layer_arm("grpo-top10-seed1") == "grpo-seed1"
+    assert report._every_layer_arm("grpo-gigpo-seed1") == "grpo-gigpo-seed1"
+    del result["tasks"]["webshop"]["runs"]["grpo-gigpo"]
+    (row,) = report._top_layers_rows(result)
+    assert "every layer 0.065, 0.065 (0.93x, 0.93x); top 10 layers 0.065, 0.065" in row[1]
+    page = report._top_layers(result)
+    assert "| grpo-top10-seed1 | 1 | top 10 | 26 |" in page and "| +0.000 | +0.0 |" in page
