@@ -769,7 +769,8 @@ def _top_layers_rows(data: dict[str, Any]) -> list[list[Any]]:
             "[the shop, RL on the top third of the layers](docs/results/learning_shop_top_layers.md)",
             f"`{t['start']['env']}` held-out success {start['success']:.3f} after the warm start; {rates} "
             f"(training seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}; x its warm start)",
-            f"{len(runs)} runs, {minutes:.0f} min of training each on one core; steps a minute: {speed}",
+            f"{len(runs)} runs, {minutes:.0f} min of training each on one core of a {data['machine']['cpus']}-core "
+            f"{data['machine']['cpu_model']}; steps a minute: {speed}",
         ])  # fmt: skip
     return rows
 

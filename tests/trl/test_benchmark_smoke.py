@@ -411,6 +411,7 @@ def test_learning_names_a_top_layers_arm_apart_and_reports_it(tmp_path, monkeypa
     assert report._every_layer_arm("grpo-gigpo-seed1") == "grpo-gigpo-seed1"
     del result["tasks"]["webshop"]["runs"]["grpo-gigpo"]
     (row,) = report._top_layers_rows(result)
+    assert f"on one core of a {result['machine']['cpus']}-core" in row[2]
     assert "every layer 0.065, 0.065 (0.93x, 0.93x); top 10 layers 0.065, 0.065" in row[1]
     page = report._top_layers(result)
     assert "| grpo-top10-seed1 | 1 | top 10 | 26 |" in page and "| +0.000 | +0.0 |" in page
