@@ -40,6 +40,8 @@ ENV_KWARGS = {"split": "test", "max_turns": 8}
 SEED = 100000
 MAX_NEW_TOKENS = 64
 TEMPERATURE = 0.7
+#: the most one engine's process may take (start-up and three passes over the prompts: about 1.5 min on one core)
+ENGINE_TIMEOUT_S = 1800
 
 
 def well_formed(text: str) -> bool:
@@ -200,11 +202,14 @@ def main() -> None:
         Path(prompts_file).write_text(json.dumps({"prompts": prompts, "stops": stops}))
         engines: dict[str, Any] = {}
         for setting in ["none", *args.ngram]:
-            done = subprocess.run(
-                [sys.executable, __file__, "--adapter", args.adapter, "--core", str(args.core),
-                 "--engine", tmp, prompts_file, setting],
-                capture_output=True, text=True, check=False,
-            )  # fmt: skip
+            try:
+                done = subprocess.run(
+                    [sys.executable, __file__, "--adapter", args.adapter, "--core", str(args.core),
+                     "--engine", tmp, prompts_file, setting],
+                    capture_output=True, text=True, check=False, timeout=ENGINE_TIMEOUT_S,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                sys.exit(f"error: the engine with ngram={setting} ran past {ENGINE_TIMEOUT_S} s")
             line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
             if line is None:
                 sys.exit(f"error: the engine with ngram={setting} failed:\n{done.stderr[-2000:]}")
