@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import sys
 from collections.abc import Iterable
@@ -68,6 +69,10 @@ SCRIPTS = {
     "learning_shop_strong_start": (
         "learning.py",
         "The shop with the cheaper step, from a warm start on three times the oracle episodes",
+    ),
+    "learning_shop_strong_start_amx": (
+        "learning.py",
+        "The shop from the stronger warm start on a CPU with AMX: GiGPO and GRPO",
     ),
     "lr_selection": ("learning.py", "Learning-rate selection on validation seeds"),
     "table3": ("table3.py", "Table 3 of the paper in miniature"),
@@ -783,9 +788,17 @@ def _top_layers_rows(data: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
-def _strong_start_rows(data: dict[str, Any]) -> list[list[Any]]:
-    """README row of ``learning_shop_strong_start.json``: its warm start (and the oracle episodes it took) and each
-    GRPO run's held-out success, x that warm start, beside the earlier warm start of ``learning_shop_top_layers``."""
+#: the shop's learning results from the stronger warm start, each a README row: file stem -> the row's label
+STRONG_START_ROWS = {
+    "learning_shop_strong_start": "the shop from a warm start on three times the oracle episodes",
+    "learning_shop_strong_start_amx": "the shop from a warm start on three times the oracle episodes, on AMX",
+}
+
+
+def _strong_start_rows(data: dict[str, Any], stem: str = "learning_shop_strong_start") -> list[list[Any]]:
+    """README row of a stronger-warm-start file (:data:`STRONG_START_ROWS`): its warm start (and the oracle episodes
+    it took) and each arm's held-out success per training seed, x that warm start, beside the earlier warm start of
+    ``learning_shop_top_layers``."""
     t = data["tasks"].get("webshop") or {}
     runs = {name: run for name, run in (t.get("runs") or {}).items() if run.get("after")}
     start = (t.get("start") or {}).get("after_sft") or {}
@@ -795,19 +808,23 @@ def _strong_start_rows(data: dict[str, Any]) -> list[list[Any]]:
     if (RESULTS / "learning_shop_top_layers.json").is_file():
         before = _load("learning_shop_top_layers")["tasks"]["webshop"]["start"]
         earlier = f" (against {before['after_sft']['success']:.3f} after {before['sft']['episodes']})"
-    names = sorted(runs, key=lambda n: (_seed_of(n), n))
-    rates = ", ".join(f"{runs[n]['after']['success']:.3f}" for n in names)
-    ratios = ", ".join(f"{runs[n]['after']['success'] / start['success']:.2f}x" for n in names)
-    seeds = _training_seeds(runs)
-    speed = "-".join(f"{runs[n]['train']['steps_per_minute']:.2f}" for n in names)
+    arms = []
+    for arm in sorted({n.removesuffix(_seed_of(n)) for n in runs}, key=lambda a: (a not in BFCL_ARMS, a)):
+        names = sorted((n for n in runs if n.removesuffix(_seed_of(n)) == arm), key=_seed_of)
+        rates = ", ".join(f"{runs[n]['after']['success']:.3f}" for n in names)
+        ratios = ", ".join(f"{runs[n]['after']['success'] / start['success']:.2f}x" for n in names)
+        seeds = _training_seeds(names)
+        arms.append(f"{BFCL_ARMS.get(arm, arm)} {rates} ({ratios}; training seed{'s' if len(seeds) > 1 else ''} "
+                    f"{', '.join(seeds)}; x its warm start)")  # fmt: skip
+    speed = [run["train"]["steps_per_minute"] for run in runs.values()]
     minutes = max(run["settings"]["minutes"] for run in runs.values())
     return [[
-        "[the shop from a warm start on three times the oracle episodes](docs/results/learning_shop_strong_start.md)",
+        f"[{STRONG_START_ROWS.get(stem, stem)}](docs/results/{stem}.md)",
         f"`{t['start']['env']}` held-out success {start['success']:.3f} after the warm start on "
-        f"{t['start']['sft']['episodes']} oracle episodes{earlier}; GRPO {rates} ({ratios}; training "
-        f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}; x its warm start)",
+        f"{t['start']['sft']['episodes']} oracle episodes{earlier}; " + "; ".join(arms),
         f"{len(runs)} runs, {minutes:.0f} min of training each on one core of a {data['machine']['cpus']}-core "
-        f"{data['machine']['cpu_model']}; {speed} steps a minute",
+        f"{data['machine']['cpu_model']} ({', '.join(data['machine'].get('cpu_vector') or []) or 'no AVX2'}); "
+        f"{min(speed):.2f}-{max(speed):.2f} steps a minute",
     ]]  # fmt: skip
 
 
@@ -1013,16 +1030,15 @@ def _speculative(data: dict[str, Any]) -> str:
     ])  # fmt: skip
 
 
-def _strong_start(data: dict[str, Any]) -> str:
-    """The cheaper-step tables, then the shop's two warm starts side by side: ``learning_shop_top_layers.json``'s
-    (its every-layer GRPO runs) and this file's, each GRPO run against its own warm start."""
+def _strong_start(data: dict[str, Any], stem: str = "learning_shop_strong_start") -> str:
+    """The cheaper-step tables, then the shop's warm starts side by side: ``learning_shop_top_layers.json``'s (its
+    every-layer runs) and each stronger warm start's file (:data:`STRONG_START_ROWS`; ``stem``'s from ``data``),
+    each RL run against its own warm start."""
     parts = [_cheaper_step(data)]
-    files = (
-        {"learning_shop_top_layers": _load("learning_shop_top_layers")}
-        if (RESULTS / "learning_shop_top_layers.json").is_file()
-        else {}
-    )
-    files["learning_shop_strong_start"] = data
+    files = {name: _load(name) for name in ("learning_shop_top_layers", *STRONG_START_ROWS)
+             if name != stem and (RESULTS / f"{name}.json").is_file()}  # fmt: skip
+    files[stem] = data
+    files = {name: files[name] for name in ("learning_shop_top_layers", *STRONG_START_ROWS) if name in files}
     rows = []
     for stem, d in files.items():
         t = d["tasks"].get("webshop") or {}
@@ -1034,14 +1050,14 @@ def _strong_start(data: dict[str, Any]) -> str:
         for name, run in sorted(runs.items()):
             after, train = run["after"], run.get("train") or {}
             ratio, apart = _against_start(after, start)
-            rows.append([f"[{stem}]({stem}.md)", sft.get("episodes"), _rate(start), start.get("bought", ""),
-                         start.get("r_option", ""), name, train.get("steps"), train.get("steps_per_minute"),
-                         _rate(after), f"{ratio:.2f}x", apart])  # fmt: skip
+            rows.append([f"[{stem}]({stem}.md)", d["machine"].get("cpu_model", ""), sft.get("episodes"),
+                         _rate(start), start.get("bought", ""), start.get("r_option", ""), name, train.get("steps"),
+                         train.get("steps_per_minute"), _rate(after), f"{ratio:.2f}x", apart])  # fmt: skip
     if rows:
-        header = ["result", "oracle episodes in the warm start", "warm start success [95% CI]", "warm start bought",
-                  "warm start options right", "run", "RL steps", "steps a minute", "success [95% CI]",
-                  "of its warm start", "interval above the warm start"]  # fmt: skip
-        parts.append("#### The shop: the two warm starts and GRPO from each\n\n" + _table(header, rows))
+        header = ["result", "CPU", "oracle episodes in the warm start", "warm start success [95% CI]",
+                  "warm start bought", "warm start options right", "run", "RL steps", "steps a minute",
+                  "success [95% CI]", "of its warm start", "interval above the warm start"]  # fmt: skip
+        parts.append("#### The shop: the warm starts and RL from each\n\n" + _table(header, rows))
     return "\n\n".join(parts)
 
 
@@ -1183,6 +1199,7 @@ HIGHLIGHTS = {
     "learning_cheaper_step_bfcl_fixed": _cheaper_step_bfcl,
     "learning_shop_top_layers": _top_layers,
     "learning_shop_strong_start": _strong_start,
+    "learning_shop_strong_start_amx": functools.partial(_strong_start, stem="learning_shop_strong_start_amx"),
 }
 
 
@@ -1352,8 +1369,9 @@ def headline_rows() -> list[list[str]]:
             ])  # fmt: skip
     if (RESULTS / "learning_shop_top_layers.json").is_file():
         rows.extend(_top_layers_rows(_load("learning_shop_top_layers")))
-    if (RESULTS / "learning_shop_strong_start.json").is_file():
-        rows.extend(_strong_start_rows(_load("learning_shop_strong_start")))
+    for stem in STRONG_START_ROWS:
+        if (RESULTS / f"{stem}.json").is_file():
+            rows.extend(_strong_start_rows(_load(stem), stem))
     for stem, label in BFCL_CHEAPER_ROWS.items():
         if not (RESULTS / f"{stem}.json").is_file():
             continue

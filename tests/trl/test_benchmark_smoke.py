@@ -444,8 +444,8 @@ def test_speculative_counts_only_one_whole_tool_call_as_well_formed(monkeypatch,
 
 def test_report_renders_speculative_and_the_strong_start(monkeypatch):
     """The pages of speculative.json (speed against the plain engine, identity, well-formed share) and
-    learning_shop_strong_start.json (each GRPO run against its own warm start, both warm starts side by side),
-    and the latter's README row."""
+    learning_shop_strong_start.json (each GRPO run against its own warm start, the warm starts side by side, a second
+    stronger warm start's file on another CPU among them), and their README rows."""
     report = _benchmark_module(monkeypatch, "report")
     engine = {"engine_start_s": 9.0, "greedy_tokens_per_s": {"batch 8": 120.0, "batch 64": 170.0},
               "sampled_tokens_per_s": {"batch 8": 80.0}, "sampled_well_formed": 1.0, "sampled_mean_tokens": 31.0,
@@ -465,18 +465,39 @@ def test_report_renders_speculative_and_the_strong_start(monkeypatch):
     shop["runs"] = {n: r for n, r in shop["runs"].items() if n in ("grpo", "grpo-seed1")}
     shop["runs"]["grpo-seed1"]["after"] = {**shop["runs"]["grpo-seed1"]["after"], "success": 0.2}
     page = report._strong_start(strong)
-    assert "#### The shop: the two warm starts and GRPO from each" in page
-    assert "| [learning_shop_top_layers](learning_shop_top_layers.md) | 48 |" in page
-    assert "| [learning_shop_strong_start](learning_shop_strong_start.md) | 144 |" in page
+    assert "#### The shop: the warm starts and RL from each" in page
+    assert "| [learning_shop_top_layers](learning_shop_top_layers.md) | AMD EPYC | 48 |" in page
+    assert "| [learning_shop_strong_start](learning_shop_strong_start.md) | AMD EPYC | 144 |" in page
     assert "| grpo-seed1 | 44 | 1.450 | 0.200 [0.150, 0.261] | 2.00x | yes |" in page
     assert "| grpo | 41 | 1.360 | 0.060 [0.035, 0.102] | 0.60x | no |" in page
-    assert "grpo-top10" not in page.split("#### The shop: the two warm starts")[1]
+    assert "grpo-top10" not in page.split("#### The shop: the warm starts")[1]
     (row,) = report._strong_start_rows(strong)
     assert (
         "held-out success 0.100 after the warm start on 144 oracle episodes (against 0.060 after 48)"
         in row[1]
     )
     assert "GRPO 0.060, 0.200 (0.60x, 2.00x; training seeds 0, 1" in row[1]
+    # a second stronger warm start's file (another CPU, GiGPO beside GRPO): its own rows beside the others', and a
+    # README row that names each arm
+    amx = json.loads(json.dumps(strong))
+    amx["machine"]["cpu_model"] = "Intel(R) Xeon(R) Processor"
+    runs = amx["tasks"]["webshop"]["runs"]
+    runs["grpo-gigpo"], runs["grpo-gigpo-seed1"] = runs["grpo"], runs["grpo-seed1"]
+    page = report._strong_start(amx, stem="learning_shop_strong_start_amx")
+    table = page.split("#### The shop: the warm starts")[1]
+    assert (
+        "| [learning_shop_strong_start_amx](learning_shop_strong_start_amx.md) | Intel(R) Xeon(R) Processor | 144 |"
+        in table
+    )
+    assert "| grpo-gigpo-seed1 | 44 | 1.450 | 0.200 [0.150, 0.261] | 2.00x | yes |" in table
+    assert "| [learning_shop_strong_start](learning_shop_strong_start.md) | AMD EPYC | 144 |" in table
+    (row,) = report._strong_start_rows(amx, "learning_shop_strong_start_amx")
+    assert row[0].endswith("on AMX](docs/results/learning_shop_strong_start_amx.md)")
+    assert (
+        "; GRPO 0.060, 0.200 (0.60x, 2.00x; training seeds 0, 1; x its warm start); GiGPO 0.060, 0.200"
+        in row[1]
+    )
+    assert "4 runs" in row[2] and "Intel(R) Xeon(R) Processor (" in row[2]
 
 
 def test_report_gives_speculative_a_readme_row(monkeypatch, tmp_path):
