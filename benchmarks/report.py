@@ -813,12 +813,11 @@ def _strong_start_rows(data: dict[str, Any], stem: str = "learning_shop_strong_s
         before = _load("learning_shop_top_layers")["tasks"]["webshop"]["start"]
         earlier = f" (against {before['after_sft']['success']:.3f} after {before['sft']['episodes']})"
     arms = []
-    for arm in sorted({n.removesuffix(_seed_of(n)) for n in runs}, key=lambda a: (a not in BFCL_ARMS, a)):
-        names = sorted((n for n in runs if n.removesuffix(_seed_of(n)) == arm), key=_seed_of)
+    for arm, names in _runs_by_arm(runs).items():
         rates = ", ".join(f"{runs[n]['after']['success']:.3f}" for n in names)
         ratios = ", ".join(f"{runs[n]['after']['success'] / start['success']:.2f}x" for n in names)
         seeds = _training_seeds(names)
-        arms.append(f"{BFCL_ARMS.get(arm, arm)} {rates} ({ratios}; training seed{'s' if len(seeds) > 1 else ''} "
+        arms.append(f"{ARM_LABELS.get(arm, arm)} {rates} ({ratios}; training seed{'s' if len(seeds) > 1 else ''} "
                     f"{', '.join(seeds)}; x its warm start)")  # fmt: skip
     speed = [run["train"]["steps_per_minute"] for run in runs.values()]
     minutes = max(run["settings"]["minutes"] for run in runs.values())
@@ -827,7 +826,7 @@ def _strong_start_rows(data: dict[str, Any], stem: str = "learning_shop_strong_s
         f"`{t['start']['env']}` held-out success {start['success']:.3f} after the warm start on "
         f"{t['start']['sft']['episodes']} oracle episodes{earlier}; " + "; ".join(arms),
         f"{len(runs)} runs, {minutes:.0f} min of training each on one core of a {data['machine']['cpus']}-core "
-        f"{data['machine']['cpu_model']} ({', '.join(data['machine'].get('cpu_vector') or []) or 'no AVX2'}); "
+        f"{data['machine']['cpu_model']} ({_machine_flags(data['machine'])}); "
         f"{min(speed):.2f}-{max(speed):.2f} steps a minute",
     ]]  # fmt: skip
 
@@ -836,13 +835,26 @@ def _strong_start_rows(data: dict[str, Any], stem: str = "learning_shop_strong_s
 CAUSAL_ROWS_FILES = {"step_cost_causal_rows": "", "step_cost_causal_rows_amx": ", on AMX"}
 
 
-#: how BFCL's learning runs are named in its tables and README row
-BFCL_ARMS = {"grpo": "GRPO", "grpo-gigpo": "GiGPO"}
+#: how learning arms are named in tables and README rows (BFCL's, the shop's stronger warm starts)
+ARM_LABELS = {"grpo": "GRPO", "grpo-gigpo": "GiGPO"}
 #: BFCL's learning results with the cheaper step, each a README row: before and after the warm start's EOS fix
 BFCL_CHEAPER_ROWS = {
     "learning_cheaper_step_bfcl": "BFCL base, the cheaper step",
     "learning_cheaper_step_bfcl_fixed": "BFCL base, the cheaper step, the fixed warm start",
 }
+
+
+def _runs_by_arm(runs: Iterable[str]) -> dict[str, list[str]]:
+    """Run names grouped by arm (the name without its training-seed suffix), the arms of :data:`ARM_LABELS` first,
+    each arm's runs in name order (``grpo``, ``grpo-seed1``)."""
+    names = sorted(runs)
+    arms = sorted({n.removesuffix(_seed_of(n)) for n in names}, key=lambda a: (a not in ARM_LABELS, a))
+    return {arm: [n for n in names if n.removesuffix(_seed_of(n)) == arm] for arm in arms}
+
+
+def _machine_flags(machine: dict[str, Any]) -> str:
+    """A result's CPU flags as a phrase (``avx2, avx512f``), or "no AVX2" where it recorded none."""
+    return ", ".join(machine.get("cpu_vector") or []) or "no AVX2"
 
 
 def _training_seeds(runs: Iterable[str]) -> list[str]:
@@ -855,7 +867,7 @@ def _bfcl_arm(run: str) -> str:
     ``GiGPO, seed 1``)."""
     seed = _seed_of(run)
     arm = run.removesuffix(seed)
-    return BFCL_ARMS.get(arm, arm) + (f", seed {seed.removeprefix('-seed')}" if seed else "")
+    return ARM_LABELS.get(arm, arm) + (f", seed {seed.removeprefix('-seed')}" if seed else "")
 
 
 def _turns_passed(r: dict[str, Any]) -> str:
@@ -1043,12 +1055,10 @@ def _strong_start(data: dict[str, Any], stem: str = "learning_shop_strong_start"
     every-layer runs) and each stronger warm start's file (:data:`STRONG_START_ROWS`; ``stem``'s from ``data``),
     each RL run against its own warm start."""
     parts = [_cheaper_step(data)]
-    files = {name: _load(name) for name in ("learning_shop_top_layers", *STRONG_START_ROWS)
-             if name != stem and (RESULTS / f"{name}.json").is_file()}  # fmt: skip
-    files[stem] = data
-    files = {name: files[name] for name in ("learning_shop_top_layers", *STRONG_START_ROWS) if name in files}
+    files = {name: data if name == stem else _load(name) for name in ("learning_shop_top_layers", *STRONG_START_ROWS)
+             if name == stem or (RESULTS / f"{name}.json").is_file()}  # fmt: skip
     rows = []
-    for stem, d in files.items():
+    for name_of_file, d in files.items():
         t = d["tasks"].get("webshop") or {}
         start = (t.get("start") or {}).get("after_sft") or {}
         sft = (t.get("start") or {}).get("sft") or {}
@@ -1058,7 +1068,7 @@ def _strong_start(data: dict[str, Any], stem: str = "learning_shop_strong_start"
         for name, run in sorted(runs.items()):
             after, train = run["after"], run.get("train") or {}
             ratio, apart = _against_start(after, start)
-            rows.append([f"[{stem}]({stem}.md)", d["machine"].get("cpu_model", ""), sft.get("episodes"),
+            rows.append([f"[{name_of_file}]({name_of_file}.md)", d["machine"].get("cpu_model", ""), sft.get("episodes"),
                          _rate(start), start.get("bought", ""), start.get("r_option", ""), name, train.get("steps"),
                          train.get("steps_per_minute"), _rate(after), f"{ratio:.2f}x", apart])  # fmt: skip
     if rows:
@@ -1388,16 +1398,11 @@ def headline_rows() -> list[list[str]]:
         runs = {name: run for name, run in t["runs"].items() if run.get("after")}
         start = t["start"]["after_sft"]
         if runs and start["turns_passed"]:
-            arms = sorted({n.removesuffix(_seed_of(n)) for n in runs}, key=lambda a: (a not in BFCL_ARMS, a))
             seeds = _training_seeds(runs)
             base = start["turns_passed"]
             passed = {
-                arm: [
-                    runs[n]["after"]["turns_passed"]
-                    for n in sorted(runs)
-                    if n.removesuffix(_seed_of(n)) == arm
-                ]
-                for arm in arms
+                arm: [runs[n]["after"]["turns_passed"] for n in names]
+                for arm, names in _runs_by_arm(runs).items()
             }
             rates = "; ".join(
                 f"{_bfcl_arm(arm)} {', '.join(f'{x:.1%}' for x in xs)} ({', '.join(f'{x / base:.2f}x' for x in xs)})"
@@ -1504,7 +1509,7 @@ def headline_rows() -> list[list[str]]:
                 if ratios:
                     text += f"; `{variant}` {min(ratios):.2f}-{max(ratios):.2f}x as fast"
             machine = cost.get("machine", {})
-            flags = ", ".join(machine.get("cpu_vector") or []) or "no AVX2"
+            flags = _machine_flags(machine)
             rows.append([
                 f"[{what}](docs/results/{name}.md)", text,
                 f"SmolLM2-135M + LoRA, {cost['threads']} threads ({flags})",
@@ -1630,7 +1635,7 @@ def headline_rows() -> list[list[str]]:
                 sft = t["start"]["after_sft"]
                 text += f"; base after an oracle warm start: {sft['success']:.3f}{_turns_passed(sft)}"
                 text += "".join(
-                    f", then {BFCL_ARMS.get(name, name)} {run['after']['success']:.3f}{_turns_passed(run['after'])} "
+                    f", then {ARM_LABELS.get(name, name)} {run['after']['success']:.3f}{_turns_passed(run['after'])} "
                     f"({run['train']['steps']} steps, {run['train']['wall_s'] / 60:.0f} min)"
                     for name, run in t["runs"].items()
                     if run.get("after")
