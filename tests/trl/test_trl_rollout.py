@@ -209,6 +209,27 @@ def test_one_factory_decides_the_backend(tok, monkeypatch):
         factory.GenerationSettings(backend="sglang")
 
 
+def test_the_factory_passes_enforce_eager_to_the_engine(tiny_dir, tok, monkeypatch):
+    """``GenerationSettings.enforce_eager`` (the trainer's ``vllm_enforce_eager``) reaches the vLLM engine as
+    given; None leaves the choice to the engine (eager on CPUs, compiled on GPUs)."""
+    from agentr1_trl.backends import factory
+    from transformers import AutoModelForCausalLM
+
+    made = []
+
+    class Engine:
+        def __init__(self, model_dir, tokenizer, **kwargs):
+            made.append(kwargs)
+
+    monkeypatch.setattr("agentr1_trl.backends.vllm.VLLMGenerator", Engine)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    for eager in (None, False, True):
+        factory.make_generator(
+            model, tok, factory.GenerationSettings(backend="vllm", enforce_eager=eager), sync=False
+        )
+    assert [kw["enforce_eager"] for kw in made] == [None, False, True]
+
+
 def test_a_scripted_turn_ends_as_a_sampler_ends_it(tok):
     """``add_eos="unless_stopped"`` (the oracle's): EOS after a plain-text turn, none after a turn a stop string
     ends (a sampler stops there without EOS), so a warm start on oracle turns teaches the model to end a plain

@@ -69,6 +69,10 @@ def test_trl_vllm_switches_map_onto_our_backend(tmp_path):
         AgentPPOConfig(**base, generation_backend="vllm", vllm_mode="server")
     with pytest.raises(ConfigError, match="generation_backend"):
         AgentGRPOConfig(**base, generation_backend="sglang")
+    assert AgentGRPOConfig(**base).vllm_enforce_eager is None  # the device's default
+    assert AgentGRPOConfig(**base, vllm_enforce_eager=False).vllm_enforce_eager is False
+    with pytest.raises(ConfigError, match="vllm_enforce_eager must be true, false or null"):
+        AgentPPOConfig(**base, vllm_enforce_eager="no")  # e.g. --set vllm_enforce_eager=no
 
 
 def test_truncated_importance_weights_by_hand():

