@@ -366,7 +366,11 @@ def _engine(args: argparse.Namespace, model: Any, tok: Any) -> Any:
     if per_task:
         extra["sequences"] = min(64, max(1, args.eval_episodes // len(per_task)))
     settings = GenerationSettings(
-        backend="vllm", sync="merged", max_model_len=episode_tokens(args) + args.max_new_tokens, **extra
+        backend="vllm",
+        sync="merged",
+        max_model_len=episode_tokens(args) + args.max_new_tokens,
+        enforce_eager=False if getattr(args, "vllm_compiled", False) else None,
+        **extra,
     )
     return make_generator(model, tok, settings, sync=False)
 
@@ -470,7 +474,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     env_id, train_kwargs, _ = task_spec(args)
     base, tok = _policy(args)
     model = PeftModel.from_pretrained(base, str(_dir(args) / "sft"), is_trainable=True)
-    name = run_name(algo, args.seed, args.train_top_layers)
+    name = run_name(algo, args.seed, args.train_top_layers, getattr(args, "vllm_compiled", False))
     out_dir = _dir(args) / name
     # an interrupted arm resumes from its newest complete checkpoint, with the wall-clock budget it had left
     # there (steps after that checkpoint were lost, so their time does not count)
@@ -520,6 +524,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
         gradient_checkpointing=args.gradient_checkpointing,
         share_prompt_prefix=not args.no_share_prompt,
         generation_backend=_backend(args, model),
+        vllm_enforce_eager=False if args.vllm_compiled else None,
         disable_tqdm=not args.progress,
         train_top_layers=args.train_top_layers,
         # durable: a checkpoint after every step (the adapter and optimizer state, a few MB), the last two kept
@@ -637,7 +642,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
 def evaluate_saved(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate the adapter a ``train --no-eval`` run saved and add the figures to its ``ALGO.json`` as ``after``
     (the run's training may have been on another machine: ``after_device`` says what evaluated it)."""
-    name = run_name(algo, args.seed, args.train_top_layers)
+    name = run_name(algo, args.seed, args.train_top_layers, getattr(args, "vllm_compiled", False))
     path = _dir(args) / f"{name}.json"
     if not path.exists():
         raise SystemExit(f"{path} does not exist: run `learning.py train {algo} --no-eval` first")
@@ -679,11 +684,17 @@ class WallClock:
         os.replace(tmp, self.path)
 
 
-def run_name(algo: str, seed: int, top_layers: int = 0) -> str:
-    """A run's name in the work dir: the algorithm, with ``-topK`` when RL trains only the top K layers and
-    ``-seedN`` for a training seed other than 0 (``grpo-top10-seed1``): each is a run of its own beside the arm
-    that trains every layer at seed 0, so a comparison shares one warm start and one report."""
-    return algo + (f"-top{top_layers}" if top_layers else "") + (f"-seed{seed}" if seed else "")
+def run_name(algo: str, seed: int, top_layers: int = 0, compiled: bool = False) -> str:
+    """A run's name in the work dir: the algorithm, with ``-topK`` when RL trains only the top K layers,
+    ``-compiled`` when vLLM ran the model through torch.compile (``--vllm-compiled``) and ``-seedN`` for a
+    training seed other than 0 (``grpo-top10-seed1``, ``grpo-compiled-seed1``): each is a run of its own beside
+    the arm that trains every layer at seed 0, so a comparison shares one warm start and one report."""
+    return (
+        algo
+        + (f"-top{top_layers}" if top_layers else "")
+        + ("-compiled" if compiled else "")
+        + (f"-seed{seed}" if seed else "")
+    )
 
 
 def report(args: argparse.Namespace) -> dict[str, Any]:
@@ -706,6 +717,7 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
                 d / f"{algo}.json",
                 *sorted(d.glob(f"{algo}-seed*.json"), key=lambda p: p.stem),
                 *sorted(d.glob(f"{algo}-top*.json"), key=lambda p: p.stem),  # grpo-top10, grpo-top10-seed1
+                *sorted(d.glob(f"{algo}-compiled*.json"), key=lambda p: p.stem),  # grpo-compiled-seed1
             ]:
                 if path.exists():
                     entry["runs"][path.stem] = json.loads(path.read_text())
@@ -727,6 +739,8 @@ def _run_label(settings: dict) -> str:
     successful answer, the default, which needs no label)."""
     mantissa, exponent = f"{settings['lr']:.0e}".split("e")
     parts = [f"lr {mantissa}e{int(exponent)}", f"{settings.get('reward_signal', 'return')} signal"]
+    if settings.get("vllm_compiled"):
+        parts.append("vLLM compiled")
     reward = settings.get("reward", {})
     if reward.get("format_needs_score"):
         parts.append("format bonus on any scoring answer")
@@ -917,6 +931,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         choices=["auto", "hf", "vllm"],
         help="rollouts and evaluations (auto: vllm)",
+    )
+    parser.add_argument(
+        "--vllm-compiled",
+        action="store_true",
+        help="vLLM runs the model through torch.compile (vllm_enforce_eager=False) in rollouts and evaluations "
+        "(default: eager on CPUs)",
     )
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast in the warm start and the update")
     parser.add_argument("--gradient-checkpointing", action="store_true", help="(off: the CLI's setting)")

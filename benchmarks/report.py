@@ -74,6 +74,10 @@ SCRIPTS = {
         "learning.py",
         "The shop from the stronger warm start on a CPU with AMX: GiGPO and GRPO",
     ),
+    "learning_shop_vllm_compiled_amx": (
+        "learning.py",
+        "The shop's RL step with vLLM's compiled model against its eager one, on a CPU with AMX",
+    ),
     "lr_selection": ("learning.py", "Learning-rate selection on validation seeds"),
     "table3": ("table3.py", "Table 3 of the paper in miniature"),
     "retrieval": ("retrieval.py", "Retrieval backends against rank_bm25 and Pyserini"),
@@ -836,7 +840,7 @@ CAUSAL_ROWS_FILES = {"step_cost_causal_rows": "", "step_cost_causal_rows_amx": "
 
 
 #: how learning arms are named in tables and README rows (BFCL's, the shop's stronger warm starts)
-ARM_LABELS = {"grpo": "GRPO", "grpo-gigpo": "GiGPO"}
+ARM_LABELS = {"grpo": "GRPO", "grpo-gigpo": "GiGPO", "grpo-compiled": "GRPO, vLLM compiled"}
 #: BFCL's learning results with the cheaper step, each a README row: before and after the warm start's EOS fix
 BFCL_CHEAPER_ROWS = {
     "learning_cheaper_step_bfcl": "BFCL base, the cheaper step",
@@ -1079,6 +1083,87 @@ def _strong_start(data: dict[str, Any], stem: str = "learning_shop_strong_start"
     return "\n\n".join(parts)
 
 
+def _compiled_pairs(data: dict[str, Any]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """``(training seed, eager run, compiled run)`` for each seed at which the shop has both a run with vLLM eager
+    and one with ``--vllm-compiled`` (``grpo``/``grpo-compiled``, ``grpo-seed1``/``grpo-compiled-seed1``)."""
+    runs = (data["tasks"].get("webshop") or {}).get("runs") or {}
+    pairs = []
+    for name, run in sorted(runs.items()):
+        seed = _seed_of(name)
+        arm = name.removesuffix(seed)
+        twin = runs.get(f"{arm}-compiled{seed}")
+        if not arm.endswith("-compiled") and twin and run.get("train") and twin.get("train"):
+            pairs.append((seed.removeprefix("-seed") or "0", run, twin))
+    return pairs
+
+
+def _vllm_compiled(data: dict[str, Any]) -> str:
+    """The learning tables, then each training seed's eager and compiled runs side by side: steps, the step's
+    split, the update's seconds per episode it trained (a step skips the episodes without signal, so its update
+    time follows how many had some), held-out success against the warm start, and compiled over eager."""
+    parts = [_learning(data)]
+    start = data["tasks"]["webshop"]["start"]["after_sft"]
+    rows, ratios = [], []
+    for seed, eager, compiled in _compiled_pairs(data):
+        for label, run in (("eager", eager), ("compiled", compiled)):
+            train, split = run["train"], run["train"]["per_step_s"]
+            ratio, apart = _against_start(run["after"], start) if run.get("after") else (float("nan"), "")
+            curve = train.get("curve") or []
+            skipped = [c.get("signal/skipped_rows") for c in curve]
+            trained = 1 - sum(skipped) / len(skipped) if skipped and None not in skipped else 0.0
+            rows_per_step = run["settings"]["generations"] * run["settings"]["groups"]
+            per_row = f"{split['update'] / (rows_per_step * trained):.2f}" if trained else ""
+            rows.append([seed, label, train["steps"], f"{train['steps_per_minute']:.2f}", f"{split['total']:.1f}",
+                         f"{split['generation']:.1f}", f"{split['update']:.1f}", _updates(curve), per_row,
+                         _rate(run["after"]) if run.get("after") else "", f"{ratio:.2f}x", apart])  # fmt: skip
+        e, c = eager["train"], compiled["train"]
+        ratios.append(f"seed {seed}: steps a minute {c['steps_per_minute'] / e['steps_per_minute']:.2f}x, "
+                      f"generation per step {e['per_step_s']['generation'] / c['per_step_s']['generation']:.2f}x "
+                      "faster")  # fmt: skip
+    if rows:
+        header = ["training seed", "vLLM", "RL steps", "steps a minute", "s/step", "generation s/step",
+                  "update s/step", "updates (episodes with signal)", "update s per episode trained",
+                  "success [95% CI]", "of the warm start",
+                  "interval above the warm start"]  # fmt: skip
+        parts.append("#### Eager against compiled, side by side, one core each\n\n" + _table(header, rows)
+                     + "\n\nCompiled over eager: " + "; ".join(ratios) + ".")  # fmt: skip
+    return "\n\n".join(parts)
+
+
+def _vllm_compiled_rows(data: dict[str, Any]) -> list[list[Any]]:
+    """README row of ``learning_shop_vllm_compiled_amx``: generation per step and steps a minute of the compiled
+    runs against the eager runs beside them, and each run's held-out success x the warm start."""
+    pairs = _compiled_pairs(data)
+    done = [(seed, e, c) for seed, e, c in pairs if e.get("after") and c.get("after")]
+    if not done:
+        return []
+    start = data["tasks"]["webshop"]["start"]["after_sft"]
+
+    def span(xs: list[float], digits: int = 2) -> str:
+        return f"{min(xs):.{digits}f}-{max(xs):.{digits}f}" if len(xs) > 1 else f"{xs[0]:.{digits}f}"
+
+    arms = {"eager": [e for _, e, _ in done], "compiled": [c for _, _, c in done]}
+    gen = {k: [r["train"]["per_step_s"]["generation"] for r in rs] for k, rs in arms.items()}
+    rate = {k: [r["train"]["steps_per_minute"] for r in rs] for k, rs in arms.items()}
+    success = {
+        k: ", ".join(
+            f"{r['after']['success']:.3f} ({r['after']['success'] / start['success']:.2f}x)" for r in rs
+        )
+        for k, rs in arms.items()
+    }
+    seeds = [seed for seed, _, _ in done]
+    m = data["machine"]
+    return [[
+        "[the shop's RL step with vLLM compiled](docs/results/learning_shop_vllm_compiled_amx.md)",
+        f"generation {span(gen['compiled'], 1)} s a step compiled against {span(gen['eager'], 1)} s eager; "
+        f"{span(rate['compiled'])} steps a minute against {span(rate['eager'])}; held-out success compiled "
+        f"{success['compiled']}, eager {success['eager']} (training seed{'s' if len(seeds) > 1 else ''} "
+        f"{', '.join(seeds)}; x the warm start's {start['success']:.3f})",
+        f"{2 * len(done)} runs, 30 min of training each, eager and compiled side by side on one core each of a "
+        f"{m['cpus']}-core {m['cpu_model']} ({_machine_flags(m)})",
+    ]]  # fmt: skip
+
+
 def _update_profile(data: dict[str, Any]) -> str:
     """Per precision: the pass's time and rate against float32's, then the operators that take the time."""
     peak, shape = data.get("matmul_gflops", {}), data["shape"]
@@ -1219,6 +1304,7 @@ HIGHLIGHTS = {
     "learning_shop_top_layers": _top_layers,
     "learning_shop_strong_start": _strong_start,
     "learning_shop_strong_start_amx": functools.partial(_strong_start, stem="learning_shop_strong_start_amx"),
+    "learning_shop_vllm_compiled_amx": _vllm_compiled,
 }
 
 
@@ -1391,6 +1477,8 @@ def headline_rows() -> list[list[str]]:
     for stem in STRONG_START_ROWS:
         if (RESULTS / f"{stem}.json").is_file():
             rows.extend(_strong_start_rows(_load(stem), stem))
+    if (RESULTS / "learning_shop_vllm_compiled_amx.json").is_file():
+        rows.extend(_vllm_compiled_rows(_load("learning_shop_vllm_compiled_amx")))
     for stem, label in BFCL_CHEAPER_ROWS.items():
         if not (RESULTS / f"{stem}.json").is_file():
             continue

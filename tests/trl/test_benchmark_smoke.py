@@ -442,6 +442,57 @@ def test_speculative_counts_only_one_whole_tool_call_as_well_formed(monkeypatch,
     assert later, "a later turn's context extends the first turn's"
 
 
+def test_a_compiled_arm_is_named_apart_and_reported_beside_its_eager_twin(tmp_path, monkeypatch):
+    """``--vllm-compiled`` makes the run ``ALGO-compiled`` (``-seedN`` after it), so that it shares a warm start
+    and a work dir with the eager arm; the report collects both, and the page and README row of
+    learning_shop_vllm_compiled_amx set each seed's pair side by side (generation per step, steps a minute,
+    held-out success x the warm start)."""
+    learning = _benchmark_module(monkeypatch, "learning")
+    assert learning.run_name("grpo", 1, 0, True) == "grpo-compiled-seed1"
+    assert learning.run_name("grpo", 0, compiled=True) == "grpo-compiled"
+    args = learning.build_parser().parse_args(["train", "grpo", "--vllm-compiled"])
+    assert args.vllm_compiled and not learning.build_parser().parse_args(["train", "grpo"]).vllm_compiled
+    recorded = json.loads((REPO / "benchmarks" / "results" / "learning_cheaper_step.json").read_text())
+    shop = recorded["tasks"]["webshop"]
+    task_dir = tmp_path / "webshop"
+    task_dir.mkdir()
+    (task_dir / "start.json").write_text(json.dumps(shop["start"]))
+    eager = shop["runs"]["grpo"]
+    compiled = json.loads(json.dumps(eager))
+    compiled["settings"]["vllm_compiled"] = True
+    compiled["train"]["per_step_s"]["generation"] = 16.0
+    compiled["train"]["steps_per_minute"] = 1.05
+    compiled["after"]["success"] = 0.14
+    for name in ("grpo", "grpo-seed1"):
+        (task_dir / f"{name}.json").write_text(json.dumps(eager))
+    (task_dir / "grpo-compiled.json").write_text(json.dumps(compiled))
+    args = learning.build_parser().parse_args(["report", "--workdir", str(tmp_path)])
+    args.json = args.plot = None
+    result = learning.report(args)
+    assert list(result["tasks"]["webshop"]["runs"]) == ["grpo", "grpo-seed1", "grpo-compiled"]
+    assert "vLLM compiled" in learning._run_label(compiled["settings"])
+    assert "vLLM compiled" not in learning._run_label(eager["settings"])
+    report = _benchmark_module(monkeypatch, "report")
+    (pair,) = report._compiled_pairs(result)  # seed 1 has no compiled twin
+    assert pair[0] == "0" and pair[2]["settings"]["vllm_compiled"]
+    page = report._vllm_compiled(result)
+    assert (
+        "| 0 | eager | 26 | 0.84 | 71.8 | 32.1 | 37.9 | 25 (83%) | 5.71 | 0.065 [0.038, 0.108] | 0.93x | no |"
+        in page
+    )
+    assert (
+        "| 0 | compiled | 26 | 1.05 | 71.8 | 16.0 | 37.9 | 25 (83%) | 5.71 | 0.140 [0.099, 0.195] | 2.00x | no |"
+        in page
+    )
+    assert "seed 0: steps a minute 1.25x, generation per step 2.01x faster" in page
+    (row,) = report._vllm_compiled_rows(result)
+    assert row[1].startswith(
+        "generation 16.0 s a step compiled against 32.1 s eager; 1.05 steps a minute against 0.84"
+    )
+    assert "held-out success compiled 0.140 (2.00x), eager 0.065 (0.93x) (training seed 0;" in row[1]
+    assert row[2].startswith("2 runs, 30 min of training each, eager and compiled side by side")
+
+
 def test_report_renders_speculative_and_the_strong_start(monkeypatch):
     """The pages of speculative.json (speed against the plain engine, identity, well-formed share) and
     learning_shop_strong_start.json (each GRPO run against its own warm start, the warm starts side by side, a second
