@@ -474,7 +474,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     env_id, train_kwargs, _ = task_spec(args)
     base, tok = _policy(args)
     model = PeftModel.from_pretrained(base, str(_dir(args) / "sft"), is_trainable=True)
-    name = run_name(algo, args.seed, args.train_top_layers, getattr(args, "vllm_compiled", False))
+    name = run_name(algo, args.seed, args.train_top_layers, args.vllm_compiled)
     out_dir = _dir(args) / name
     # an interrupted arm resumes from its newest complete checkpoint, with the wall-clock budget it had left
     # there (steps after that checkpoint were lost, so their time does not count)
@@ -642,7 +642,7 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
 def evaluate_saved(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate the adapter a ``train --no-eval`` run saved and add the figures to its ``ALGO.json`` as ``after``
     (the run's training may have been on another machine: ``after_device`` says what evaluated it)."""
-    name = run_name(algo, args.seed, args.train_top_layers, getattr(args, "vllm_compiled", False))
+    name = run_name(algo, args.seed, args.train_top_layers, args.vllm_compiled)
     path = _dir(args) / f"{name}.json"
     if not path.exists():
         raise SystemExit(f"{path} does not exist: run `learning.py train {algo} --no-eval` first")

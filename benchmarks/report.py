@@ -481,13 +481,20 @@ def _signal(curve: list[dict[str, Any]], key: str, last: int | None = None) -> A
     return f"{sum(values) / len(values):.2f}" if values else ""
 
 
-def _updates(curve: list[dict[str, Any]]) -> str:
-    """The steps that updated the policy and the episodes they learned from: a step whose every episode has zero
-    advantage (``signal/skipped_rows`` 1) skips the update. '' where the run did not log it."""
+def _skipped_rows(curve: list[dict[str, Any]]) -> list[float]:
+    """Each step's share of episodes the update skipped (``signal/skipped_rows``: zero advantage); empty where the
+    run did not log it at every step."""
     skipped = [
         c["signal/skipped_rows"] for c in curve if isinstance(c.get("signal/skipped_rows"), (int, float))
     ]
-    if not skipped or len(skipped) != len(curve):
+    return skipped if skipped and len(skipped) == len(curve) else []
+
+
+def _updates(curve: list[dict[str, Any]]) -> str:
+    """The steps that updated the policy and the episodes they learned from: a step whose every episode has zero
+    advantage (``signal/skipped_rows`` 1) skips the update. '' where the run did not log it."""
+    skipped = _skipped_rows(curve)
+    if not skipped:
         return ""
     return f"{sum(1 for x in skipped if x < 1)} ({1 - sum(skipped) / len(skipped):.0%})"
 
@@ -1109,8 +1116,8 @@ def _vllm_compiled(data: dict[str, Any]) -> str:
             train, split = run["train"], run["train"]["per_step_s"]
             ratio, apart = _against_start(run["after"], start) if run.get("after") else (float("nan"), "")
             curve = train.get("curve") or []
-            skipped = [c.get("signal/skipped_rows") for c in curve]
-            trained = 1 - sum(skipped) / len(skipped) if skipped and None not in skipped else 0.0
+            skipped = _skipped_rows(curve)
+            trained = 1 - sum(skipped) / len(skipped) if skipped else 0.0
             rows_per_step = run["settings"]["generations"] * run["settings"]["groups"]
             per_row = f"{split['update'] / (rows_per_step * trained):.2f}" if trained else ""
             rows.append([seed, label, train["steps"], f"{train['steps_per_minute']:.2f}", f"{split['total']:.1f}",

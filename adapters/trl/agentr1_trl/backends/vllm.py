@@ -277,9 +277,8 @@ class VLLMGenerator(BaseGenerator):
         from vllm import LLM
 
         # vLLM's CPU platform runs an engine with LoRA eagerly whatever it is asked
-        self.compiled = (_on_gpu() if enforce_eager is None else not enforce_eager) and (
-            _on_gpu() or self.sync != "lora"
-        )
+        gpu = _on_gpu()
+        self.compiled = (gpu if enforce_eager is None else not enforce_eager) and (gpu or self.sync != "lora")
         kwargs: dict[str, Any] = {
             "model": self.model_path,
             "dtype": dtype,
