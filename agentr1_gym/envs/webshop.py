@@ -58,6 +58,8 @@ __all__ = ["ShopWorld", "WebShopEnv", "token_set_ratio", "webshop_reward"]
 SEARCH_RESULTS = 50
 PAGE_SIZE = 10
 NEXT, PREV, BACK, BUY = "Next >", "< Prev", "Back to Search", "Buy Now"
+#: how WebShopEnv's oracle chooses the product to open (its ``oracle`` argument)
+ORACLES = ("direct", "browse")
 SUBPAGES = ("Description", "Features", "Reviews")
 
 
@@ -299,6 +301,12 @@ class WebShopEnv(ToolEnv):
             0.4, in which buying the first hit with the instruction's options met about half the goals).
         data_path: a directory with WebShop's own ``items_shuffle*.json`` and ``items_ins_v2*.json`` (and
             ``items_human_ins.json`` with ``human_goals=True``) instead of the procedural catalog.
+        oracle: how :meth:`oracle_action` chooses the product to open. ``"direct"`` (the default) opens the first
+            listed product that meets the whole instruction, a choice the results page does not show (which
+            listing offers the instruction's options is seen only on its item page). ``"browse"`` decides from
+            what the pages show: it opens the first listing of the instruction's product type within its price,
+            and on the item page goes back (``< Prev``) to the next one when the product lacks an option the
+            instruction asks for or does not meet it, so its transcripts teach checking a product and going back.
         Other arguments: :class:`~agentr1_gym.settings.EnvSettings` (default ``max_turns=15``, WebShop's budget).
 
     Metrics: ``full_match`` (the purchase meets the whole instruction: WebShop's reward is 1; the default answer
@@ -325,10 +333,14 @@ class WebShopEnv(ToolEnv):
         data_path: str | Path | None = None,
         human_goals: bool = False,
         knockoff_share: float = KNOCKOFF_SHARE,
+        oracle: str = "direct",
         **settings: Any,
     ) -> None:
         if split not in ("train", "test"):
             raise ConfigError(f"split must be 'train' or 'test', got {split!r}")
+        if oracle not in ORACLES:
+            raise ConfigError(f"oracle must be one of {', '.join(map(repr, ORACLES))}, got {oracle!r}")
+        self.oracle = oracle
         if human_goals and data_path is None:
             raise ConfigError("human_goals=True reads WebShop's items_human_ins.json: pass data_path= too")
         if data_path is not None:
@@ -357,6 +369,7 @@ class WebShopEnv(ToolEnv):
         """The shop's own split: the first ``num_test`` goals are held out."""
         return {"split": split}
         self._oracle_by_title = False
+        self._oracle_rejected: set[str] = set()  # "browse": the products it opened and went back from
 
     def task_prompt(self, task: ShopGoal) -> str:
         return SHOP_PROMPT.format(instruction=task.instruction)
@@ -364,6 +377,7 @@ class WebShopEnv(ToolEnv):
     def on_reset(self) -> None:
         self.world.reset(self.task)
         self._oracle_by_title = False
+        self._oracle_rejected = set()
 
     def task_answers(self, task: ShopGoal) -> tuple[str, ...]:
         return ()
@@ -406,6 +420,13 @@ class WebShopEnv(ToolEnv):
         chosen = {n: v for n, values in product.options for v in goal.options if v in values}
         return webshop_reward(product, goal, chosen)[0] >= 1.0
 
+    def _looks_right(self, asin: str) -> bool:
+        """What a results line shows of ``asin`` fits the instruction: its title names the instruction's product
+        type (every type word) and its price is within the bound ("browse" oracle)."""
+        product, goal = self.world.products[asin], self.task
+        title = product.title.lower()
+        return product.price <= goal.price_upper and all(w.lower() in title for w in goal.type_words)
+
     def random_action(self) -> str:
         """On the search page, search the instruction; elsewhere, click a random button of the page."""
         self._require_task("random_action()")
@@ -417,7 +438,9 @@ class WebShopEnv(ToolEnv):
     def oracle_action(self) -> str:
         """Search the goal's attributes and product type, open the first listed product that meets the whole
         instruction (paging on; after the last page, search the goal product's title instead), pick the
-        instruction's options, buy it."""
+        instruction's options, buy it. With ``oracle="browse"`` it opens the first listing of the right type
+        within the price instead, and goes back to the next one from a product that does not meet the
+        instruction (one lacking an asked-for option, mostly: the item page shows it)."""
         self._require_task("oracle_action()")
         goal: ShopGoal = self.task
         w = self.world
@@ -425,17 +448,27 @@ class WebShopEnv(ToolEnv):
             query = goal.name if self._oracle_by_title else f"{' '.join(goal.attributes)} {goal.query}"
             return self.call_text("search", query=query)
         if w.page == "results":
-            # the first product on the page that meets the whole instruction (what a model can learn)
-            meets = [a for a in w._page_asins() if self._meets(a)]
+            if self.oracle == "browse":  # the first listing that looks right and was not opened already
+                meets = [
+                    a for a in w._page_asins() if a not in self._oracle_rejected and self._looks_right(a)
+                ]
+            else:  # the first product on the page that meets the whole instruction
+                meets = [a for a in w._page_asins() if self._meets(a)]
             if meets:
                 return self.call_text("click", button=meets[0])
-            if goal.asin in w._page_asins():
+            if self.oracle == "direct" and goal.asin in w._page_asins():
                 return self.call_text("click", button=goal.asin)
             if NEXT in w.clickables():
                 return self.call_text("click", button=NEXT)
+            if self._oracle_by_title and self.oracle == "browse" and goal.asin in w._page_asins():
+                self._oracle_rejected.discard(goal.asin)  # searched by its title: the goal's own product
+                return self.call_text("click", button=goal.asin)
             self._oracle_by_title = True
             return self.call_text("click", button=BACK)
-        if w.page == "sub" or (w.asin != goal.asin and not self._meets(w.asin)):
+        if w.page == "sub":
+            return self.call_text("click", button=PREV)
+        if w.asin != goal.asin and not self._meets(w.asin):
+            self._oracle_rejected.add(w.asin)
             return self.call_text("click", button=PREV)
         product = w.products[w.asin]
         names = goal.option_names or tuple(

@@ -12,7 +12,7 @@ from _paths import DATA
 
 import agentr1_gym
 from agentr1_gym.data.webshop import Product, ShopGoal, generate_catalog, generate_goals, load_webshop
-from agentr1_gym.envs.webshop import BUY, NEXT, token_set_ratio, webshop_reward
+from agentr1_gym.envs.webshop import BUY, NEXT, PREV, token_set_ratio, webshop_reward
 from agentr1_gym.errors import ConfigError, DataError
 from agentr1_gym.evaluation import evaluate
 
@@ -177,6 +177,51 @@ def test_oracle_buys_what_the_instruction_asks_on_held_out_goals():
             if terminated or truncated:
                 break
         assert terminated and info["metrics"]["full_match"] == 1.0, (i, env.task.instruction)
+
+
+def test_the_browsing_oracle_decides_from_the_pages_and_goes_back_from_a_product_that_lacks_an_option():
+    """``oracle="browse"`` opens the first listing whose shown title and price fit the instruction (not the one the
+    hidden catalog says meets it), goes back from a product that does not meet the instruction, never opens a
+    product twice, and with a long enough budget buys a full match on almost every held-out goal."""
+    env = gym.make("AgentR1/WebShop-v0", split="test", oracle="browse", max_turns=40).unwrapped
+    direct = gym.make("AgentR1/WebShop-v0", split="test").unwrapped
+    full, went_back, differs = 0, 0, 0
+    for i in range(0, 500, 5):
+        env.reset(options={"task_index": i})
+        direct.reset(options={"task_index": i})
+        opened: list[str] = []
+        while True:
+            page, listed = env.world.page, env.world._page_asins() if env.world.page == "results" else []
+            action = env.oracle_action()
+            if page == "results" and '"click"' in action:
+                shown = [a for a in listed if a not in opened and env._looks_right(a)]
+                if shown:  # the first fitting listing it has not opened, in page order
+                    assert f'"{shown[0]}"' in action, (i, action)
+            if page == "item" and PREV in action:
+                went_back += 1
+                assert not env._meets(env.world.asin)
+            _, _, terminated, truncated, info = env.step(action)
+            if env.world.page == "item" and env.world.asin not in opened:
+                opened.append(env.world.asin)
+            elif env.world.page == "item" and page == "results":
+                pytest.fail(f"goal {i}: opened {env.world.asin} again")
+            if terminated or truncated:
+                break
+        full += info["metrics"]["full_match"] == 1.0
+        direct_first = direct.oracle_action()
+        direct.step(direct_first)
+        differs += opened[:1] != [a for a in direct.world._page_asins() if direct._meets(a)][:1]
+    assert full >= 95 and went_back > 100 and differs > 30  # measured: 97 of 100
+    for i in range(0, 500, 25):  # the default oracle is unchanged: it opens what meets the instruction
+        direct.reset(options={"task_index": i})
+        while not direct.step(direct.oracle_action())[2]:
+            assert (
+                direct.world.page != "item"
+                or direct._meets(direct.world.asin)
+                or direct.world.asin == direct.task.asin
+            )
+    with pytest.raises(ConfigError, match="oracle must be one of"):
+        gym.make("AgentR1/WebShop-v0", oracle="peek")
 
 
 def test_webshop_files_load_in_their_own_format():
