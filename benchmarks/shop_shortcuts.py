@@ -5,7 +5,10 @@ before reliability round 4), side by side.
 Policies: ``first hit`` (search the bare instruction, buy the first result), ``first hit + options`` (the same,
 clicking every option the instruction names that the product offers), ``random`` (the env's random admissible
 clicks) and ``oracle`` (reads prices and options; the ceiling). A shortcut's success over the oracle's is the
-figure the docs and the reward-hacking test (bound 0.2) quote.
+figure the docs and the reward-hacking test (bound 0.2) quote. Beside them, the browsing oracle
+(``oracle="browse"``: it decides from what the pages show, going back from products that do not meet the
+instruction) within the learning protocol's 8 turns and within WebShop's 15: how much a policy that cannot see the
+catalog gets within each budget.
 
     python benchmarks/shop_shortcuts.py --episodes 200 --out benchmarks/results/shop_shortcuts.json
 """
@@ -41,11 +44,18 @@ def first_hit_with_options(env: Any) -> str:
     return env.call_text("click", button="Buy Now")
 
 
-POLICIES = {
-    "first hit": first_hit,
-    "first hit + options": first_hit_with_options,
-    "random": lambda env: env.random_action(),
-    "oracle": lambda env: env.oracle_action(),
+def oracle(env: Any) -> str:
+    return env.oracle_action()
+
+
+#: name -> (policy, the env's keyword arguments it plays under)
+POLICIES: dict[str, tuple[Any, dict[str, Any]]] = {
+    "first hit": (first_hit, {}),
+    "first hit + options": (first_hit_with_options, {}),
+    "random": (lambda env: env.random_action(), {}),
+    "oracle": (oracle, {}),
+    "browsing oracle, 8 turns": (oracle, {"oracle": "browse", "max_turns": 8}),
+    "browsing oracle, 15 turns": (oracle, {"oracle": "browse", "max_turns": 15}),
 }
 
 
@@ -80,7 +90,9 @@ def main() -> None:
     catalogs = {"today (knock-offs)": {}, "without knock-offs (before)": {"knockoff_share": 0.0}}
     rows = []
     for catalog, kwargs in catalogs.items():
-        results = {name: play(policy, args.episodes, **kwargs) for name, policy in POLICIES.items()}
+        results = {
+            name: play(policy, args.episodes, **kwargs, **extra) for name, (policy, extra) in POLICIES.items()
+        }
         oracle = results["oracle"]["success"]
         for name, r in results.items():
             rows.append({"catalog": catalog, "policy": name, **r,
