@@ -36,7 +36,11 @@ step's context, the warm start and the updates train one row per step, and the r
 with ``full`` (same task, same warm-start transcripts, same held-out seeds).
 
 ``--eval-seed 300000`` evaluates on validation seeds instead of the held-out ones: settings are chosen there
-(``benchmarks/results/lr_selection.json``), never on the seeds the reported numbers use.
+(``benchmarks/results/lr_selection.json``, whose work dirs were prepared and trained on them), never on the seeds
+the reported numbers use. In a work dir prepared on the held-out seeds, ``evaluate ALGO --eval-seed 300000``
+records the figures under the run's ``validation`` (keyed by the first seed) and keeps its held-out ``after``;
+``evaluate warm-start --eval-seed 300000`` scores the warm start there too (into ``start.json``), so a tuned arm is
+compared with its starting point on the same validation seeds.
 
 Without a subcommand everything runs in sequence. Separate processes (``--threads 1`` each) let two runs share a
 2-core machine, each with its own core: that is how ``benchmarks/results/learning.json`` was made.
@@ -142,6 +146,8 @@ ALGOS = (
 #: the step-level credit arms: the estimator each runs (agentr1_trl.estimators), the others' default
 ARM_ESTIMATORS = {"grpo-gigpo": "gigpo", "grpo-turnrloo": "turn_rloo", "ppo-step": "step"}
 EVAL_SEED, SFT_SEED = 100_000, 200_000
+#: ``evaluate``'s name for the warm start (validation seeds only)
+WARM_START = "warm-start"
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -187,6 +193,11 @@ def _task_kwargs(args: argparse.Namespace) -> tuple[str, dict, dict]:
     train, held_out = dict(spec["train_kwargs"]), dict(spec["eval_kwargs"])
     if args.max_turns:
         train["max_turns"] = held_out["max_turns"] = args.max_turns
+    oracle = getattr(args, "shop_oracle", None)
+    if oracle:
+        if args.task != "webshop":
+            raise SystemExit(f"--shop-oracle is the shop's setting; --task is {args.task}")
+        train["oracle"] = oracle  # what the warm start imitates (the training env's oracle_action)
     return spec["env"], train, held_out
 
 
@@ -641,20 +652,44 @@ def train(algo: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def evaluate_saved(algo: str, args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate the adapter a ``train --no-eval`` run saved and add the figures to its ``ALGO.json`` as ``after``
-    (the run's training may have been on another machine: ``after_device`` says what evaluated it)."""
-    name = run_name(algo, args.seed, args.train_top_layers, args.vllm_compiled)
-    path = _dir(args) / f"{name}.json"
-    if not path.exists():
-        raise SystemExit(f"{path} does not exist: run `learning.py train {algo} --no-eval` first")
+    (the run's training may have been on another machine: ``after_device`` says what evaluated it).
+
+    On seeds other than those the work dir reports on (``prepare``'s ``--eval-seed``, the held-out ones unless it
+    was a tuning work dir; ``--eval-seed 300000``: choosing a setting), the figures go to ``validation[SEED]``
+    instead and ``after`` is kept, so tuning never overwrites a reported result. ``evaluate warm-start`` scores the
+    warm start (``WORKDIR/TASK/sft``) the same way, into ``start.json``'s ``validation``: the baseline a tuned
+    setting is compared with (``prepare`` scored it on the work dir's own seeds)."""
+    start_path = _dir(args) / "start.json"
+    if not start_path.exists():
+        raise SystemExit(f"{start_path} does not exist: run `learning.py prepare` first")
+    reported = json.loads(start_path.read_text()).get("settings", {}).get("eval_seed", EVAL_SEED)
+    held_out = args.eval_seed == reported
+    if algo == WARM_START:
+        if held_out:
+            raise SystemExit(f"`prepare` evaluated the warm start on seeds {reported}+ (start.json's after_sft); "
+                             f"`evaluate {WARM_START}` is for other seeds: add --eval-seed, e.g. 300000")  # fmt: skip
+        name, path = "sft", start_path
+    else:
+        name = run_name(algo, args.seed, args.train_top_layers, args.vllm_compiled)
+        path = _dir(args) / f"{name}.json"
+        if not path.exists():
+            raise SystemExit(f"{path} does not exist: run `learning.py train {algo} --no-eval` first")
     out = json.loads(path.read_text())
     base, tok = _policy(args)
     from peft import PeftModel  # after the model: peft first pulls a vision module in some installs
 
     policy = PeftModel.from_pretrained(base, str(_dir(args) / name))
     policy.eval()
-    out["after"] = _evaluate(args, policy, tok, name, generator=_synced(_engine(args, policy, tok), policy))
-    out["after_device"] = device_name(args)
-    path.write_text(json.dumps(out, indent=2))
+    label = name if held_out else f"{name}.seed{args.eval_seed}"
+    result = _evaluate(args, policy, tok, label, generator=_synced(_engine(args, policy, tok), policy))
+    if held_out:
+        out["after"] = result
+        out["after_device"] = device_name(args)
+    else:
+        out.setdefault("validation", {})[str(args.eval_seed)] = {**result, "device": device_name(args)}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(out, indent=2))
+    os.replace(tmp, path)
     return out
 
 
@@ -894,7 +929,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "cmd", nargs="?", default="all", choices=["all", "prepare", "train", "evaluate", "report"]
     )
-    parser.add_argument("algo", nargs="?", default=None, choices=ALGOS, help="for `train` and `evaluate`")
+    parser.add_argument(
+        "algo",
+        nargs="?",
+        default=None,
+        choices=(*ALGOS, WARM_START),
+        help=f"for `train` and `evaluate` (`evaluate {WARM_START} --eval-seed N`: the warm start on validation seeds)",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny random model, tiny budgets")
     parser.add_argument("--task", default="synthetic", choices=sorted(TASKS))
     parser.add_argument(
@@ -989,6 +1030,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tw-test-games", type=int, default=50, help="textworld: held-out games")
     parser.add_argument("--max-turns", type=int, default=0, help="worlds: turn limit (0: the task's default)")
     parser.add_argument(
+        "--shop-oracle",
+        choices=["direct", "browse"],
+        default=None,
+        help="webshop: the oracle the warm start imitates (WebShopEnv's oracle=; default: the env's, direct)",
+    )
+    parser.add_argument(
         "--context",
         default="full",
         help="the envs' context policy (full, window:K, state): what the agent sees each step; a rewritten "
@@ -1053,7 +1100,7 @@ def main() -> None:
     if args.cmd == "prepare":
         prepare(args)
     elif args.cmd == "train":
-        if args.algo is None:
+        if args.algo is None or args.algo == WARM_START:
             parser.error(f"train needs an algorithm: one of {', '.join(ALGOS)}")
         train(args.algo, args)
     elif args.cmd == "evaluate":

@@ -78,6 +78,10 @@ SCRIPTS = {
         "learning.py",
         "The shop's RL step with vLLM's compiled model against its eager one, on a CPU with AMX",
     ),
+    "learning_shop_lr_amx": (
+        "learning.py",
+        "The shop from the AMX warm start with the RL learning rate chosen on validation goals",
+    ),
     "lr_selection": ("learning.py", "Learning-rate selection on validation seeds"),
     "table3": ("table3.py", "Table 3 of the paper in miniature"),
     "retrieval": ("retrieval.py", "Retrieval backends against rank_bm25 and Pyserini"),
@@ -248,7 +252,44 @@ def _learning(data: dict[str, Any]) -> str:
             "x RL start",
         ]
         parts.append(f"### {task} (`{env}`)\n\nHeld-out evaluation (greedy):\n\n" + _table(header, rows))
+        validation = _validation(t, (data.get("tuning") or {}).get(task) or {})
+        if validation:
+            parts.append(validation)
     return "\n\n".join(parts)
+
+
+def _lr_label(settings: dict[str, Any]) -> str:
+    """A run's learning rate as the tables write it (``lr 3e-4``)."""
+    mantissa, exponent = f"{settings['lr']:.0e}".split("e")
+    return f"lr {mantissa}e{int(exponent)}"
+
+
+def _validation(t: dict[str, Any], tuning: dict[str, Any]) -> str:
+    """The evaluations on validation seeds (``learning.py evaluate ALGO --eval-seed N``, kept under each record's
+    ``validation``) where settings were chosen: the warm start's and each run's, with the runs a person recorded
+    from other work directories (the result file's ``tuning``: task -> run name -> record), each against the warm
+    start on the same seeds."""
+    start = t.get("start") or {}
+    records = [("warm start", start, None)]
+    records += [(name, run, run.get("settings")) for name, run in (t.get("runs") or {}).items()]
+    records += [(name, run, run.get("settings")) for name, run in tuning.items()]
+    base = start.get("validation") or {}
+    rows = []
+    for name, record, settings in records:
+        for seed, result in sorted((record.get("validation") or {}).items()):
+            ratio = ""
+            if settings is not None and (base.get(seed) or {}).get("success"):
+                ratio = f"{result['success'] / base[seed]['success']:.2f}x"
+            steps = ((record.get("train") or {}).get("steps")) if settings is not None else ""
+            rows.append([name, _lr_label(settings) if settings else "", seed, _rate(result),
+                         result.get("format_ok"), result.get("return"), result.get("episodes"), steps, ratio])  # fmt: skip
+    if not rows or all(r[0] == "warm start" for r in rows):
+        return ""
+    header = ["policy", "settings", "first seed", "success [95% CI]", "format-valid", "return", "episodes",
+              "RL steps", "x the warm start on these seeds"]  # fmt: skip
+    return "Validation seeds (where the settings were chosen; never the held-out ones):\n\n" + _table(
+        header, rows
+    )
 
 
 def _cpu_of(data: dict[str, Any]) -> tuple[Any, Any]:
@@ -807,6 +848,7 @@ def _top_layers_rows(data: dict[str, Any]) -> list[list[Any]]:
 STRONG_START_ROWS = {
     "learning_shop_strong_start": "the shop from a warm start on three times the oracle episodes",
     "learning_shop_strong_start_amx": "the shop from a warm start on three times the oracle episodes, on AMX",
+    "learning_shop_lr_amx": "the shop from the AMX warm start, the learning rate chosen on validation goals",
 }
 
 
@@ -828,8 +870,9 @@ def _strong_start_rows(data: dict[str, Any], stem: str = "learning_shop_strong_s
         rates = ", ".join(f"{runs[n]['after']['success']:.3f}" for n in names)
         ratios = ", ".join(f"{runs[n]['after']['success'] / start['success']:.2f}x" for n in names)
         seeds = _training_seeds(names)
-        arms.append(f"{ARM_LABELS.get(arm, arm)} {rates} ({ratios}; training seed{'s' if len(seeds) > 1 else ''} "
-                    f"{', '.join(seeds)}; x its warm start)")  # fmt: skip
+        lrs = sorted({_lr_label(runs[n]["settings"]) for n in names})
+        arms.append(f"{ARM_LABELS.get(arm, arm)} at {', '.join(lrs)} {rates} ({ratios}; training "
+                    f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}; x its warm start)")  # fmt: skip
     speed = [run["train"]["steps_per_minute"] for run in runs.values()]
     minutes = max(run["settings"]["minutes"] for run in runs.values())
     return [[
@@ -1080,12 +1123,14 @@ def _strong_start(data: dict[str, Any], stem: str = "learning_shop_strong_start"
             after, train = run["after"], run.get("train") or {}
             ratio, apart = _against_start(after, start)
             rows.append([f"[{name_of_file}]({name_of_file}.md)", d["machine"].get("cpu_model", ""), sft.get("episodes"),
-                         _rate(start), start.get("bought", ""), start.get("r_option", ""), name, train.get("steps"),
+                         _rate(start), start.get("bought", ""), start.get("r_option", ""), name,
+                         _lr_label(run["settings"]).removeprefix("lr "), train.get("steps"),
                          train.get("steps_per_minute"), _rate(after), f"{ratio:.2f}x", apart])  # fmt: skip
     if rows:
         header = ["result", "CPU", "oracle episodes in the warm start", "warm start success [95% CI]",
-                  "warm start bought", "warm start options right", "run", "RL steps", "steps a minute",
-                  "success [95% CI]", "of its warm start", "interval above the warm start"]  # fmt: skip
+                  "warm start bought", "warm start options right", "run", "RL learning rate", "RL steps",
+                  "steps a minute", "success [95% CI]", "of its warm start",
+                  "interval above the warm start"]  # fmt: skip
         parts.append("#### The shop: the warm starts and RL from each\n\n" + _table(header, rows))
     return "\n\n".join(parts)
 
@@ -1311,6 +1356,7 @@ HIGHLIGHTS = {
     "learning_shop_top_layers": _top_layers,
     "learning_shop_strong_start": _strong_start,
     "learning_shop_strong_start_amx": functools.partial(_strong_start, stem="learning_shop_strong_start_amx"),
+    "learning_shop_lr_amx": functools.partial(_strong_start, stem="learning_shop_lr_amx"),
     "learning_shop_vllm_compiled_amx": _vllm_compiled,
 }
 

@@ -203,6 +203,21 @@ def test_learning_benchmark_trains_here_and_evaluates_later(tmp_path):
     saved = (tmp_path / "synthetic" / "grpo.episodes.jsonl").read_text().splitlines()
     assert len(saved) == 4 and all(json.loads(line)["source"] == "eval" for line in saved)
     assert (tmp_path / "synthetic" / "after_sft.episodes.jsonl").exists()
+    # on validation seeds (choosing a setting) the run and the warm start each get a `validation` entry, and the
+    # held-out figures stay as they were
+    start = json.loads((tmp_path / "synthetic" / "start.json").read_text())
+    for algo in ("grpo", "warm-start"):
+        subprocess.run([sys.executable, str(script), "evaluate", algo, "--eval-seed", "300000", "--eval-batch", "2",
+                        *common], check=True, capture_output=True, timeout=300)  # fmt: skip
+    tuned = json.loads((tmp_path / "synthetic" / "grpo.json").read_text())
+    assert tuned["after"] == run["after"] and tuned["validation"]["300000"]["episodes"] == 4
+    assert tuned["validation"]["300000"]["device"] == "cpu"
+    again = json.loads((tmp_path / "synthetic" / "start.json").read_text())
+    assert again["after_sft"] == start["after_sft"] and again["validation"]["300000"]["episodes"] == 4
+    assert (tmp_path / "synthetic" / "grpo.seed300000.episodes.jsonl").exists()
+    refused = subprocess.run([sys.executable, str(script), "evaluate", "warm-start", *common], capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+    assert refused.returncode != 0 and "--eval-seed" in refused.stderr
 
 
 @pytest.mark.slow
@@ -442,6 +457,35 @@ def test_speculative_counts_only_one_whole_tool_call_as_well_formed(monkeypatch,
     assert later, "a later turn's context extends the first turn's"
 
 
+def test_validation_evaluations_are_tabled_against_the_warm_start_on_the_same_seeds(monkeypatch):
+    """A result's evaluations on validation seeds (its runs', its warm start's, and the runs a person recorded from
+    other work directories under ``tuning``) get their own table on the page, each run x the warm start on the
+    same seeds; a file without them gets none."""
+    report = _benchmark_module(monkeypatch, "report")
+    recorded = json.loads((REPO / "benchmarks" / "results" / "learning_cheaper_step.json").read_text())
+    shop = recorded["tasks"]["webshop"]
+    assert "Validation seeds" not in report._learning(recorded)
+    run = json.loads(json.dumps(shop["runs"]["grpo"]))
+    other = json.loads(json.dumps(run))
+    other["settings"]["lr"] = 1e-3
+    shop["start"]["validation"] = {
+        "300000": {"success": 0.1, "episodes": 100, "format_ok": 0.9, "return": 0.2}
+    }
+    run["settings"]["lr"] = 3e-4
+    run["validation"] = {"300000": {"success": 0.15, "episodes": 100, "format_ok": 0.95, "return": 0.3}}
+    other["validation"] = {"300000": {"success": 0.05, "episodes": 100, "format_ok": 0.5, "return": 0.0}}
+    data = {"tasks": {"webshop": {"start": shop["start"], "runs": {"grpo": run}}},
+            "tuning": {"webshop": {"grpo (other dir)": other}}}  # fmt: skip
+    page = report._learning(data)
+    assert "Validation seeds" in page
+    assert "| warm start |  | 300000 | 0.100 [0.055, 0.174] | 0.900 | 0.200 | 100 |  |  |" in page
+    assert "| grpo | lr 3e-4 | 300000 | 0.150 [0.093, 0.233] | 0.950 | 0.300 | 100 | 26 | 1.50x |" in page
+    assert (
+        "| grpo (other dir) | lr 1e-3 | 300000 | 0.050 [0.022, 0.112] | 0.500 | 0.000 | 100 | 26 | 0.50x |"
+        in page
+    )
+
+
 def test_a_compiled_arm_is_named_apart_and_reported_beside_its_eager_twin(tmp_path, monkeypatch):
     """``--vllm-compiled`` makes the run ``ALGO-compiled`` (``-seedN`` after it), so that it shares a warm start
     and a work dir with the eager arm; the report collects both, and the page and README row of
@@ -519,15 +563,15 @@ def test_report_renders_speculative_and_the_strong_start(monkeypatch):
     assert "#### The shop: the warm starts and RL from each" in page
     assert "| [learning_shop_top_layers](learning_shop_top_layers.md) | AMD EPYC | 48 |" in page
     assert "| [learning_shop_strong_start](learning_shop_strong_start.md) | AMD EPYC | 144 |" in page
-    assert "| grpo-seed1 | 44 | 1.450 | 0.200 [0.150, 0.261] | 2.00x | yes |" in page
-    assert "| grpo | 41 | 1.360 | 0.060 [0.035, 0.102] | 0.60x | no |" in page
+    assert "| grpo-seed1 | 1e-4 | 44 | 1.450 | 0.200 [0.150, 0.261] | 2.00x | yes |" in page
+    assert "| grpo | 1e-4 | 41 | 1.360 | 0.060 [0.035, 0.102] | 0.60x | no |" in page
     assert "grpo-top10" not in page.split("#### The shop: the warm starts")[1]
     (row,) = report._strong_start_rows(strong)
     assert (
         "held-out success 0.100 after the warm start on 144 oracle episodes (against 0.060 after 48)"
         in row[1]
     )
-    assert "GRPO 0.060, 0.200 (0.60x, 2.00x; training seeds 0, 1" in row[1]
+    assert "GRPO at lr 1e-4 0.060, 0.200 (0.60x, 2.00x; training seeds 0, 1" in row[1]
     # a second stronger warm start's file (another CPU, GiGPO beside GRPO): its own rows beside the others', and a
     # README row that names each arm
     amx = json.loads(json.dumps(strong))
@@ -540,12 +584,12 @@ def test_report_renders_speculative_and_the_strong_start(monkeypatch):
         "| [learning_shop_strong_start_amx](learning_shop_strong_start_amx.md) | Intel(R) Xeon(R) Processor | 144 |"
         in table
     )
-    assert "| grpo-gigpo-seed1 | 44 | 1.450 | 0.200 [0.150, 0.261] | 2.00x | yes |" in table
+    assert "| grpo-gigpo-seed1 | 1e-4 | 44 | 1.450 | 0.200 [0.150, 0.261] | 2.00x | yes |" in table
     assert "| [learning_shop_strong_start](learning_shop_strong_start.md) | AMD EPYC | 144 |" in table
     (row,) = report._strong_start_rows(amx, "learning_shop_strong_start_amx")
     assert row[0].endswith("on AMX](docs/results/learning_shop_strong_start_amx.md)")
     assert (
-        "; GRPO 0.060, 0.200 (0.60x, 2.00x; training seeds 0, 1; x its warm start); GiGPO 0.060, 0.200"
+        "; GRPO at lr 1e-4 0.060, 0.200 (0.60x, 2.00x; training seeds 0, 1; x its warm start); GiGPO at lr 1e-4 0.060"
         in row[1]
     )
     assert "4 runs" in row[2] and "Intel(R) Xeon(R) Processor (" in row[2]
