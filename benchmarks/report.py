@@ -1122,12 +1122,16 @@ def _strong_start(data: dict[str, Any], stem: str = "learning_shop_strong_start"
         for name, run in sorted(runs.items()):
             after, train = run["after"], run.get("train") or {}
             ratio, apart = _against_start(after, start)
-            rows.append([f"[{name_of_file}]({name_of_file}.md)", d["machine"].get("cpu_model", ""), sft.get("episodes"),
-                         _rate(start), start.get("bought", ""), start.get("r_option", ""), name,
+            oracle = ((t["start"].get("settings") or {}).get("train_env_kwargs") or {}).get(
+                "oracle", "direct"
+            )
+            rows.append([f"[{name_of_file}]({name_of_file}.md)", d["machine"].get("cpu_model", ""), oracle,
+                         sft.get("episodes"), _rate(start), start.get("bought", ""), start.get("r_option", ""), name,
                          _lr_label(run["settings"]).removeprefix("lr "), train.get("steps"),
                          train.get("steps_per_minute"), _rate(after), f"{ratio:.2f}x", apart])  # fmt: skip
     if rows:
-        header = ["result", "CPU", "oracle episodes in the warm start", "warm start success [95% CI]",
+        header = ["result", "CPU", "warm start's oracle", "oracle episodes in the warm start",
+                  "warm start success [95% CI]",
                   "warm start bought", "warm start options right", "run", "RL learning rate", "RL steps",
                   "steps a minute", "success [95% CI]", "of its warm start",
                   "interval above the warm start"]  # fmt: skip

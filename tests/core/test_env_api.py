@@ -79,6 +79,7 @@ CASES: dict[str, object] = {
     "num_products": 300,
     "catalog_seed": 1,
     "knockoff_share": 0.5,
+    "oracle": "browse",
     "num_test": 50,
     "human_goals": None,
     "task_split": "test",
