@@ -364,12 +364,14 @@ class WebShopEnv(ToolEnv):
         super().__init__(
             [tool(self.world.search, errors="raise"), tool(self.world.click, errors="raise")], **settings
         )
+        # the oracle's own state: searching the goal product's title (after the last results page), and the
+        # products the browsing oracle opened and went back from
+        self._oracle_by_title = False
+        self._oracle_rejected: set[str] = set()
 
     def split_kwargs(self, split: str) -> dict[str, Any]:
         """The shop's own split: the first ``num_test`` goals are held out."""
         return {"split": split}
-        self._oracle_by_title = False
-        self._oracle_rejected: set[str] = set()  # "browse": the products it opened and went back from
 
     def task_prompt(self, task: ShopGoal) -> str:
         return SHOP_PROMPT.format(instruction=task.instruction)
