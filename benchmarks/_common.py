@@ -100,3 +100,9 @@ def split_context_key(key: str) -> tuple[str, str]:
     :func:`context_dir_suffix`."""
     task, _, context = key.partition("@")
     return task, context.replace("-", ":", 1)
+
+
+def lr_label(settings: dict) -> str:
+    """A run's learning rate as result tables write it (``lr 3e-4``)."""
+    mantissa, exponent = f"{settings['lr']:.0e}".split("e")
+    return f"lr {mantissa}e{int(exponent)}"

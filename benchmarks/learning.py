@@ -57,7 +57,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
-from _common import context_dir_suffix, emit, machine_info, split_context_key, two_proportion_z, wilson
+from _common import (
+    context_dir_suffix,
+    emit,
+    lr_label,
+    machine_info,
+    split_context_key,
+    two_proportion_z,
+    wilson,
+)
 
 from agentr1_gym.generation import BaseGenerator
 
@@ -772,8 +780,7 @@ def _run_label(settings: dict) -> str:
     (result files made before ``format_needs_score`` have no ``reward`` entry: on any well-formed answer; those
     made with ``format_needs_score``: on an answer scoring above 0; since ``format_needs_success``: on a
     successful answer, the default, which needs no label)."""
-    mantissa, exponent = f"{settings['lr']:.0e}".split("e")
-    parts = [f"lr {mantissa}e{int(exponent)}", f"{settings.get('reward_signal', 'return')} signal"]
+    parts = [lr_label(settings), f"{settings.get('reward_signal', 'return')} signal"]
     if settings.get("vllm_compiled"):
         parts.append("vLLM compiled")
     reward = settings.get("reward", {})

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from _common import split_context_key, two_proportion_z, wilson
+from _common import lr_label, split_context_key, two_proportion_z, wilson
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -262,12 +262,6 @@ def _learning(data: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def _lr_label(settings: dict[str, Any]) -> str:
-    """A run's learning rate as the tables write it (``lr 3e-4``)."""
-    mantissa, exponent = f"{settings['lr']:.0e}".split("e")
-    return f"lr {mantissa}e{int(exponent)}"
-
-
 def _validation(t: dict[str, Any], tuning: dict[str, Any]) -> str:
     """The evaluations on validation seeds (``learning.py evaluate ALGO --eval-seed N``, kept under each record's
     ``validation``) where settings were chosen: the warm start's and each run's, with the runs a person recorded
@@ -285,7 +279,7 @@ def _validation(t: dict[str, Any], tuning: dict[str, Any]) -> str:
             if settings is not None and (base.get(seed) or {}).get("success"):
                 ratio = f"{result['success'] / base[seed]['success']:.2f}x"
             steps = ((record.get("train") or {}).get("steps")) if settings is not None else ""
-            rows.append([name, _lr_label(settings) if settings else "", seed, _rate(result),
+            rows.append([name, lr_label(settings) if settings else "", seed, _rate(result),
                          result.get("format_ok"), result.get("return"), result.get("episodes"), steps, ratio])  # fmt: skip
     if not rows or all(r[0] == "warm start" for r in rows):
         return ""
@@ -875,7 +869,7 @@ def _strong_start_rows(data: dict[str, Any], stem: str = "learning_shop_strong_s
         rates = ", ".join(f"{runs[n]['after']['success']:.3f}" for n in names)
         ratios = ", ".join(f"{runs[n]['after']['success'] / start['success']:.2f}x" for n in names)
         seeds = _training_seeds(names)
-        lrs = sorted({_lr_label(runs[n]["settings"]) for n in names})
+        lrs = sorted({lr_label(runs[n]["settings"]) for n in names})
         arms.append(f"{ARM_LABELS.get(arm, arm)} at {', '.join(lrs)} {rates} ({ratios}; training "
                     f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}; x its warm start)")  # fmt: skip
     speed = [run["train"]["steps_per_minute"] for run in runs.values()]
@@ -1132,7 +1126,7 @@ def _strong_start(data: dict[str, Any], stem: str = "learning_shop_strong_start"
             )
             rows.append([f"[{name_of_file}]({name_of_file}.md)", d["machine"].get("cpu_model", ""), oracle,
                          sft.get("episodes"), _rate(start), start.get("bought", ""), start.get("r_option", ""), name,
-                         _lr_label(run["settings"]).removeprefix("lr "), train.get("steps"),
+                         lr_label(run["settings"]).removeprefix("lr "), train.get("steps"),
                          train.get("steps_per_minute"), _rate(after), f"{ratio:.2f}x", apart])  # fmt: skip
     if rows:
         header = ["result", "CPU", "warm start's oracle", "oracle episodes in the warm start",
