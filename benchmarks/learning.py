@@ -206,6 +206,12 @@ def _task_kwargs(args: argparse.Namespace) -> tuple[str, dict, dict]:
         if args.task != "webshop":
             raise SystemExit(f"--shop-oracle is the shop's setting; --task is {args.task}")
         train["oracle"] = oracle  # what the warm start imitates (the training env's oracle_action)
+    if getattr(args, "shop_oracle_thoughts", False):
+        if oracle != "browse":
+            raise SystemExit(
+                "--shop-oracle-thoughts needs --shop-oracle browse (the direct oracle has no visible reason)"
+            )
+        train["oracle_thoughts"] = True
     return spec["env"], train, held_out
 
 
@@ -272,8 +278,9 @@ def device_name(args: argparse.Namespace) -> str:
 
 
 def episode_tokens(args: argparse.Namespace) -> int:
-    """The task's episode budget (tokens of prompt and turns; BFCL's tool listings need more than the default)."""
-    return TASKS.get(args.task, {}).get("max_episode_tokens", 2048)
+    """The episode budget (tokens of prompt and turns): ``--max-episode-tokens``, else the task's (BFCL's tool
+    listings need more than the default)."""
+    return getattr(args, "max_episode_tokens", 0) or TASKS.get(args.task, {}).get("max_episode_tokens", 2048)
 
 
 def _evaluate(
@@ -1041,6 +1048,18 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["direct", "browse"],
         default=None,
         help="webshop: the oracle the warm start imitates (WebShopEnv's oracle=; default: the env's, direct)",
+    )
+    parser.add_argument(
+        "--shop-oracle-thoughts",
+        action="store_true",
+        help="webshop, with --shop-oracle browse: each oracle turn says why first, in a short <think> (WebShopEnv's "
+        "oracle_thoughts=True), so the warm start imitates the check as well as the click",
+    )
+    parser.add_argument(
+        "--max-episode-tokens",
+        type=int,
+        default=0,
+        help="the episode budget in tokens, prompt and turns (0: the task's, 2,048 where it names none)",
     )
     parser.add_argument(
         "--context",

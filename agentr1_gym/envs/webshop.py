@@ -307,6 +307,10 @@ class WebShopEnv(ToolEnv):
             what the pages show: it opens the first listing of the instruction's product type within its price,
             and on the item page goes back (``< Prev``) to the next one when the product lacks an option the
             instruction asks for or does not meet it, so its transcripts teach checking a product and going back.
+        oracle_thoughts: with ``oracle="browse"``, each oracle turn opens with a short ``<think>`` that says why,
+            from what the page shows (``<think>$23.63, under $40.00: open it.</think>``, ``<think>no original
+            here: back.</think>``), so a warm start imitates the check as well as the click. A ConfigError with
+            the direct oracle, whose choice rests on what the pages do not show.
         Other arguments: :class:`~agentr1_gym.settings.EnvSettings` (default ``max_turns=15``, WebShop's budget).
 
     Metrics: ``full_match`` (the purchase meets the whole instruction: WebShop's reward is 1; the default answer
@@ -334,13 +338,19 @@ class WebShopEnv(ToolEnv):
         human_goals: bool = False,
         knockoff_share: float = KNOCKOFF_SHARE,
         oracle: str = "direct",
+        oracle_thoughts: bool = False,
         **settings: Any,
     ) -> None:
         if split not in ("train", "test"):
             raise ConfigError(f"split must be 'train' or 'test', got {split!r}")
         if oracle not in ORACLES:
             raise ConfigError(f"oracle must be one of {', '.join(map(repr, ORACLES))}, got {oracle!r}")
-        self.oracle = oracle
+        if oracle_thoughts and oracle != "browse":
+            raise ConfigError(
+                f"oracle_thoughts=True needs oracle='browse' (got {oracle!r}): the direct oracle's choice rests on "
+                "what the pages do not show, so it has no reason to give"
+            )
+        self.oracle, self.oracle_thoughts = oracle, bool(oracle_thoughts)
         if human_goals and data_path is None:
             raise ConfigError("human_goals=True reads WebShop's items_human_ins.json: pass data_path= too")
         if data_path is not None:
@@ -437,18 +447,38 @@ class WebShopEnv(ToolEnv):
             return self.call_text("search", query=self.task.instruction)
         return self.call_text("click", button=buttons[int(self.np_random.integers(len(buttons)))])
 
+    def _said(self, thought: str, name: str, **arguments: Any) -> str:
+        """An oracle turn: the call, after ``<think>thought</think>`` where the env gives its oracle's reasons."""
+        call = self.call_text(name, **arguments)
+        return f"<think>{thought}</think>\n{call}" if self.oracle_thoughts else call
+
+    def _why_not(self, asin: str) -> str:
+        """What the item page of ``asin`` shows against the instruction (the browsing oracle's reason to leave)."""
+        product, goal = self.world.products[asin], self.task
+        if product.price > goal.price_upper:
+            return f"${product.price:.2f} is over ${goal.price_upper:.2f}"
+        offered = {v for _, values in product.options for v in values}
+        missing = [v for v in goal.options if v not in offered]
+        if missing:
+            return f"no {missing[0]} here"
+        return "it does not fit the instruction"
+
     def oracle_action(self) -> str:
         """Search the goal's attributes and product type, open the first listed product that meets the whole
         instruction (paging on; after the last page, search the goal product's title instead), pick the
         instruction's options, buy it. With ``oracle="browse"`` it opens the first listing of the right type
         within the price instead, and goes back to the next one from a product that does not meet the
-        instruction (one lacking an asked-for option, mostly: the item page shows it)."""
+        instruction (one lacking an asked-for option, mostly: the item page shows it); with ``oracle_thoughts``
+        each turn says why first."""
         self._require_task("oracle_action()")
         goal: ShopGoal = self.task
         w = self.world
+        bound = f"${goal.price_upper:.2f}"  # (thoughts stay short: a turn has max_new_tokens)
         if w.page == "search":
-            query = goal.name if self._oracle_by_title else f"{' '.join(goal.attributes)} {goal.query}"
-            return self.call_text("search", query=query)
+            if self._oracle_by_title:
+                return self._said("none fit: search the title", "search", query=goal.name)
+            query = f"{' '.join(goal.attributes)} {goal.query}"
+            return self._said(f"under {bound}: search", "search", query=query)
         if w.page == "results":
             if self.oracle == "browse":  # the first listing that looks right and was not opened already
                 meets = [
@@ -457,26 +487,27 @@ class WebShopEnv(ToolEnv):
             else:  # the first product on the page that meets the whole instruction
                 meets = [a for a in w._page_asins() if self._meets(a)]
             if meets:
-                return self.call_text("click", button=meets[0])
+                price = w.products[meets[0]].price
+                return self._said(f"${price:.2f}, under {bound}: open it", "click", button=meets[0])
             if self.oracle == "direct" and goal.asin in w._page_asins():
                 return self.call_text("click", button=goal.asin)
             if NEXT in w.clickables():
-                return self.call_text("click", button=NEXT)
+                return self._said(f"nothing else under {bound} here: next page", "click", button=NEXT)
             if self._oracle_by_title and self.oracle == "browse" and goal.asin in w._page_asins():
                 self._oracle_rejected.discard(goal.asin)  # searched by its title: the goal's own product
-                return self.call_text("click", button=goal.asin)
+                return self._said("the title's product: open it", "click", button=goal.asin)
             self._oracle_by_title = True
-            return self.call_text("click", button=BACK)
+            return self._said("nothing fits: search again", "click", button=BACK)
         if w.page == "sub":
-            return self.call_text("click", button=PREV)
+            return self._said("back to the product", "click", button=PREV)
         if w.asin != goal.asin and not self._meets(w.asin):
             self._oracle_rejected.add(w.asin)
-            return self.call_text("click", button=PREV)
+            return self._said(f"{self._why_not(w.asin)}: back", "click", button=PREV)
         product = w.products[w.asin]
         names = goal.option_names or tuple(
             next((n for n, vals in product.options if v in vals), "") for v in goal.options
         )
         for name, value in zip(names, goal.options):
             if w.chosen.get(name) != value:
-                return self.call_text("click", button=value)
-        return self.call_text("click", button=BUY)
+                return self._said(f"{value} is offered: choose it", "click", button=value)
+        return self._said("all chosen: buy", "click", button=BUY)

@@ -80,6 +80,7 @@ CASES: dict[str, object] = {
     "catalog_seed": 1,
     "knockoff_share": 0.5,
     "oracle": "browse",
+    "oracle_thoughts": True,  # (with oracle="browse", which it needs)
     "num_test": 50,
     "human_goals": None,
     "task_split": "test",
@@ -162,6 +163,8 @@ def test_gym_make_equals_agentr1_make_for_every_keyword(env_id, keyword):
     kwargs = {keyword: value}
     if keyword in ("min_hops", "max_hops"):
         kwargs["max_turns"] = 6
+    if keyword == "oracle_thoughts":
+        kwargs["oracle"] = "browse"
     if (
         keyword == "data_path" and env_id == "AgentR1/2WikiMultihopQA-v0"
     ):  # its JSONL has no context paragraphs

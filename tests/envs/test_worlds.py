@@ -224,6 +224,52 @@ def test_the_browsing_oracle_decides_from_the_pages_and_goes_back_from_a_product
         gym.make("AgentR1/WebShop-v0", oracle="peek")
 
 
+def test_the_browsing_oracles_thoughts_give_what_the_page_shows_and_change_no_click():
+    """``oracle_thoughts=True``: every oracle turn is ``<think>reason</think>`` and the plain oracle's call, the env
+    parses it, and each reason reads off the page it was given on (a listing's price and the bound; the option an
+    item page lacks, or its price over the bound)."""
+    import re
+
+    from agentr1_gym.formats import strip_thinking
+
+    env = gym.make(
+        "AgentR1/WebShop-v0", split="test", oracle="browse", oracle_thoughts=True, max_turns=12
+    ).unwrapped
+    plain = gym.make("AgentR1/WebShop-v0", split="test", oracle="browse", max_turns=12).unwrapped
+    lacks, opened = 0, 0
+    for i in range(0, 500, 10):
+        env.reset(options={"task_index": i})
+        plain.reset(options={"task_index": i})
+        while True:
+            page, shown = env.world.page, env.world.render()
+            action = env.oracle_action()
+            thought = re.fullmatch(r"<think>(.+?)</think>\n(<tool_call>.*)", action, re.S)
+            assert thought, action
+            assert strip_thinking(action).strip() == plain.oracle_action().strip()
+            reason = thought.group(1)
+            bound = f"${env.task.price_upper:.2f}"
+            if page == "results" and "open it" in reason and "title" not in reason:
+                opened += 1
+                price = reason.split(",")[0]
+                assert bound in reason and price in shown, (reason, shown)
+            if page == "item" and reason.endswith(": back"):
+                why = reason.removesuffix(": back")
+                if why.startswith("no "):
+                    lacks += 1
+                    value = why.removeprefix("no ").removesuffix(" here")
+                    assert value in env.task.options and f"[{value}]" not in shown, (why, shown)
+                elif " is over " in why:
+                    assert why.endswith(bound) and why.split(" is over ")[0] in shown
+            _, _, terminated, truncated, info = env.step(action)
+            plain.step(strip_thinking(action))
+            assert info["action_error"] is None, info["action_error"]
+            if terminated or truncated:
+                break
+    assert opened >= 50 and lacks >= 10
+    with pytest.raises(ConfigError, match="needs oracle='browse'"):
+        gym.make("AgentR1/WebShop-v0", oracle_thoughts=True)
+
+
 def test_webshop_files_load_in_their_own_format():
     products, goals = load_webshop(WEBSHOP_DATA)
     by_asin = {p.asin: p for p in products}

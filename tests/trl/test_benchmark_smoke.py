@@ -433,6 +433,26 @@ def test_learning_names_a_top_layers_arm_apart_and_reports_it(tmp_path, monkeypa
     assert "| grpo-top10-seed1 | 1 | top 10 | 26 |" in page and "| +0.000 | +0.0 |" in page
 
 
+def test_the_shops_reasoned_oracle_and_the_episode_budget_are_run_settings(monkeypatch):
+    """``--shop-oracle browse --shop-oracle-thoughts`` reaches the training env (its warm start's transcripts) and
+    is refused without the browsing oracle; ``--max-episode-tokens`` overrides the task's budget."""
+    learning = _benchmark_module(monkeypatch, "learning")
+    parse = learning.build_parser().parse_args
+    args = parse(["prepare", "--task", "webshop", "--shop-oracle", "browse", "--shop-oracle-thoughts"])
+    _, train, held_out = learning.task_spec(args)
+    assert (
+        train["oracle"] == "browse" and train["oracle_thoughts"] is True and "oracle_thoughts" not in held_out
+    )
+    with pytest.raises(SystemExit, match="needs --shop-oracle browse"):
+        learning.task_spec(parse(["prepare", "--task", "webshop", "--shop-oracle-thoughts"]))
+    assert learning.episode_tokens(parse(["train", "grpo", "--task", "webshop"])) == 2048
+    assert learning.episode_tokens(parse(["train", "grpo", "--task", "bfcl"])) == 4096
+    assert (
+        learning.episode_tokens(parse(["train", "grpo", "--task", "webshop", "--max-episode-tokens", "3072"]))
+        == 3072
+    )
+
+
 def test_speculative_counts_only_one_whole_tool_call_as_well_formed(monkeypatch, tok):
     """benchmarks/speculative.py: a sampled turn is well formed only as one tool call with a name and arguments;
     its prompts are every turn's context of the shop's oracle episodes, each the one before it and more."""
