@@ -1121,16 +1121,21 @@ def _strong_start(data: dict[str, Any], stem: str = "learning_shop_strong_start"
         for name, run in sorted(runs.items()):
             after, train = run["after"], run.get("train") or {}
             ratio, apart = _against_start(after, start)
-            oracle = ((t["start"].get("settings") or {}).get("train_env_kwargs") or {}).get(
-                "oracle", "direct"
+            settings = t["start"].get("settings") or {}
+            env_kwargs = settings.get("train_env_kwargs") or {}
+            oracle = env_kwargs.get("oracle", "direct") + (
+                ", with thoughts" if env_kwargs.get("oracle_thoughts") else ""
             )
+            budget = (
+                settings.get("max_episode_tokens") or 2048
+            )  # (files before --max-episode-tokens: the task's)
             rows.append([f"[{name_of_file}]({name_of_file}.md)", d["machine"].get("cpu_model", ""), oracle,
-                         sft.get("episodes"), _rate(start), start.get("bought", ""), start.get("r_option", ""), name,
+                         sft.get("episodes"), budget, _rate(start), start.get("bought", ""), start.get("r_option", ""), name,
                          lr_label(run["settings"]).removeprefix("lr "), train.get("steps"),
                          train.get("steps_per_minute"), _rate(after), f"{ratio:.2f}x", apart])  # fmt: skip
     if rows:
         header = ["result", "CPU", "warm start's oracle", "oracle episodes in the warm start",
-                  "warm start success [95% CI]",
+                  "episode budget (tokens)", "warm start success [95% CI]",
                   "warm start bought", "warm start options right", "run", "RL learning rate", "RL steps",
                   "steps a minute", "success [95% CI]", "of its warm start",
                   "interval above the warm start"]  # fmt: skip
