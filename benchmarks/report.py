@@ -86,6 +86,10 @@ SCRIPTS = {
         "learning.py",
         "The shop from a warm start on the browsing oracle, on a CPU with AMX",
     ),
+    "learning_shop_browse_thoughts_amx": (
+        "learning.py",
+        "The shop from a warm start on the browsing oracle with its reasons, on a CPU with AMX",
+    ),
     "lr_selection": ("learning.py", "Learning-rate selection on validation seeds"),
     "table3": ("table3.py", "Table 3 of the paper in miniature"),
     "retrieval": ("retrieval.py", "Retrieval backends against rank_bm25 and Pyserini"),
@@ -848,6 +852,7 @@ STRONG_START_ROWS = {
     "learning_shop_strong_start_amx": "the shop from a warm start on three times the oracle episodes, on AMX",
     "learning_shop_lr_amx": "the shop from the AMX warm start, the learning rate chosen on validation goals",
     "learning_shop_browse_amx": "the shop from a warm start on the browsing oracle, on AMX",
+    "learning_shop_browse_thoughts_amx": "the shop from a warm start on the browsing oracle with its reasons, on AMX",
 }
 
 
@@ -1366,6 +1371,9 @@ HIGHLIGHTS = {
     "learning_shop_strong_start_amx": functools.partial(_strong_start, stem="learning_shop_strong_start_amx"),
     "learning_shop_lr_amx": functools.partial(_strong_start, stem="learning_shop_lr_amx"),
     "learning_shop_browse_amx": functools.partial(_strong_start, stem="learning_shop_browse_amx"),
+    "learning_shop_browse_thoughts_amx": functools.partial(
+        _strong_start, stem="learning_shop_browse_thoughts_amx"
+    ),
     "learning_shop_vllm_compiled_amx": _vllm_compiled,
 }
 
