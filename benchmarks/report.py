@@ -90,6 +90,10 @@ SCRIPTS = {
         "learning.py",
         "The shop from a warm start on the browsing oracle with its reasons, on a CPU with AMX",
     ),
+    "learning_shop_browse_thoughts_outcome_amx": (
+        "learning.py",
+        "The shop from the browsing oracle's reasons, RL on the outcome alone, on a CPU with AMX",
+    ),
     "lr_selection": ("learning.py", "Learning-rate selection on validation seeds"),
     "table3": ("table3.py", "Table 3 of the paper in miniature"),
     "retrieval": ("retrieval.py", "Retrieval backends against rank_bm25 and Pyserini"),
@@ -853,6 +857,7 @@ STRONG_START_ROWS = {
     "learning_shop_lr_amx": "the shop from the AMX warm start, the learning rate chosen on validation goals",
     "learning_shop_browse_amx": "the shop from a warm start on the browsing oracle, on AMX",
     "learning_shop_browse_thoughts_amx": "the shop from a warm start on the browsing oracle with its reasons, on AMX",
+    "learning_shop_browse_thoughts_outcome_amx": "the shop from the browsing oracle's reasons, RL on the outcome alone, on AMX",
 }
 
 
@@ -1136,12 +1141,13 @@ def _strong_start(data: dict[str, Any], stem: str = "learning_shop_strong_start"
             )  # (files before --max-episode-tokens: the task's)
             rows.append([f"[{name_of_file}]({name_of_file}.md)", d["machine"].get("cpu_model", ""), oracle,
                          sft.get("episodes"), budget, _rate(start), start.get("bought", ""), start.get("r_option", ""), name,
-                         lr_label(run["settings"]).removeprefix("lr "), train.get("steps"),
+                         lr_label(run["settings"]).removeprefix("lr "), run["settings"].get("reward_signal", "return"),
+                         train.get("steps"),
                          train.get("steps_per_minute"), _rate(after), f"{ratio:.2f}x", apart])  # fmt: skip
     if rows:
         header = ["result", "CPU", "warm start's oracle", "oracle episodes in the warm start",
                   "episode budget (tokens)", "warm start success [95% CI]",
-                  "warm start bought", "warm start options right", "run", "RL learning rate", "RL steps",
+                  "warm start bought", "warm start options right", "run", "RL learning rate", "RL signal", "RL steps",
                   "steps a minute", "success [95% CI]", "of its warm start",
                   "interval above the warm start"]  # fmt: skip
         parts.append("#### The shop: the warm starts and RL from each\n\n" + _table(header, rows))
@@ -1373,6 +1379,9 @@ HIGHLIGHTS = {
     "learning_shop_browse_amx": functools.partial(_strong_start, stem="learning_shop_browse_amx"),
     "learning_shop_browse_thoughts_amx": functools.partial(
         _strong_start, stem="learning_shop_browse_thoughts_amx"
+    ),
+    "learning_shop_browse_thoughts_outcome_amx": functools.partial(
+        _strong_start, stem="learning_shop_browse_thoughts_outcome_amx"
     ),
     "learning_shop_vllm_compiled_amx": _vllm_compiled,
 }
