@@ -583,8 +583,8 @@ def test_report_renders_speculative_and_the_strong_start(monkeypatch):
     assert "#### The shop: the warm starts and RL from each" in page
     assert "| [learning_shop_top_layers](learning_shop_top_layers.md) | AMD EPYC | direct | 48 |" in page
     assert "| [learning_shop_strong_start](learning_shop_strong_start.md) | AMD EPYC | direct | 144 |" in page
-    assert "| grpo-seed1 | 1e-4 | 44 | 1.450 | 0.200 [0.150, 0.261] | 2.00x | yes |" in page
-    assert "| grpo | 1e-4 | 41 | 1.360 | 0.060 [0.035, 0.102] | 0.60x | no |" in page
+    assert "| grpo-seed1 | 1e-4 | return | 44 | 1.450 | 0.200 [0.150, 0.261] | 2.00x | yes |" in page
+    assert "| grpo | 1e-4 | return | 41 | 1.360 | 0.060 [0.035, 0.102] | 0.60x | no |" in page
     assert "grpo-top10" not in page.split("#### The shop: the warm starts")[1]
     (row,) = report._strong_start_rows(strong)
     assert (
@@ -604,7 +604,7 @@ def test_report_renders_speculative_and_the_strong_start(monkeypatch):
         "| [learning_shop_strong_start_amx](learning_shop_strong_start_amx.md) | Intel(R) Xeon(R) Processor | direct | 144 |"
         in table
     )
-    assert "| grpo-gigpo-seed1 | 1e-4 | 44 | 1.450 | 0.200 [0.150, 0.261] | 2.00x | yes |" in table
+    assert "| grpo-gigpo-seed1 | 1e-4 | return | 44 | 1.450 | 0.200 [0.150, 0.261] | 2.00x | yes |" in table
     assert (
         "| [learning_shop_strong_start](learning_shop_strong_start.md) | AMD EPYC | direct | 144 |" in table
     )
