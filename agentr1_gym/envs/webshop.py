@@ -308,8 +308,8 @@ class WebShopEnv(ToolEnv):
             and on the item page goes back (``< Prev``) to the next one when the product lacks an option the
             instruction asks for or does not meet it, so its transcripts teach checking a product and going back.
         oracle_thoughts: with ``oracle="browse"``, each oracle turn opens with a short ``<think>`` that says why,
-            from what the page shows (``<think>$23.63, under $40.00: open it.</think>``, ``<think>no original
-            here: back.</think>``), so a warm start imitates the check as well as the click. A ConfigError with
+            from what the page shows (``<think>$23.63, under $40.00: open it</think>``, ``<think>no original
+            here: back</think>``), so a warm start imitates the check as well as the click. A ConfigError with
             the direct oracle, whose choice rests on what the pages do not show.
         Other arguments: :class:`~agentr1_gym.settings.EnvSettings` (default ``max_turns=15``, WebShop's budget).
 
