@@ -102,6 +102,10 @@ def split_context_key(key: str) -> tuple[str, str]:
     return task, context.replace("-", ":", 1)
 
 
+#: learning.py's episode budget in tokens (prompt and turns) for a task that names none
+EPISODE_TOKENS = 2048
+
+
 def lr_label(settings: dict) -> str:
     """A run's learning rate as result tables write it (``lr 3e-4``)."""
     mantissa, exponent = f"{settings['lr']:.0e}".split("e")

@@ -58,6 +58,7 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 from _common import (
+    EPISODE_TOKENS,
     context_dir_suffix,
     emit,
     lr_label,
@@ -280,7 +281,9 @@ def device_name(args: argparse.Namespace) -> str:
 def episode_tokens(args: argparse.Namespace) -> int:
     """The episode budget (tokens of prompt and turns): ``--max-episode-tokens``, else the task's (BFCL's tool
     listings need more than the default)."""
-    return getattr(args, "max_episode_tokens", 0) or TASKS.get(args.task, {}).get("max_episode_tokens", 2048)
+    return getattr(args, "max_episode_tokens", 0) or TASKS.get(args.task, {}).get(
+        "max_episode_tokens", EPISODE_TOKENS
+    )
 
 
 def _evaluate(

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from _common import lr_label, split_context_key, two_proportion_z, wilson
+from _common import EPISODE_TOKENS, lr_label, split_context_key, two_proportion_z, wilson
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -1128,17 +1128,15 @@ def _strong_start(data: dict[str, Any], stem: str = "learning_shop_strong_start"
         runs = {n: r for n, r in (t.get("runs") or {}).items() if r.get("after") and _every_layer_arm(n) == n}
         if not start or not runs:
             continue
+        settings = t["start"].get("settings") or {}
+        env_kwargs = settings.get("train_env_kwargs") or {}
+        oracle = env_kwargs.get("oracle", "direct") + (
+            ", with thoughts" if env_kwargs.get("oracle_thoughts") else ""
+        )
+        budget = settings.get("max_episode_tokens") or EPISODE_TOKENS  # (files before --max-episode-tokens)
         for name, run in sorted(runs.items()):
             after, train = run["after"], run.get("train") or {}
             ratio, apart = _against_start(after, start)
-            settings = t["start"].get("settings") or {}
-            env_kwargs = settings.get("train_env_kwargs") or {}
-            oracle = env_kwargs.get("oracle", "direct") + (
-                ", with thoughts" if env_kwargs.get("oracle_thoughts") else ""
-            )
-            budget = (
-                settings.get("max_episode_tokens") or 2048
-            )  # (files before --max-episode-tokens: the task's)
             rows.append([f"[{name_of_file}]({name_of_file}.md)", d["machine"].get("cpu_model", ""), oracle,
                          sft.get("episodes"), budget, _rate(start), start.get("bought", ""), start.get("r_option", ""), name,
                          lr_label(run["settings"]).removeprefix("lr "), run["settings"].get("reward_signal", "return"),
@@ -1373,16 +1371,8 @@ HIGHLIGHTS = {
     "learning_cheaper_step_bfcl": _cheaper_step_bfcl,
     "learning_cheaper_step_bfcl_fixed": _cheaper_step_bfcl,
     "learning_shop_top_layers": _top_layers,
-    "learning_shop_strong_start": _strong_start,
-    "learning_shop_strong_start_amx": functools.partial(_strong_start, stem="learning_shop_strong_start_amx"),
-    "learning_shop_lr_amx": functools.partial(_strong_start, stem="learning_shop_lr_amx"),
-    "learning_shop_browse_amx": functools.partial(_strong_start, stem="learning_shop_browse_amx"),
-    "learning_shop_browse_thoughts_amx": functools.partial(
-        _strong_start, stem="learning_shop_browse_thoughts_amx"
-    ),
-    "learning_shop_browse_thoughts_outcome_amx": functools.partial(
-        _strong_start, stem="learning_shop_browse_thoughts_outcome_amx"
-    ),
+    # every shop warm-start file: its cheaper-step tables, then the warm starts side by side
+    **{stem: functools.partial(_strong_start, stem=stem) for stem in STRONG_START_ROWS},
     "learning_shop_vllm_compiled_amx": _vllm_compiled,
 }
 

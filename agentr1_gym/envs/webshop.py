@@ -423,11 +423,15 @@ class WebShopEnv(ToolEnv):
         query = f" for '{w.query}'" if w.query and w.page in ("results", "item", "sub") else ""
         return f"{note}Page: {w.page}{query}\nOptions chosen: {chosen}\n{page}"
 
+    def _missing_options(self, asin: str) -> list[str]:
+        """The instruction's option values that ``asin``'s item page does not offer."""
+        offered = {v for _, values in self.world.products[asin].options for v in values}
+        return [v for v in self.task.options if v not in offered]
+
     def _meets(self, asin: str) -> bool:
         """Whether buying ``asin`` with the goal's option values earns WebShop's full reward."""
         product, goal = self.world.products[asin], self.task
-        offered = {v for _, values in product.options for v in values}
-        if not all(v in offered for v in goal.options):
+        if self._missing_options(asin):
             return False
         chosen = {n: v for n, values in product.options for v in goal.options if v in values}
         return webshop_reward(product, goal, chosen)[0] >= 1.0
@@ -457,8 +461,7 @@ class WebShopEnv(ToolEnv):
         product, goal = self.world.products[asin], self.task
         if product.price > goal.price_upper:
             return f"${product.price:.2f} is over ${goal.price_upper:.2f}"
-        offered = {v for _, values in product.options for v in values}
-        missing = [v for v in goal.options if v not in offered]
+        missing = self._missing_options(asin)
         if missing:
             return f"no {missing[0]} here"
         return "it does not fit the instruction"
