@@ -941,6 +941,17 @@ def plot(result: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _budget(text: str) -> int:
+    """``--max-episode-tokens``: a whole number of tokens, 0 or more (0: the task's budget)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of tokens, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"0 (the task's budget) or more tokens, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -1060,7 +1071,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-episode-tokens",
-        type=int,
+        type=_budget,
         default=0,
         help="the episode budget in tokens, prompt and turns (0: the task's, 2,048 where it names none)",
     )

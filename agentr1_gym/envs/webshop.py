@@ -345,12 +345,14 @@ class WebShopEnv(ToolEnv):
             raise ConfigError(f"split must be 'train' or 'test', got {split!r}")
         if oracle not in ORACLES:
             raise ConfigError(f"oracle must be one of {', '.join(map(repr, ORACLES))}, got {oracle!r}")
+        if not isinstance(oracle_thoughts, bool):
+            raise ConfigError(f"oracle_thoughts must be True or False, got {oracle_thoughts!r}")
         if oracle_thoughts and oracle != "browse":
             raise ConfigError(
                 f"oracle_thoughts=True needs oracle='browse' (got {oracle!r}): the direct oracle's choice rests on "
                 "what the pages do not show, so it has no reason to give"
             )
-        self.oracle, self.oracle_thoughts = oracle, bool(oracle_thoughts)
+        self.oracle, self.oracle_thoughts = oracle, oracle_thoughts
         if human_goals and data_path is None:
             raise ConfigError("human_goals=True reads WebShop's items_human_ins.json: pass data_path= too")
         if data_path is not None:

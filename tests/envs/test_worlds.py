@@ -260,14 +260,19 @@ def test_the_browsing_oracles_thoughts_give_what_the_page_shows_and_change_no_cl
                     assert value in env.task.options and f"[{value}]" not in shown, (why, shown)
                 elif " is over " in why:
                     assert why.endswith(bound) and why.split(" is over ")[0] in shown
-            _, _, terminated, truncated, info = env.step(action)
-            plain.step(strip_thinking(action))
+            _, reward, terminated, truncated, info = env.step(action)
+            _, plain_reward, *_, plain_info = plain.step(strip_thinking(action))
             assert info["action_error"] is None, info["action_error"]
+            # the thought pays nothing: the same reward and metrics as the bare call (no reward for writing one)
+            assert reward == plain_reward and info.get("metrics") == plain_info.get("metrics")
             if terminated or truncated:
                 break
     assert opened >= 50 and lacks >= 10
     with pytest.raises(ConfigError, match="needs oracle='browse'"):
         gym.make("AgentR1/WebShop-v0", oracle_thoughts=True)
+    for bad in ("false", 1, None, float("nan")):  # a flag, not a truthy value
+        with pytest.raises(ConfigError, match="oracle_thoughts must be True or False"):
+            gym.make("AgentR1/WebShop-v0", oracle="browse", oracle_thoughts=bad)
 
 
 def test_webshop_files_load_in_their_own_format():

@@ -447,6 +447,9 @@ def test_the_shops_reasoned_oracle_and_the_episode_budget_are_run_settings(monke
         learning.task_spec(parse(["prepare", "--task", "webshop", "--shop-oracle-thoughts"]))
     assert learning.episode_tokens(parse(["train", "grpo", "--task", "webshop"])) == 2048
     assert learning.episode_tokens(parse(["train", "grpo", "--task", "bfcl"])) == 4096
+    for bad in ("-1", "2k", "nan"):  # a one-line usage error, not a budget
+        with pytest.raises(SystemExit):
+            parse(["train", "grpo", "--max-episode-tokens", bad])
     assert (
         learning.episode_tokens(parse(["train", "grpo", "--task", "webshop", "--max-episode-tokens", "3072"]))
         == 3072
