@@ -50,6 +50,8 @@ def test_module_id_form_imports_the_users_module_and_every_entry_point_takes_it(
 
 
 def test_unknown_and_foreign_ids_get_one_line_errors():
+    import _user_task  # noqa: F401  (registers UserOrg/Capitals-v0 here: a test must not lean on another's import)
+
     with pytest.raises(
         UnknownEnvError, match=r"no env 'UserOrg/Capitols-v0'.*Did you mean 'UserOrg/Capitals-v0'"
     ):

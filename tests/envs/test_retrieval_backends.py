@@ -178,7 +178,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def limits_server():
-    """A server of its own (the ``server`` fixture's is killed by a death test)."""
+    """A server of its own, so the shared one's latency is not held up by the heavy limit requests."""
     with _running_server() as running:
         yield running
 
@@ -257,8 +257,12 @@ def test_several_env_processes_share_one_server(server):
         envs.close()
 
 
-def test_env_over_http_and_server_death(server):
-    url, proc = server
+def test_env_over_http_and_server_death():
+    with _running_server() as (url, proc):  # a server of its own: this test kills it
+        _env_over_http_then_server_death(url, proc)
+
+
+def _env_over_http_then_server_death(url: str, proc: subprocess.Popen) -> None:
     env = gym.make(
         "AgentR1/HotpotQA-v0",
         retriever="http",
