@@ -178,6 +178,9 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def task_spec(args: argparse.Namespace) -> tuple[str, dict, dict]:
     """The task's env id and its training and held-out env keyword arguments (``--context`` added to both)."""
+    for flag in ("shop_oracle", "shop_oracle_thoughts", "shop_mark_visited"):
+        if getattr(args, flag, None) and args.task != "webshop":
+            raise SystemExit(f"--{flag.replace('_', '-')} is the shop's setting; --task is {args.task}")
     env_id, train, held_out = _task_kwargs(args)
     context = getattr(args, "context", "full")
     if context != "full":
@@ -204,8 +207,6 @@ def _task_kwargs(args: argparse.Namespace) -> tuple[str, dict, dict]:
         train["max_turns"] = held_out["max_turns"] = args.max_turns
     oracle = getattr(args, "shop_oracle", None)
     if oracle:
-        if args.task != "webshop":
-            raise SystemExit(f"--shop-oracle is the shop's setting; --task is {args.task}")
         train["oracle"] = oracle  # what the warm start imitates (the training env's oracle_action)
     if getattr(args, "shop_oracle_thoughts", False):
         if oracle != "browse":
@@ -213,6 +214,9 @@ def _task_kwargs(args: argparse.Namespace) -> tuple[str, dict, dict]:
                 "--shop-oracle-thoughts needs --shop-oracle browse (the direct oracle has no visible reason)"
             )
         train["oracle_thoughts"] = True
+    if getattr(args, "shop_mark_visited", False):
+        # what the pages show: the same for the warm start, the updates and the held-out evaluation
+        train["mark_visited"] = held_out["mark_visited"] = True
     return spec["env"], train, held_out
 
 
@@ -417,16 +421,16 @@ def _dir(args: argparse.Namespace) -> Path:
 
 
 def _earlier_plain(args: argparse.Namespace, env_id: str) -> dict[str, Any] | None:
-    """The plain model's evaluation from an earlier ``start.json`` of the same env and episode count (the plain
-    model does not change with the warm start's settings), or None."""
+    """The plain model's evaluation from an earlier ``start.json`` of the same held-out envs and episode count (the
+    plain model does not change with the warm start's settings), or None."""
     earlier = _dir(args) / "start.json"
     if not earlier.exists():
         return None
     previous = json.loads(earlier.read_text())
     if previous["env"] != env_id or previous["plain"]["episodes"] != args.plain_episodes:
         return None
-    if previous["settings"].get("context", "full") != getattr(args, "context", "full"):
-        return None  # (the directory is the context's own; a hand-copied start.json of another context)
+    if previous["settings"].get("eval_env_kwargs") != task_spec(args)[2]:
+        return None  # other held-out envs (another context, turn limit or pages; a hand-copied start.json)
     return {**previous["plain"], "reused_from": "an earlier prepare of the same task"}
 
 
@@ -442,7 +446,8 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     pool_seconds = generate_pools(args)
     engine = _engine(args, model, tok)
     # a prepare killed after the plain evaluation (a BFCL warm start takes over an hour) does not run it again
-    done_plain, asked = _dir(args) / "plain.json", {"env": env_id, "plain_episodes": args.plain_episodes}
+    done_plain = _dir(args) / "plain.json"
+    asked = {"env": env_id, "plain_episodes": args.plain_episodes, "eval_env_kwargs": task_spec(args)[2]}
     plain = _earlier_plain(args, env_id) if args.reuse_plain else None
     if plain is None and done_plain.is_file():
         earlier = json.loads(done_plain.read_text())
@@ -1068,6 +1073,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="webshop, with --shop-oracle browse: each oracle turn says why first, in a short <think> (WebShopEnv's "
         "oracle_thoughts=True), so the warm start imitates the check as well as the click",
+    )
+    parser.add_argument(
+        "--shop-mark-visited",
+        action="store_true",
+        help="webshop: the results page marks the listings this episode opened '(visited)' (WebShopEnv's "
+        "mark_visited=True), in training and held-out envs alike",
     )
     parser.add_argument(
         "--max-episode-tokens",

@@ -140,9 +140,10 @@ def webshop_reward(
 class ShopWorld:
     """The shop's browser state and its pages. Plain data plus a shared catalog and search engine."""
 
-    def __init__(self, products: Sequence[Product], retriever: Any) -> None:
+    def __init__(self, products: Sequence[Product], retriever: Any, mark_visited: bool = False) -> None:
         self.products = {p.asin: p for p in products}
         self.retriever = retriever
+        self.mark_visited = mark_visited
         self.goal: ShopGoal | None = None
         self.reset(None)
 
@@ -156,6 +157,7 @@ class ShopWorld:
         self.chosen: dict[str, str] = {}
         self.sub = ""
         self.bought: tuple[str, dict[str, str]] | None = None
+        self.visited: list[str] = []  # the products whose item page this episode opened, in order
 
     # the agent's two actions (the env's tools: their docstrings are what the model reads) --------------------
     def search(self, query: Annotated[str, Field(min_length=1, max_length=300)]) -> ToolResult:
@@ -201,6 +203,8 @@ class ShopWorld:
                 self.asin, self.chosen = "", {}
         elif self.page == "results":
             self.page, self.asin, self.chosen = "item", match, {}
+            if match not in self.visited:
+                self.visited.append(match)
         elif match in SUBPAGES:
             self.page, self.sub = "sub", match
         elif match == BUY:
@@ -243,7 +247,8 @@ class ShopWorld:
             ]
             for asin in self._page_asins():
                 p = self.products[asin]
-                lines.append(f"[{asin}] {p.title} | ${p.price:.2f}")
+                seen = " (visited)" if self.mark_visited and asin in self.visited else ""
+                lines.append(f"[{asin}] {p.title} | ${p.price:.2f}{seen}")
             if not self.results:
                 lines.append("No product matches this search.")
             return "\n".join(lines)
@@ -268,7 +273,8 @@ class ShopWorld:
         return "[Search]"
 
     def state_key(self) -> tuple:
-        return (self.page, self.query, self.page_no, self.asin, tuple(sorted(self.chosen.items())), self.sub)
+        key = (self.page, self.query, self.page_no, self.asin, tuple(sorted(self.chosen.items())), self.sub)
+        return (*key, tuple(sorted(self.visited))) if self.mark_visited else key  # the marks are on the page
 
 
 SHOP_PROMPT = (
@@ -311,6 +317,10 @@ class WebShopEnv(ToolEnv):
             from what the page shows (``<think>$23.63, under $40.00: open it</think>``, ``<think>no original
             here: back</think>``), so a warm start imitates the check as well as the click. A ConfigError with
             the direct oracle, whose choice rests on what the pages do not show.
+        mark_visited: the results page marks each listing whose item page this episode opened ``(visited)``, as a
+            browser shows visited links, so a policy that went back from a product can see it on the page (under
+            ``context="state"`` the only place it can) instead of opening it again. Off by default: WebShop's
+            pages have no such mark.
         Other arguments: :class:`~agentr1_gym.settings.EnvSettings` (default ``max_turns=15``, WebShop's budget).
 
     Metrics: ``full_match`` (the purchase meets the whole instruction: WebShop's reward is 1; the default answer
@@ -339,6 +349,7 @@ class WebShopEnv(ToolEnv):
         knockoff_share: float = KNOCKOFF_SHARE,
         oracle: str = "direct",
         oracle_thoughts: bool = False,
+        mark_visited: bool = False,
         **settings: Any,
     ) -> None:
         if split not in ("train", "test"):
@@ -347,6 +358,8 @@ class WebShopEnv(ToolEnv):
             raise ConfigError(f"oracle must be one of {', '.join(map(repr, ORACLES))}, got {oracle!r}")
         if not isinstance(oracle_thoughts, bool):
             raise ConfigError(f"oracle_thoughts must be True or False, got {oracle_thoughts!r}")
+        if not isinstance(mark_visited, bool):
+            raise ConfigError(f"mark_visited must be True or False, got {mark_visited!r}")
         if oracle_thoughts and oracle != "browse":
             raise ConfigError(
                 f"oracle_thoughts=True needs oracle='browse' (got {oracle!r}): the direct oracle's choice rests on "
@@ -371,7 +384,7 @@ class WebShopEnv(ToolEnv):
             raise ConfigError(f"the {split!r} split has no goals (num_test={num_test}, {len(goals)} goals)")
         self.split = split
         corpus = shared("shop-corpus", source, lambda: catalog_corpus(products, source))
-        self.world = ShopWorld(products, shared_bm25(corpus))
+        self.world = ShopWorld(products, shared_bm25(corpus), mark_visited=mark_visited)
         # the world's moves as tools; they answer every input themselves, so an exception there is a bug: it raises
         super().__init__(
             [tool(self.world.search, errors="raise"), tool(self.world.click, errors="raise")], **settings

@@ -81,6 +81,7 @@ CASES: dict[str, object] = {
     "knockoff_share": 0.5,
     "oracle": "browse",
     "oracle_thoughts": True,  # (with oracle="browse", which it needs)
+    "mark_visited": True,
     "num_test": 50,
     "human_goals": None,
     "task_split": "test",

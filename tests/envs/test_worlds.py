@@ -275,6 +275,35 @@ def test_the_browsing_oracles_thoughts_give_what_the_page_shows_and_change_no_cl
             gym.make("AgentR1/WebShop-v0", oracle="browse", oracle_thoughts=bad)
 
 
+def test_visited_marks_show_on_the_results_page_what_this_episode_opened():
+    """``mark_visited=True``: after opening a listing and going back, its results line ends ``(visited)`` and no
+    other line does; the state (and so the ``state`` context and step-level credit) tells the pages apart; the next
+    episode starts unmarked; off by default, as WebShop's pages are; and the marks pay nothing."""
+    env = gym.make("AgentR1/WebShop-v0", split="test", oracle="browse", mark_visited=True).unwrapped
+    plain = gym.make("AgentR1/WebShop-v0", split="test", oracle="browse").unwrapped
+    for e in (env, plain):
+        e.reset(options={"task_index": 3})
+        e.step(e.oracle_action())  # the search
+    first = env.world._page_asins()[0]
+    before, key_before = env.world.render(), env.state_key()
+    assert "(visited)" not in before
+    for e in (env, plain):
+        e.step(e.call_text("click", button=first))
+        _, reward, *_, info = e.step(e.call_text("click", button="< Prev"))
+        assert reward == 0.0 and info["action_error"] is None
+    after = env.world.render()
+    marked = [line for line in after.splitlines() if line.endswith("(visited)")]
+    assert marked == [line + " (visited)" for line in before.splitlines() if line.startswith(f"[{first}]")]
+    assert env.state_key() != key_before and "(visited)" in env.state_text()
+    assert "(visited)" not in plain.world.render() and plain.world.visited == [first]
+    env.reset(options={"task_index": 3})
+    env.step(env.oracle_action())
+    assert "(visited)" not in env.world.render() and env.world.visited == []
+    for bad in ("yes", 1, None):
+        with pytest.raises(ConfigError, match="mark_visited must be True or False"):
+            gym.make("AgentR1/WebShop-v0", mark_visited=bad)
+
+
 def test_webshop_files_load_in_their_own_format():
     products, goals = load_webshop(WEBSHOP_DATA)
     by_asin = {p.asin: p for p in products}

@@ -445,6 +445,10 @@ def test_the_shops_reasoned_oracle_and_the_episode_budget_are_run_settings(monke
     )
     with pytest.raises(SystemExit, match="needs --shop-oracle browse"):
         learning.task_spec(parse(["prepare", "--task", "webshop", "--shop-oracle-thoughts"]))
+    _, train, held_out = learning.task_spec(parse(["prepare", "--task", "webshop", "--shop-mark-visited"]))
+    assert train["mark_visited"] is True and held_out["mark_visited"] is True  # what both envs' pages show
+    with pytest.raises(SystemExit, match="the shop's setting"):
+        learning.task_spec(parse(["prepare", "--task", "textworld", "--shop-mark-visited"]))
     assert learning.episode_tokens(parse(["train", "grpo", "--task", "webshop"])) == 2048
     assert learning.episode_tokens(parse(["train", "grpo", "--task", "bfcl"])) == 4096
     for bad in ("-1", "2k", "nan"):  # a one-line usage error, not a budget
@@ -454,6 +458,29 @@ def test_the_shops_reasoned_oracle_and_the_episode_budget_are_run_settings(monke
         learning.episode_tokens(parse(["train", "grpo", "--task", "webshop", "--max-episode-tokens", "3072"]))
         == 3072
     )
+
+
+def test_a_plain_evaluation_is_reused_only_on_the_same_held_out_envs(monkeypatch, tmp_path):
+    """``--reuse-plain`` takes an earlier ``start.json``'s plain evaluation only where its held-out envs are these
+    (marked pages, another turn limit or context are other envs, whose plain score it would misstate)."""
+    learning = _benchmark_module(monkeypatch, "learning")
+    parse = learning.build_parser().parse_args
+    base = ["prepare", "--task", "webshop", "--workdir", str(tmp_path), "--reuse-plain"]
+    args = parse(base)
+    (tmp_path / "webshop").mkdir()
+    plain = {"episodes": args.plain_episodes, "success": 0.01}
+    earlier = {
+        "env": "AgentR1/WebShop-v0",
+        "plain": plain,
+        "settings": {"eval_env_kwargs": learning.task_spec(args)[2]},
+    }
+    (tmp_path / "webshop" / "start.json").write_text(json.dumps(earlier))
+    assert learning._earlier_plain(args, "AgentR1/WebShop-v0")["success"] == 0.01
+    for other in (["--shop-mark-visited"], ["--max-turns", "12"], ["--context", "state"]):
+        args = parse(base + other)
+        (tmp_path / learning._dir(args).name).mkdir(exist_ok=True)
+        (learning._dir(args) / "start.json").write_text(json.dumps(earlier))
+        assert learning._earlier_plain(args, "AgentR1/WebShop-v0") is None, other
 
 
 def test_speculative_counts_only_one_whole_tool_call_as_well_formed(monkeypatch, tok):
