@@ -1130,8 +1130,10 @@ def _strong_start(data: dict[str, Any], stem: str = "learning_shop_strong_start"
             continue
         settings = t["start"].get("settings") or {}
         env_kwargs = settings.get("train_env_kwargs") or {}
-        oracle = env_kwargs.get("oracle", "direct") + (
-            ", with thoughts" if env_kwargs.get("oracle_thoughts") else ""
+        oracle = (
+            env_kwargs.get("oracle", "direct")
+            + (", with thoughts" if env_kwargs.get("oracle_thoughts") else "")
+            + ("; visited listings marked" if env_kwargs.get("mark_visited") else "")
         )
         budget = settings.get("max_episode_tokens") or EPISODE_TOKENS  # (files before --max-episode-tokens)
         for name, run in sorted(runs.items()):

@@ -645,6 +645,11 @@ def test_report_renders_speculative_and_the_strong_start(monkeypatch):
         in row[1]
     )
     assert "4 runs" in row[2] and "Intel(R) Xeon(R) Processor (" in row[2]
+    # a warm start on the reasoned browsing oracle with marked pages says both in its oracle column
+    settings = amx["tasks"]["webshop"]["start"].setdefault("settings", {})
+    settings["train_env_kwargs"] = {"oracle": "browse", "oracle_thoughts": True, "mark_visited": True}
+    page = report._strong_start(amx, stem="learning_shop_strong_start_amx")
+    assert "| Intel(R) Xeon(R) Processor | browse, with thoughts; visited listings marked | 144 |" in page
 
 
 def test_report_gives_speculative_a_readme_row(monkeypatch, tmp_path):
