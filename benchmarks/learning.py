@@ -420,7 +420,7 @@ def _dir(args: argparse.Namespace) -> Path:
     return Path(args.workdir) / (args.task + context_dir_suffix(getattr(args, "context", "full")))
 
 
-def _earlier_plain(args: argparse.Namespace, env_id: str) -> dict[str, Any] | None:
+def _earlier_plain(args: argparse.Namespace, env_id: str, eval_kwargs: dict) -> dict[str, Any] | None:
     """The plain model's evaluation from an earlier ``start.json`` of the same held-out envs and episode count (the
     plain model does not change with the warm start's settings), or None."""
     earlier = _dir(args) / "start.json"
@@ -429,7 +429,7 @@ def _earlier_plain(args: argparse.Namespace, env_id: str) -> dict[str, Any] | No
     previous = json.loads(earlier.read_text())
     if previous["env"] != env_id or previous["plain"]["episodes"] != args.plain_episodes:
         return None
-    if previous["settings"].get("eval_env_kwargs") != task_spec(args)[2]:
+    if previous["settings"].get("eval_env_kwargs") != eval_kwargs:
         return None  # other held-out envs (another context, turn limit or pages; a hand-copied start.json)
     return {**previous["plain"], "reused_from": "an earlier prepare of the same task"}
 
@@ -440,15 +440,15 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     from agentr1_trl.sft import oracle_warm_start
     from peft import get_peft_model
 
-    env_id, train_kwargs, _ = task_spec(args)
+    env_id, train_kwargs, eval_kwargs = task_spec(args)
     model, tok = _policy(args)
     model = get_peft_model(model, lora_config(args.lora_r))
     pool_seconds = generate_pools(args)
     engine = _engine(args, model, tok)
     # a prepare killed after the plain evaluation (a BFCL warm start takes over an hour) does not run it again
     done_plain = _dir(args) / "plain.json"
-    asked = {"env": env_id, "plain_episodes": args.plain_episodes, "eval_env_kwargs": task_spec(args)[2]}
-    plain = _earlier_plain(args, env_id) if args.reuse_plain else None
+    asked = {"env": env_id, "plain_episodes": args.plain_episodes, "eval_env_kwargs": eval_kwargs}
+    plain = _earlier_plain(args, env_id, eval_kwargs) if args.reuse_plain else None
     if plain is None and done_plain.is_file():
         earlier = json.loads(done_plain.read_text())
         plain = earlier["result"] if earlier.get("asked") == asked else None

@@ -475,12 +475,12 @@ def test_a_plain_evaluation_is_reused_only_on_the_same_held_out_envs(monkeypatch
         "settings": {"eval_env_kwargs": learning.task_spec(args)[2]},
     }
     (tmp_path / "webshop" / "start.json").write_text(json.dumps(earlier))
-    assert learning._earlier_plain(args, "AgentR1/WebShop-v0")["success"] == 0.01
+    assert learning._earlier_plain(args, *learning.task_spec(args)[::2])["success"] == 0.01
     for other in (["--shop-mark-visited"], ["--max-turns", "12"], ["--context", "state"]):
         args = parse(base + other)
         (tmp_path / learning._dir(args).name).mkdir(exist_ok=True)
         (learning._dir(args) / "start.json").write_text(json.dumps(earlier))
-        assert learning._earlier_plain(args, "AgentR1/WebShop-v0") is None, other
+        assert learning._earlier_plain(args, *learning.task_spec(args)[::2]) is None, other
 
 
 def test_speculative_counts_only_one_whole_tool_call_as_well_formed(monkeypatch, tok):
