@@ -320,7 +320,9 @@ class WebShopEnv(ToolEnv):
         mark_visited: the results page marks each listing whose item page this episode opened ``(visited)``, as a
             browser shows visited links, so a policy that went back from a product can see it on the page (under
             ``context="state"`` the only place it can) instead of opening it again. Off by default: WebShop's
-            pages have no such mark.
+            pages have no such mark. With ``oracle_thoughts``, an oracle turn that passes over a marked listing
+            says so first (``<think>skip visited; $18.99, under $40.00: open it</think>``), so a warm start
+            shows the reason to read the mark, not only the click past it.
         Other arguments: :class:`~agentr1_gym.settings.EnvSettings` (default ``max_turns=15``, WebShop's budget).
 
     Metrics: ``full_match`` (the purchase meets the whole instruction: WebShop's reward is 1; the default answer
@@ -481,6 +483,35 @@ class WebShopEnv(ToolEnv):
             return f"no {missing[0]} here"
         return "it does not fit the instruction"
 
+    def _results_choice(self, bound: str) -> tuple[str, str]:
+        """The oracle's thought and button on a results page."""
+        goal, w = self.task, self.world
+        if self.oracle == "browse":  # the first listing that looks right and was not opened already
+            meets = [a for a in w._page_asins() if a not in self._oracle_rejected and self._looks_right(a)]
+        else:  # the first product on the page that meets the whole instruction
+            meets = [a for a in w._page_asins() if self._meets(a)]
+        if meets:
+            return f"${w.products[meets[0]].price:.2f}, under {bound}: open it", meets[0]
+        if self.oracle == "direct" and goal.asin in w._page_asins():
+            return "", goal.asin  # (the direct oracle has no thoughts)
+        if NEXT in w.clickables():
+            return f"nothing else under {bound} here: next page", NEXT
+        if self._oracle_by_title and self.oracle == "browse" and goal.asin in w._page_asins():
+            self._oracle_rejected.discard(goal.asin)  # searched by its title: the goal's own product
+            return "the title's product: open it", goal.asin
+        self._oracle_by_title = True
+        return "nothing fits: search again", BACK
+
+    def _passed_visited(self, button: str) -> str:
+        """``"skip visited; "`` where the results page marks ``(visited)`` a listing above the one ``button`` opens
+        (every listing on it, for a page button): one the oracle opened and left this episode. Only on marked
+        pages (``mark_visited``), where the mark is on the line the thought points at; else ``""``."""
+        if not (self.world.mark_visited and self.oracle_thoughts):
+            return ""
+        page = self.world._page_asins()
+        above = page[: page.index(button)] if button in page else page
+        return "skip visited; " if any(a in self._oracle_rejected for a in above) else ""
+
     def oracle_action(self) -> str:
         """Search the goal's attributes and product type, open the first listed product that meets the whole
         instruction (paging on; after the last page, search the goal product's title instead), pick the
@@ -498,24 +529,8 @@ class WebShopEnv(ToolEnv):
             query = f"{' '.join(goal.attributes)} {goal.query}"
             return self._said(f"under {bound}: search", "search", query=query)
         if w.page == "results":
-            if self.oracle == "browse":  # the first listing that looks right and was not opened already
-                meets = [
-                    a for a in w._page_asins() if a not in self._oracle_rejected and self._looks_right(a)
-                ]
-            else:  # the first product on the page that meets the whole instruction
-                meets = [a for a in w._page_asins() if self._meets(a)]
-            if meets:
-                price = w.products[meets[0]].price
-                return self._said(f"${price:.2f}, under {bound}: open it", "click", button=meets[0])
-            if self.oracle == "direct" and goal.asin in w._page_asins():
-                return self.call_text("click", button=goal.asin)
-            if NEXT in w.clickables():
-                return self._said(f"nothing else under {bound} here: next page", "click", button=NEXT)
-            if self._oracle_by_title and self.oracle == "browse" and goal.asin in w._page_asins():
-                self._oracle_rejected.discard(goal.asin)  # searched by its title: the goal's own product
-                return self._said("the title's product: open it", "click", button=goal.asin)
-            self._oracle_by_title = True
-            return self._said("nothing fits: search again", "click", button=BACK)
+            thought, button = self._results_choice(bound)
+            return self._said(self._passed_visited(button) + thought, "click", button=button)
         if w.page == "sub":
             return self._said("back to the product", "click", button=PREV)
         if w.asin != goal.asin and not self._meets(w.asin):
