@@ -94,6 +94,10 @@ SCRIPTS = {
         "learning.py",
         "The shop from the browsing oracle's reasons, RL on the outcome alone, on a CPU with AMX",
     ),
+    "learning_shop_browse_visited_amx": (
+        "learning.py",
+        "The shop with visited listings marked, from the browsing oracle's reasons, RL on the outcome, on a CPU with AMX",
+    ),
     "lr_selection": ("learning.py", "Learning-rate selection on validation seeds"),
     "table3": ("table3.py", "Table 3 of the paper in miniature"),
     "retrieval": ("retrieval.py", "Retrieval backends against rank_bm25 and Pyserini"),
@@ -858,6 +862,7 @@ STRONG_START_ROWS = {
     "learning_shop_browse_amx": "the shop from a warm start on the browsing oracle, on AMX",
     "learning_shop_browse_thoughts_amx": "the shop from a warm start on the browsing oracle with its reasons, on AMX",
     "learning_shop_browse_thoughts_outcome_amx": "the shop from the browsing oracle's reasons, RL on the outcome alone, on AMX",
+    "learning_shop_browse_visited_amx": "the shop with visited listings marked, from the browsing oracle's reasons, RL on the outcome, on AMX",
 }
 
 
