@@ -504,13 +504,13 @@ class WebShopEnv(ToolEnv):
 
     def _passed_visited(self, button: str) -> str:
         """``"skip visited; "`` where the results page marks ``(visited)`` a listing above the one ``button`` opens
-        (every listing on it, for a page button): one the oracle opened and left this episode. Only on marked
-        pages (``mark_visited``), where the mark is on the line the thought points at; else ``""``."""
+        (every listing on it, for a page button). Only on marked pages (``mark_visited``), and read off the
+        world's own visited list, so the thought says exactly what the page marks; else ``""``."""
         if not (self.world.mark_visited and self.oracle_thoughts):
             return ""
         page = self.world._page_asins()
         above = page[: page.index(button)] if button in page else page
-        return "skip visited; " if any(a in self._oracle_rejected for a in above) else ""
+        return "skip visited; " if any(a in self.world.visited for a in above) else ""
 
     def oracle_action(self) -> str:
         """Search the goal's attributes and product type, open the first listed product that meets the whole
