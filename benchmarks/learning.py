@@ -178,7 +178,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def task_spec(args: argparse.Namespace) -> tuple[str, dict, dict]:
     """The task's env id and its training and held-out env keyword arguments (``--context`` added to both)."""
-    for flag in ("shop_oracle", "shop_oracle_thoughts", "shop_mark_visited"):
+    for flag in ("shop_oracle", "shop_oracle_thoughts", "shop_mark_visited", "shop_oracle_skip_thought"):
         if getattr(args, flag, None) and args.task != "webshop":
             raise SystemExit(f"--{flag.replace('_', '-')} is the shop's setting; --task is {args.task}")
     env_id, train, held_out = _task_kwargs(args)
@@ -217,6 +217,12 @@ def _task_kwargs(args: argparse.Namespace) -> tuple[str, dict, dict]:
     if getattr(args, "shop_mark_visited", False):
         # what the pages show: the same for the warm start, the updates and the held-out evaluation
         train["mark_visited"] = held_out["mark_visited"] = True
+    if getattr(args, "shop_oracle_skip_thought", False):
+        if not (train.get("oracle_thoughts") and train.get("mark_visited")):
+            raise SystemExit(
+                "--shop-oracle-skip-thought needs --shop-oracle-thoughts and --shop-mark-visited"
+            )
+        train["oracle_skip_thought"] = True
     return spec["env"], train, held_out
 
 
@@ -1079,6 +1085,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="webshop: the results page marks the listings this episode opened '(visited)' (WebShopEnv's "
         "mark_visited=True), in training and held-out envs alike",
+    )
+    parser.add_argument(
+        "--shop-oracle-skip-thought",
+        action="store_true",
+        help="webshop, with --shop-oracle-thoughts and --shop-mark-visited: an oracle turn that passes over a "
+        "marked listing says 'skip visited; ' first (WebShopEnv's oracle_skip_thought=True)",
     )
     parser.add_argument(
         "--max-episode-tokens",

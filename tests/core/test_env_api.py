@@ -82,6 +82,7 @@ CASES: dict[str, object] = {
     "oracle": "browse",
     "oracle_thoughts": True,  # (with oracle="browse", which it needs)
     "mark_visited": True,
+    "oracle_skip_thought": True,  # (with oracle_thoughts and mark_visited, which it needs)
     "num_test": 50,
     "human_goals": None,
     "task_split": "test",
@@ -166,6 +167,8 @@ def test_gym_make_equals_agentr1_make_for_every_keyword(env_id, keyword):
         kwargs["max_turns"] = 6
     if keyword == "oracle_thoughts":
         kwargs["oracle"] = "browse"
+    if keyword == "oracle_skip_thought":
+        kwargs.update(oracle="browse", oracle_thoughts=True, mark_visited=True)
     if (
         keyword == "data_path" and env_id == "AgentR1/2WikiMultihopQA-v0"
     ):  # its JSONL has no context paragraphs

@@ -304,25 +304,28 @@ def test_visited_marks_show_on_the_results_page_what_this_episode_opened():
             gym.make("AgentR1/WebShop-v0", mark_visited=bad)
 
 
-def test_on_marked_pages_the_thoughtful_oracle_says_it_skips_a_visited_listing():
-    """``mark_visited`` with ``oracle_thoughts``: a results-page thought opens ``skip visited; `` exactly where a line
-    above the listing it opens (or on a page it leaves by paging) is marked ``(visited)``, the rest of the thought and
-    every click are the unmarked oracle's, and nothing of it shows without the marks."""
+def test_on_marked_pages_the_thoughtful_oracle_can_say_it_skips_a_visited_listing():
+    """``oracle_skip_thought`` (with ``mark_visited`` and ``oracle_thoughts``): a results-page thought opens ``skip
+    visited; `` exactly where a line above the listing it opens (or on a page it leaves by paging) is marked
+    ``(visited)``, the rest of the thought and every click are the unmarked oracle's. Without the option the marked
+    pages' oracle says exactly what the unmarked one says (the transcripts of learning_shop_browse_visited_amx.json)."""
     import re
 
     from agentr1_gym.formats import strip_thinking
 
     kw = {"split": "test", "oracle": "browse", "oracle_thoughts": True, "max_turns": 12}
-    env = gym.make("AgentR1/WebShop-v0", mark_visited=True, **kw).unwrapped
+    env = gym.make("AgentR1/WebShop-v0", mark_visited=True, oracle_skip_thought=True, **kw).unwrapped
+    quiet = gym.make("AgentR1/WebShop-v0", mark_visited=True, **kw).unwrapped
     plain = gym.make("AgentR1/WebShop-v0", **kw).unwrapped
     skips = 0
     for i in range(0, 500, 5):
-        env.reset(options={"task_index": i})
-        plain.reset(options={"task_index": i})
+        for e in (env, quiet, plain):
+            e.reset(options={"task_index": i})
         while True:
             page, shown = env.world.page, env.world.render()
             action, unmarked = env.oracle_action(), plain.oracle_action()
             assert "skip visited" not in unmarked
+            assert quiet.oracle_action() == unmarked
             reason = re.fullmatch(r"<think>(.+?)</think>\n(<tool_call>.*)", action, re.S).group(1)
             assert strip_thinking(action).strip() == strip_thinking(unmarked).strip()
             said = re.match(r"<think>(.+?)</think>", unmarked).group(1)
@@ -336,10 +339,18 @@ def test_on_marked_pages_the_thoughtful_oracle_says_it_skips_a_visited_listing()
                 assert reason.startswith("skip visited; ") == marked_above, (reason, shown)
                 skips += marked_above
             env.step(action)
+            quiet.step(unmarked)
             _, _, terminated, truncated, _ = plain.step(unmarked)
             if terminated or truncated:
                 break
     assert skips >= 10
+    for bad in ({}, {"mark_visited": True}, {"oracle": "browse", "oracle_thoughts": True}):
+        with pytest.raises(
+            ConfigError, match="oracle_skip_thought=True needs oracle_thoughts=True and mark_vis"
+        ):
+            gym.make("AgentR1/WebShop-v0", oracle_skip_thought=True, **bad)
+    with pytest.raises(ConfigError, match="oracle_skip_thought must be True or False"):
+        gym.make("AgentR1/WebShop-v0", oracle_skip_thought="yes")
 
 
 def test_webshop_files_load_in_their_own_format():
