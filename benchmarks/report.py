@@ -98,6 +98,10 @@ SCRIPTS = {
         "learning.py",
         "The shop with visited listings marked, from the browsing oracle's reasons, RL on the outcome, on a CPU with AMX",
     ),
+    "learning_shop_browse_skip_amx": (
+        "learning.py",
+        "The shop's warm start on marked pages with an oracle that says 'skip visited', on a CPU with AMX",
+    ),
     "lr_selection": ("learning.py", "Learning-rate selection on validation seeds"),
     "table3": ("table3.py", "Table 3 of the paper in miniature"),
     "retrieval": ("retrieval.py", "Retrieval backends against rank_bm25 and Pyserini"),
@@ -863,6 +867,7 @@ STRONG_START_ROWS = {
     "learning_shop_browse_thoughts_amx": "the shop from a warm start on the browsing oracle with its reasons, on AMX",
     "learning_shop_browse_thoughts_outcome_amx": "the shop from the browsing oracle's reasons, RL on the outcome alone, on AMX",
     "learning_shop_browse_visited_amx": "the shop with visited listings marked, from the browsing oracle's reasons, RL on the outcome, on AMX",
+    "learning_shop_browse_skip_amx": "the shop's warm start on marked pages, the oracle saying 'skip visited', on AMX",
 }
 
 
@@ -873,7 +878,7 @@ def _strong_start_rows(data: dict[str, Any], stem: str = "learning_shop_strong_s
     t = data["tasks"].get("webshop") or {}
     runs = {name: run for name, run in (t.get("runs") or {}).items() if run.get("after")}
     start = (t.get("start") or {}).get("after_sft") or {}
-    if not runs or not start.get("success"):
+    if not start.get("episodes"):
         return []
     earlier = ""
     if (RESULTS / "learning_shop_top_layers.json").is_file():
@@ -887,14 +892,18 @@ def _strong_start_rows(data: dict[str, Any], stem: str = "learning_shop_strong_s
         lrs = sorted({lr_label(runs[n]["settings"]) for n in names})
         arms.append(f"{ARM_LABELS.get(arm, arm)} at {', '.join(lrs)} {rates} ({ratios}; training "
                     f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}; x its warm start)")  # fmt: skip
+    label = f"[{STRONG_START_ROWS.get(stem, stem)}](docs/results/{stem}.md)"
+    said = (f"`{t['start']['env']}` held-out success {start['success']:.3f} after the warm start on "
+            f"{t['start']['sft']['episodes']} oracle episodes{earlier}")  # fmt: skip
+    cpu = f"{data['machine']['cpus']}-core {data['machine']['cpu_model']} ({_machine_flags(data['machine'])})"
+    if not runs:  # a warm start that lost to the one it varies: measured, and no RL spent on it
+        return [[label, f"{said}; no RL from it", f"the warm start alone, on a {cpu}"]]
     speed = [run["train"]["steps_per_minute"] for run in runs.values()]
     minutes = max(run["settings"]["minutes"] for run in runs.values())
     return [[
-        f"[{STRONG_START_ROWS.get(stem, stem)}](docs/results/{stem}.md)",
-        f"`{t['start']['env']}` held-out success {start['success']:.3f} after the warm start on "
-        f"{t['start']['sft']['episodes']} oracle episodes{earlier}; " + "; ".join(arms),
-        f"{len(runs)} runs, {minutes:.0f} min of training each on one core of a {data['machine']['cpus']}-core "
-        f"{data['machine']['cpu_model']} ({_machine_flags(data['machine'])}); "
+        label,
+        f"{said}; " + "; ".join(arms),
+        f"{len(runs)} runs, {minutes:.0f} min of training each on one core of a {cpu}; "
         f"{min(speed):.2f}-{max(speed):.2f} steps a minute",
     ]]  # fmt: skip
 
@@ -1131,7 +1140,7 @@ def _strong_start(data: dict[str, Any], stem: str = "learning_shop_strong_start"
         start = (t.get("start") or {}).get("after_sft") or {}
         sft = (t.get("start") or {}).get("sft") or {}
         runs = {n: r for n, r in (t.get("runs") or {}).items() if r.get("after") and _every_layer_arm(n) == n}
-        if not start or not runs:
+        if not start:
             continue
         settings = t["start"].get("settings") or {}
         env_kwargs = settings.get("train_env_kwargs") or {}
@@ -1139,8 +1148,13 @@ def _strong_start(data: dict[str, Any], stem: str = "learning_shop_strong_start"
             env_kwargs.get("oracle", "direct")
             + (", with thoughts" if env_kwargs.get("oracle_thoughts") else "")
             + ("; visited listings marked" if env_kwargs.get("mark_visited") else "")
+            + (", the oracle saying 'skip visited'" if env_kwargs.get("oracle_skip_thought") else "")
         )
         budget = settings.get("max_episode_tokens") or EPISODE_TOKENS  # (files before --max-episode-tokens)
+        if not runs:  # the warm start alone
+            rows.append([f"[{name_of_file}]({name_of_file}.md)", d["machine"].get("cpu_model", ""), oracle,
+                         sft.get("episodes"), budget, _rate(start), start.get("bought", ""), start.get("r_option", ""),
+                         "(no RL)", "", "", "", "", "", "", ""])  # fmt: skip
         for name, run in sorted(runs.items()):
             after, train = run["after"], run.get("train") or {}
             ratio, apart = _against_start(after, start)

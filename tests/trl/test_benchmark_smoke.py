@@ -449,6 +449,13 @@ def test_the_shops_reasoned_oracle_and_the_episode_budget_are_run_settings(monke
     assert train["mark_visited"] is True and held_out["mark_visited"] is True  # what both envs' pages show
     with pytest.raises(SystemExit, match="the shop's setting"):
         learning.task_spec(parse(["prepare", "--task", "textworld", "--shop-mark-visited"]))
+    skip = ["prepare", "--task", "webshop", "--shop-oracle", "browse", "--shop-oracle-skip-thought"]
+    with pytest.raises(SystemExit, match="needs --shop-oracle-thoughts and --shop-mark-visited"):
+        learning.task_spec(parse([*skip, "--shop-oracle-thoughts"]))
+    _, train, held_out = learning.task_spec(parse([*skip, "--shop-oracle-thoughts", "--shop-mark-visited"]))
+    assert (
+        train["oracle_skip_thought"] is True and "oracle_skip_thought" not in held_out
+    )  # the oracle's words
     assert learning.episode_tokens(parse(["train", "grpo", "--task", "webshop"])) == 2048
     assert learning.episode_tokens(parse(["train", "grpo", "--task", "bfcl"])) == 4096
     for bad in ("-1", "2k", "nan"):  # a one-line usage error, not a budget
@@ -650,6 +657,17 @@ def test_report_renders_speculative_and_the_strong_start(monkeypatch):
     settings["train_env_kwargs"] = {"oracle": "browse", "oracle_thoughts": True, "mark_visited": True}
     page = report._strong_start(amx, stem="learning_shop_strong_start_amx")
     assert "| Intel(R) Xeon(R) Processor | browse, with thoughts; visited listings marked | 144 |" in page
+    # a warm start measured alone (it lost to the one it varies; no RL from it): a row of its own, no RL columns
+    settings["train_env_kwargs"]["oracle_skip_thought"] = True
+    amx["tasks"]["webshop"]["runs"] = {}
+    page = report._strong_start(amx, stem="learning_shop_strong_start_amx")
+    assert "visited listings marked, the oracle saying 'skip visited' | 144 | 2,048 | 0.100 [" in page
+    assert "| (no RL) |" in page.split("#### The shop: the warm starts")[1]
+    (row,) = report._strong_start_rows(amx, "learning_shop_strong_start_amx")
+    assert row[1].endswith(
+        "after the warm start on 144 oracle episodes (against 0.060 after 48); no RL from it"
+    )
+    assert row[2].startswith("the warm start alone, on a ") and "steps a minute" not in row[2]
 
 
 def test_report_gives_speculative_a_readme_row(monkeypatch, tmp_path):
