@@ -51,6 +51,8 @@ PER_STEP = (
     "signal/outcome_varied_groups",
     "signal/outcome_share",
     "signal/skipped_rows",
+    "signal/skipped_flat_groups",
+    "signal/flat_tasks_known",
 )
 CURVE = ("env/success", "env/format_ok", "env/return", "env/turns")
 
@@ -231,24 +233,38 @@ def parse_variants(specs: list[str]) -> dict[str, list[str]]:
 
 
 def compare(variants: dict[str, list[dict[str, Any]]], seeds: list[int]) -> dict[str, Any]:
-    """Per seed and variant: held-out success after RL, the RL phase's seconds, seconds per step and per update."""
+    """Per seed and variant: held-out success after RL, the RL phase's seconds, seconds per step and per update,
+    the groups a run rolled out and how many of them had an outcome that varied (the groups that can teach), and
+    the RL phase's seconds per such group."""
     table: dict[str, Any] = {}
     for name, runs in variants.items():
-        table[name] = [
-            {
+        table[name] = []
+        for seed, r in zip(seeds, runs):
+            per_step, settings = r["per_step_mean"], r["run_config"]["settings"]
+            groups = r["steps"] * _groups_per_step(settings)
+            varied = round(groups * (per_step.get("signal/outcome_varied_groups") or 0.0), 1)
+            table[name].append({
                 "seed": seed,
                 "success_before": r["before_rl"]["success"],
                 "success_after": r["after_rl"]["success"],
                 "train_runtime_s": r["train_runtime_s"],
                 "steps": r["steps"],
-                "step_s": r["per_step_mean"]["step_time"],
-                "rollout_s": r["per_step_mean"]["time/rollout_s"],
-                "update_s": r["per_step_mean"]["time/update_s"],
+                "step_s": per_step["step_time"],
+                "rollout_s": per_step["time/rollout_s"],
+                "update_s": per_step["time/update_s"],
                 "wall_clock_s": r["wall_clock_s"],
-            }
-            for seed, r in zip(seeds, runs)
-        ]
+                "groups": groups,
+                "varied_groups": varied,
+                "skipped_flat_groups": per_step.get("signal/skipped_flat_groups"),
+                "s_per_varied_group": round(r["train_runtime_s"] / varied, 1) if varied else None,
+            })  # fmt: skip
     return table
+
+
+def _groups_per_step(settings: dict[str, Any]) -> int:
+    """GRPO groups an optimizer step rolls out: its episodes (batch x accumulation) over the group size."""
+    episodes = settings.get("per_device_train_batch_size", 1) * settings.get("gradient_accumulation_steps", 1)
+    return max(1, episodes // max(1, settings.get("num_generations", 1)))
 
 
 def plot_variants(table: dict[str, Any], path: str) -> None:

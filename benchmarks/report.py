@@ -447,7 +447,22 @@ def _main_job_variants(data: dict[str, Any]) -> str:
             ],
             means,
         )
+        + _teaching_groups(data["comparison"])
     )
+
+
+def _teaching_groups(comparison: dict[str, Any]) -> str:
+    """Per seed and variant (files since ``main_job.py`` counted them): the GRPO groups rolled out, those whose
+    outcome varied (the groups that can teach), the share of groups selective rollouts replaced before their rollout
+    (``skip_flat_tasks``), and the RL phase's seconds per group that could teach."""
+    rows = [[name, str(r["seed"]), r["groups"], r["varied_groups"], r["skipped_flat_groups"] or 0.0,
+             r["s_per_varied_group"] or ""]
+            for name, table in comparison.items() for r in table if "varied_groups" in r]  # fmt: skip
+    if not rows:
+        return ""
+    header = ["variant", "seed", "groups rolled out", "groups whose outcome varied",
+              "share replaced before the rollout (flat last time)", "RL seconds per group that varied"]  # fmt: skip
+    return "\n\nThe groups that can teach:\n\n" + _table(header, rows)
 
 
 def _context_update(data: dict[str, Any]) -> str:

@@ -124,11 +124,14 @@ def test_main_job_variants_run_seed_by_seed_and_compare_on_their_page(monkeypatc
         after = 0.5 if top else 0.6
         return {
             "command": "agentr1 train " + " ".join(extra), "wall_clock_s": 600.0, "peak_rss_gb": 6.0,
-            "run_config": {"settings": {"max_steps": 30}},
+            "run_config": {"settings": {"max_steps": 30, "per_device_train_batch_size": 4,
+                                        "gradient_accumulation_steps": 2, "num_generations": 4}},
             "before_rl": {"success": 0.12, "episodes": 100}, "after_rl": {"success": after, "episodes": 100},
             "success_ratio": after / 0.12, "steps": 30, "train_runtime_s": 240.0 if top else 320.0,
             "per_step_mean": {"step_time": 8.0 if top else 10.6, "time/rollout_s": 5.0,
-                              "time/update_s": 2.8 if top else 5.4},
+                              "time/update_s": 2.8 if top else 5.4,
+                              "signal/outcome_varied_groups": 0.5 if top else 0.25,
+                              "signal/skipped_flat_groups": 0.2 if top else None},
         }  # fmt: skip
 
     monkeypatch.setattr(main_job, "run_one", fake_run)
@@ -149,5 +152,12 @@ def test_main_job_variants_run_seed_by_seed_and_compare_on_their_page(monkeypatc
     assert data["summary"]["all"]["success_after"] == [0.6, 0.6]
     text = report._main_job_variants(data)
     assert "| top10 | 1 | 0.120 | 0.50 [0.40, 0.60] | 4.000 | 8.000 | 5.000 | 2.800 | 0.095 |" in text
+    # the groups that can teach: 30 steps of 2 groups (8 episodes in groups of 4), the share whose outcome varied
+    assert (
+        data["comparison"]["top10"][0]["groups"] == 60
+        and data["comparison"]["top10"][0]["varied_groups"] == 30
+    )
+    assert "| top10 | 42 | 60 | 30.000 | 0.200 | 8.000 |" in text  # 240 s over 30 groups
+    assert "| all | 1 | 60 | 15.000 | 0.000 | 21.300 |" in text  # 320 s over 15
     with pytest.raises(SystemExit, match="expected NAME=ARGS"):
         main_job.parse_variants(["all=", "all=--set bf16=true"])
