@@ -41,6 +41,10 @@ SCRIPTS = {
         "main_job.py",
         "The main job, RL on the top layers only (train_top_layers) against every layer",
     ),
+    "main_job_skip_flat": (
+        "main_job.py",
+        "Selective rollouts on the main job: a 16-task pool with and without skip_flat_tasks",
+    ),
     "main_job_avx512": (
         "main_job.py",
         "The main job on a CPU with AVX512-BF16: its default (bf16, the base in bf16) against float32",
@@ -1393,6 +1397,7 @@ HIGHLIGHTS = {
     "main_job_amx": _main_job,
     "main_job_train_top_layers": _main_job_variants,
     "main_job_avx512": _main_job_variants,
+    "main_job_skip_flat": _main_job_variants,
     "gpu_step": _gpu_step,
     "gpu_step_h100": _gpu_step,
     "context": _context,
@@ -1479,6 +1484,29 @@ def _arm_rates(arms: dict[str, Any], x: dict[str, Any]) -> str:
     )  # fmt: skip
 
 
+def _skip_flat_row(data: dict[str, Any]) -> list[str]:
+    """README row of ``main_job_skip_flat.json``: per variant (the first without selective rollouts) held-out
+    success after RL per seed, the groups whose outcome varied out of those rolled out, and the RL seconds per such
+    group (means over the seeds)."""
+    parts, cost = [], []
+    for name, table in data["comparison"].items():
+        n = len(table)
+        after = ", ".join(f"{r['success_after']:.2f}" for r in table)
+        varied = sum(r["varied_groups"] for r in table) / n
+        groups = sum(r["groups"] for r in table) / n
+        per = sum(r["s_per_varied_group"] for r in table) / n
+        args = data["variants"][name] or "(the defaults)"
+        parts.append(f"`{args}`: {after}, {varied:.1f} of {groups:.0f} groups with a varied outcome")
+        cost.append(f"{per:.1f} s")
+    before = ", ".join(f"{r['success_before']:.2f}" for r in next(iter(data["comparison"].values())))
+    return [
+        "[selective rollouts (`skip_flat_tasks`) on the main job](docs/results/main_job_skip_flat.md)",
+        f"held-out success {before} before RL, after: " + "; ".join(parts) + f" ({len(data['seeds'])} seeds)",
+        "RL seconds per group with a varied outcome: " + " against ".join(cost)
+        + f" ({data['machine']['cpu_model']}, {', '.join(data['machine'].get('cpu_vector') or [])})",
+    ]  # fmt: skip
+
+
 def headline_rows() -> list[list[str]]:
     """The README's rows: the main job, a reasoning-gym task, step-level credit on a text game and on the shop, the
     worlds benchmark's shop."""
@@ -1514,6 +1542,8 @@ def headline_rows() -> list[list[str]]:
             f"held-out success, {len(avx['seeds'])} seeds, {'; '.join(text)}",
             f"{'; '.join(cost)} ({avx['machine']['cpu_model']}, {', '.join(avx['machine'].get('cpu_vector') or [])})",
         ])  # fmt: skip
+    if (RESULTS / "main_job_skip_flat.json").is_file():
+        rows.append(_skip_flat_row(_load("main_job_skip_flat")))
     rg = _load("reasoning_gym_learning")
     for t in rg["tasks"].values():
         start = t["start"]["after_sft"]["success"]

@@ -161,3 +161,13 @@ def test_main_job_variants_run_seed_by_seed_and_compare_on_their_page(monkeypatc
     assert "| all | 1 | 60 | 15.000 | 0.000 | 21.300 |" in text  # 320 s over 15
     with pytest.raises(SystemExit, match="expected NAME=ARGS"):
         main_job.parse_variants(["all=", "all=--set bf16=true"])
+    # the README row of a selective-rollouts comparison reads the same comparison
+    data["variants"] = {"all": "--set num_tasks=16", "top10": "--set num_tasks=16 --set skip_flat_tasks=0.75"}
+    label, result, cost = report._skip_flat_row(data)
+    assert label.endswith("(docs/results/main_job_skip_flat.md)")
+    assert result == (
+        "held-out success 0.12, 0.12 before RL, after: `--set num_tasks=16`: 0.60, 0.60, 15.0 of 60 groups with a "
+        "varied outcome; `--set num_tasks=16 --set skip_flat_tasks=0.75`: 0.50, 0.50, 30.0 of 60 groups with a "
+        "varied outcome (2 seeds)"
+    )
+    assert cost.startswith("RL seconds per group with a varied outcome: 21.3 s against 8.0 s (")
