@@ -1487,14 +1487,16 @@ def _arm_rates(arms: dict[str, Any], x: dict[str, Any]) -> str:
 def _skip_flat_row(data: dict[str, Any]) -> list[str]:
     """README row of ``main_job_skip_flat.json``: per variant (the first without selective rollouts) held-out
     success after RL per seed, the groups whose outcome varied out of those rolled out, and the RL seconds per such
-    group (means over the seeds)."""
+    group (means over the seeds; over the runs with such a group for the seconds)."""
     parts, cost = [], []
     for name, table in data["comparison"].items():
         n = len(table)
         after = ", ".join(f"{r['success_after']:.2f}" for r in table)
         varied = sum(r["varied_groups"] for r in table) / n
         groups = sum(r["groups"] for r in table) / n
-        per = sum(r["s_per_varied_group"] for r in table) / n
+        # a run in which no group varied has no seconds per varied group
+        timed = [r["s_per_varied_group"] for r in table if r["s_per_varied_group"]]
+        per = sum(timed) / len(timed) if timed else float("nan")
         args = data["variants"][name] or "(the defaults)"
         parts.append(f"`{args}`: {after}, {varied:.1f} of {groups:.0f} groups with a varied outcome")
         cost.append(f"{per:.1f} s")

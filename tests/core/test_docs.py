@@ -171,3 +171,7 @@ def test_main_job_variants_run_seed_by_seed_and_compare_on_their_page(monkeypatc
         "varied outcome (2 seeds)"
     )
     assert cost.startswith("RL seconds per group with a varied outcome: 21.3 s against 8.0 s (")
+    # a run in which no group varied: its seconds are left out of the mean
+    data["comparison"]["all"][0].update(varied_groups=0.0, s_per_varied_group=None)
+    label, result, cost = report._skip_flat_row(data)
+    assert "7.5 of 60 groups" in result and "outcome: 21.3 s against" in cost
