@@ -377,11 +377,8 @@ class WebShopEnv(ToolEnv):
                 f"oracle_thoughts=True needs oracle='browse' (got {oracle!r}): the direct oracle's choice rests on "
                 "what the pages do not show, so it has no reason to give"
             )
-        self.oracle, self.oracle_thoughts, self.oracle_skip_thought = (
-            oracle,
-            oracle_thoughts,
-            oracle_skip_thought,
-        )
+        self.oracle, self.oracle_thoughts = oracle, oracle_thoughts
+        self.oracle_skip_thought = oracle_skip_thought
         if human_goals and data_path is None:
             raise ConfigError("human_goals=True reads WebShop's items_human_ins.json: pass data_path= too")
         if data_path is not None:
