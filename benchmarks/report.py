@@ -14,6 +14,7 @@ import argparse
 import ast
 import functools
 import json
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -39,7 +40,7 @@ SCRIPTS = {
     ),
     "main_job_train_top_layers": (
         "main_job.py",
-        "The main job, RL on the top layers only (train_top_layers) against every layer",
+        "The main job, RL on the top half and the top third of the layers (train_top_layers) against every layer",
     ),
     "main_job_skip_flat": (
         "main_job.py",
@@ -69,6 +70,10 @@ SCRIPTS = {
     "learning_shop_top_layers": (
         "learning.py",
         "The shop with the cheaper step: RL on the top third of the layers against every layer",
+    ),
+    "learning_shop_top_layers_amx": (
+        "learning.py",
+        "The shop on a CPU with AMX: RL on the top half of the layers against every layer",
     ),
     "learning_shop_strong_start": (
         "learning.py",
@@ -840,8 +845,15 @@ def _gpu_step(data: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def _top_layers_rows(data: dict[str, Any]) -> list[list[Any]]:
-    """README rows of ``learning_shop_top_layers.json``: each arm's held-out success at each training seed (x its
+#: files of learning.py arms that train the top K layers beside arms that train every layer: stem -> README label
+TOP_LAYERS_ROWS = {
+    "learning_shop_top_layers": "the shop, RL on the top third of the layers",
+    "learning_shop_top_layers_amx": "the shop, RL on the top half of the layers, on AMX",
+}
+
+
+def _top_layers_rows(data: dict[str, Any], stem: str = "learning_shop_top_layers") -> list[list[Any]]:
+    """README rows of a :data:`TOP_LAYERS_ROWS` file: each arm's held-out success at each training seed (x its
     warm start) and its step rate, the arm that trains every layer first."""
     rows = []
     for t in data["tasks"].values():
@@ -862,13 +874,14 @@ def _top_layers_rows(data: dict[str, Any]) -> list[list[Any]]:
             for arm in order
         )  # fmt: skip
         speed = ", ".join(
-            f"{label[arm]} " + "-".join(f"{runs[n]['train']['steps_per_minute']:.2f}" for n in arms[arm])
+            f"{label[arm]} "
+            + "-".join(f"{x:.2f}" for x in sorted(runs[n]["train"]["steps_per_minute"] for n in arms[arm]))
             for arm in order
         )
         seeds = _training_seeds(runs)
         minutes = max(run["settings"]["minutes"] for run in runs.values())
         rows.append([
-            "[the shop, RL on the top third of the layers](docs/results/learning_shop_top_layers.md)",
+            f"[{TOP_LAYERS_ROWS[stem]}](docs/results/{stem}.md)",
             f"`{t['start']['env']}` held-out success {start['success']:.3f} after the warm start; {rates} "
             f"(training seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}; x its warm start)",
             f"{len(runs)} runs, {minutes:.0f} min of training each on one core of a {data['machine']['cpus']}-core "
@@ -1412,6 +1425,7 @@ HIGHLIGHTS = {
     "learning_cheaper_step_bfcl": _cheaper_step_bfcl,
     "learning_cheaper_step_bfcl_fixed": _cheaper_step_bfcl,
     "learning_shop_top_layers": _top_layers,
+    "learning_shop_top_layers_amx": _top_layers,
     # every shop warm-start file: its cheaper-step tables, then the warm starts side by side
     **{stem: functools.partial(_strong_start, stem=stem) for stem in STRONG_START_ROWS},
     "learning_shop_vllm_compiled_amx": _vllm_compiled,
@@ -1509,6 +1523,32 @@ def _skip_flat_row(data: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def _train_top_layers_row(data: dict[str, Any]) -> list[str]:
+    """README row of ``main_job_train_top_layers.json``: per variant (the layers RL trains) held-out success after
+    RL per seed, then the update's seconds per step and the success gained per RL minute (means over the seeds)."""
+    parts, cost = [], []
+    for name, table in data["comparison"].items():
+        n = len(table)
+        args = data["variants"][name]
+        top = re.search(r"train_top_layers=(\d+)", args or "")
+        label = f"top {top.group(1)} of 30 layers" if top else "every layer"
+        parts.append(f"{label} " + ", ".join(f"{r['success_after']:.2f}" for r in table))
+        update = sum(r["update_s"] for r in table) / n
+        gain = (
+            sum((r["success_after"] - r["success_before"]) / (r["train_runtime_s"] / 60) for r in table) / n
+        )
+        cost.append(f"{label} {update:.1f} s, {gain:+.3f}")
+    first = next(iter(data["comparison"].values()))
+    before = f"{min(r['success_before'] for r in first):.2f}-{max(r['success_before'] for r in first):.2f}"
+    seeds = ", ".join(str(s) for s in data["seeds"])
+    return [
+        "[the main job, RL on the top layers only](docs/results/main_job_train_top_layers.md)",
+        f"held-out success {before} before RL, after: " + "; ".join(parts) + f" (seeds {seeds})",
+        "update seconds per step, success gained per RL minute: " + "; ".join(cost)
+        + f" ({data['machine']['cpu_model']}, {', '.join(data['machine'].get('cpu_vector') or [])})",
+    ]  # fmt: skip
+
+
 def headline_rows() -> list[list[str]]:
     """The README's rows: the main job, a reasoning-gym task, step-level credit on a text game and on the shop, the
     worlds benchmark's shop."""
@@ -1546,6 +1586,8 @@ def headline_rows() -> list[list[str]]:
         ])  # fmt: skip
     if (RESULTS / "main_job_skip_flat.json").is_file():
         rows.append(_skip_flat_row(_load("main_job_skip_flat")))
+    if (RESULTS / "main_job_train_top_layers.json").is_file():
+        rows.append(_train_top_layers_row(_load("main_job_train_top_layers")))
     rg = _load("reasoning_gym_learning")
     for t in rg["tasks"].values():
         start = t["start"]["after_sft"]["success"]
@@ -1609,8 +1651,9 @@ def headline_rows() -> list[list[str]]:
                 "steps a minute on one core each"
                 + ("; the catalog with knock-off listings" if task == "webshop" else ""),
             ])  # fmt: skip
-    if (RESULTS / "learning_shop_top_layers.json").is_file():
-        rows.extend(_top_layers_rows(_load("learning_shop_top_layers")))
+    for stem in TOP_LAYERS_ROWS:
+        if (RESULTS / f"{stem}.json").is_file():
+            rows.extend(_top_layers_rows(_load(stem), stem))
     for stem in STRONG_START_ROWS:
         if (RESULTS / f"{stem}.json").is_file():
             rows.extend(_strong_start_rows(_load(stem), stem))

@@ -158,6 +158,10 @@ def test_main_job_variants_run_seed_by_seed_and_compare_on_their_page(monkeypatc
         and data["comparison"]["top10"][0]["varied_groups"] == 30
     )
     assert "| top10 | 42 | 60 | 30.000 | 0.200 | 8.000 |" in text  # 240 s over 30 groups
+    # the README row: success per seed by the layers RL trains, then the update's cost and the learning per minute
+    row = report._train_top_layers_row(data)
+    assert "before RL, after: every layer 0.60, 0.60; top 10 of 30 layers 0.50, 0.50 (seeds 42, 1)" in row[1]
+    assert "every layer 5.4 s, +0.090; top 10 of 30 layers 2.8 s, +0.095" in row[2]
     assert "| all | 1 | 60 | 15.000 | 0.000 | 21.300 |" in text  # 320 s over 15
     with pytest.raises(SystemExit, match="expected NAME=ARGS"):
         main_job.parse_variants(["all=", "all=--set bf16=true"])

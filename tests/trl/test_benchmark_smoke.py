@@ -670,6 +670,23 @@ def test_report_renders_speculative_and_the_strong_start(monkeypatch):
     assert row[2].startswith("the warm start alone, on a ") and "steps a minute" not in row[2]
 
 
+def test_report_gives_each_top_layers_file_its_readme_row(monkeypatch):
+    """Each learning.py file of top-K arms beside every-layer arms (TOP_LAYERS_ROWS) gets a README row under its own
+    label and page, its arms' held-out success per training seed and their steps a minute from lowest to highest."""
+    report = _benchmark_module(monkeypatch, "report")
+    data = json.loads((REPO / "benchmarks" / "results" / "learning_shop_top_layers.json").read_text())
+    runs = data["tasks"]["webshop"]["runs"]
+    runs["grpo-top10"]["train"]["steps_per_minute"] = 2.4  # seed 0 faster than seed 1: the range still rises
+    runs["grpo-top10-seed1"]["train"]["steps_per_minute"] = 2.3
+    (row,) = report._top_layers_rows(data, "learning_shop_top_layers_amx")
+    assert row[0] == (
+        "[the shop, RL on the top half of the layers, on AMX](docs/results/learning_shop_top_layers_amx.md)"
+    )
+    assert "every layer 0.060, 0.050 (1.00x, 0.83x); top 10 layers 0.050, 0.060 (0.83x, 1.00x)" in row[1]
+    assert row[2].endswith("steps a minute: every layer 1.36-1.45, top 10 layers 2.30-2.40")
+    assert set(report.TOP_LAYERS_ROWS) <= set(report.SCRIPTS)  # each has its page
+
+
 def test_report_gives_speculative_a_readme_row(monkeypatch, tmp_path):
     """speculative.json's README row: each speculation setting's greedy speed-up and identity, and the share of
     sampled turns that stay one tool call beside the plain engine's."""
