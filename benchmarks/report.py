@@ -1498,6 +1498,11 @@ def _arm_rates(arms: dict[str, Any], x: dict[str, Any]) -> str:
     )  # fmt: skip
 
 
+def _cpu_named(data: dict[str, Any]) -> str:
+    """`` (CPU model, its vector extensions)`` of a result file's machine, for the end of a README row."""
+    return f" ({data['machine']['cpu_model']}, {', '.join(data['machine'].get('cpu_vector') or [])})"
+
+
 def _skip_flat_row(data: dict[str, Any]) -> list[str]:
     """README row of ``main_job_skip_flat.json``: per variant (the first without selective rollouts) held-out
     success after RL per seed, the groups whose outcome varied out of those rolled out, and the RL seconds per such
@@ -1518,8 +1523,7 @@ def _skip_flat_row(data: dict[str, Any]) -> list[str]:
     return [
         "[selective rollouts (`skip_flat_tasks`) on the main job](docs/results/main_job_skip_flat.md)",
         f"held-out success {before} before RL, after: " + "; ".join(parts) + f" ({len(data['seeds'])} seeds)",
-        "RL seconds per group with a varied outcome: " + " against ".join(cost)
-        + f" ({data['machine']['cpu_model']}, {', '.join(data['machine'].get('cpu_vector') or [])})",
+        "RL seconds per group with a varied outcome: " + " against ".join(cost) + _cpu_named(data),
     ]  # fmt: skip
 
 
@@ -1544,8 +1548,7 @@ def _train_top_layers_row(data: dict[str, Any]) -> list[str]:
     return [
         "[the main job, RL on the top layers only](docs/results/main_job_train_top_layers.md)",
         f"held-out success {before} before RL, after: " + "; ".join(parts) + f" (seeds {seeds})",
-        "update seconds per step, success gained per RL minute: " + "; ".join(cost)
-        + f" ({data['machine']['cpu_model']}, {', '.join(data['machine'].get('cpu_vector') or [])})",
+        "update seconds per step, success gained per RL minute: " + "; ".join(cost) + _cpu_named(data),
     ]  # fmt: skip
 
 
