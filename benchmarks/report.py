@@ -14,7 +14,6 @@ import argparse
 import ast
 import functools
 import json
-import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -399,6 +398,11 @@ def _mean_minutes(seconds: list[float | None]) -> float | str:
     return sum(seconds) / len(seconds) / 60 if seconds and all(seconds) else ""  # type: ignore[arg-type]
 
 
+def _gain_per_rl_minute(row: dict[str, Any]) -> float:
+    """Held-out success gained per minute of RL, from one run's row of a ``main_job.py --variant`` comparison."""
+    return (row["success_after"] - row["success_before"]) / (row["train_runtime_s"] / 60)
+
+
 def _main_job_variants(data: dict[str, Any]) -> str:
     """Settings compared side by side (``main_job.py --variant``): per seed and variant, held-out success after RL
     with its interval, the RL phase's minutes, seconds per step and update, and success gained per RL minute."""
@@ -410,7 +414,7 @@ def _main_job_variants(data: dict[str, Any]) -> str:
     for name, table in data["comparison"].items():
         for r, run in zip(table, data["runs"][name]):
             lo, hi = wilson(r["success_after"], episodes)
-            gain = (r["success_after"] - r["success_before"]) / (r["train_runtime_s"] / 60)
+            gain = _gain_per_rl_minute(r)
             # a run recovered from its directory (not timed by the harness) has no wall clock or peak memory
             whole, rss = _mean_minutes([run.get("wall_clock_s")]), run.get("peak_rss_gb") or ""
             rows.append([name, str(r["seed"]), r["success_before"], f"{r['success_after']:.2f} [{lo:.2f}, {hi:.2f}]",
@@ -1533,14 +1537,13 @@ def _train_top_layers_row(data: dict[str, Any]) -> list[str]:
     parts, cost = [], []
     for name, table in data["comparison"].items():
         n = len(table)
-        args = data["variants"][name]
-        top = re.search(r"train_top_layers=(\d+)", args or "")
-        label = f"top {top.group(1)} of 30 layers" if top else "every layer"
+        top = data["runs"][name][0]["run_config"]["settings"].get(
+            "train_top_layers"
+        )  # as the runs recorded it
+        label = f"top {top} of 30 layers" if top else "every layer"
         parts.append(f"{label} " + ", ".join(f"{r['success_after']:.2f}" for r in table))
         update = sum(r["update_s"] for r in table) / n
-        gain = (
-            sum((r["success_after"] - r["success_before"]) / (r["train_runtime_s"] / 60) for r in table) / n
-        )
+        gain = sum(_gain_per_rl_minute(r) for r in table) / n
         cost.append(f"{label} {update:.1f} s, {gain:+.3f}")
     first = next(iter(data["comparison"].values()))
     before = f"{min(r['success_before'] for r in first):.2f}-{max(r['success_before'] for r in first):.2f}"

@@ -125,7 +125,8 @@ def test_main_job_variants_run_seed_by_seed_and_compare_on_their_page(monkeypatc
         return {
             "command": "agentr1 train " + " ".join(extra), "wall_clock_s": 600.0, "peak_rss_gb": 6.0,
             "run_config": {"settings": {"max_steps": 30, "per_device_train_batch_size": 4,
-                                        "gradient_accumulation_steps": 2, "num_generations": 4}},
+                                        "gradient_accumulation_steps": 2, "num_generations": 4,
+                                        "train_top_layers": 10 if top else 0}},
             "before_rl": {"success": 0.12, "episodes": 100}, "after_rl": {"success": after, "episodes": 100},
             "success_ratio": after / 0.12, "steps": 30, "train_runtime_s": 240.0 if top else 320.0,
             "per_step_mean": {"step_time": 8.0 if top else 10.6, "time/rollout_s": 5.0,
