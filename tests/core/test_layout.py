@@ -58,6 +58,7 @@ LAYERS: dict[str, int] = {
     "agentr1_trl.backends": 21,
     "agentr1_trl.advantages": 22,
     "agentr1_trl.turn_rows": 23,
+    "agentr1_trl.block_attention": 18,  # causal attention as bf16 matrix products over blocks of queries
     "agentr1_trl.causal_rows": 19,  # attention without a mask for rows that need none (the forward's kernel path)
     "agentr1_trl.forward": 20,  # the one log-prob forward (shared prompts once); the value head reads its states
     "agentr1_trl.run_dir": 22,  # one room for the run directory: record, resume rules, checkpoints, checks

@@ -684,3 +684,78 @@ def test_the_warm_starts_right_padded_rows_attend_unmasked_with_the_same_loss_an
     assert unmasked_loss == pytest.approx(masked_loss, rel=1e-6)
     for k in masked:
         assert torch.allclose(unmasked[k], masked[k], atol=1e-6, rtol=1e-4), k
+
+
+# ---- the block attention kernel in the update's passes (agentr1_trl.block_attention) -----------------------
+@pytest.mark.parametrize(
+    "prompt,lengths,share", [(8, [20, 13, 0], True), (8, [20, 13], False), (40, [6, 4], True)]
+)
+def test_the_block_kernel_gives_sdpas_log_probs_and_gradients(monkeypatch, prompt, lengths, share):
+    """Causal rows through the block kernel (``attention_kernel="block"``) and through PyTorch's SDPA: equal
+    log-probs and LoRA gradients (float32), on a prompt's cache and on whole rows, and PyTorch's kernel is then
+    called for no pass of more than one query."""
+    from agentr1_trl.pipeline import lora_config
+    from peft import get_peft_model
+
+    torch.manual_seed(0)
+    model = get_peft_model(tiny_model(tiny_tokenizer(), hidden_size=64), lora_config(8))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.1)
+    g = torch.Generator().manual_seed(1)
+    width = max(lengths) or 1
+    pid = torch.randint(10, model.config.vocab_size, (1, prompt), generator=g).repeat(len(lengths), 1)
+    cid = torch.randint(10, model.config.vocab_size, (len(lengths), width), generator=g)
+    cm = (torch.arange(width)[None] < torch.tensor(lengths)[:, None]).long()
+    calls = _kernel_calls(monkeypatch)
+
+    def run(kernel):
+        model.zero_grad()
+        calls.clear()
+        logps, _ = completion_logps(model, pid, torch.ones_like(pid), cid, cm, share_prompts=share,
+                                    attention_kernel=kernel)  # fmt: skip
+        (logps * cm).sum().backward()
+        return logps * cm, _grads(model), [c for c in calls if c[0] > 1]
+
+    sdpa, sdpa_grads, sdpa_calls = run("sdpa")
+    block, block_grads, block_calls = run("block")
+    assert sdpa_calls and not block_calls
+    assert torch.allclose(block, sdpa, atol=1e-5)
+    assert any("lora_" in k for k in sdpa_grads)
+    for k in sdpa_grads:
+        assert torch.allclose(block_grads[k], sdpa_grads[k], atol=1e-5, rtol=1e-4), k
+
+
+def test_auto_attends_bf16_rows_through_the_block_kernel_and_float32_rows_through_sdpa(monkeypatch):
+    """``attention_kernel="auto"`` (the default): bf16 rows on a CPU take the block kernel, float32 rows PyTorch's;
+    an unknown kernel is a typed error in the config and a ValueError in the forward."""
+    from agentr1_trl import block_attention
+
+    seen = []
+    real = block_attention.block_causal_attention
+
+    def counted(*a, **kw):
+        seen.append(a[0].dtype)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(block_attention, "block_causal_attention", counted)
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, hidden_size=64)
+    pid = torch.randint(10, 200, (2, 9), generator=torch.Generator().manual_seed(0))
+    cid, cm = pid.flip(1), torch.ones_like(pid)
+    completion_logps(model, pid, torch.ones_like(pid), cid, cm)
+    assert not seen
+    completion_logps(model.to(torch.bfloat16), pid, torch.ones_like(pid), cid, cm)
+    assert seen and set(seen) == {torch.bfloat16}
+    with pytest.raises(ValueError, match="not one of auto, sdpa, block"):
+        completion_logps(model, pid, torch.ones_like(pid), cid, cm, attention_kernel="flash")
+    # gradient checkpointing recomputes each layer after the pass, under SDPA: the pass keeps PyTorch's kernel
+    seen.clear()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    model.get_input_embeddings().weight.requires_grad_(True)
+    logps, _ = completion_logps(model, pid, torch.ones_like(pid), cid, cm, share_prompts=False)
+    logps.sum().backward()
+    assert not seen and model.get_input_embeddings().weight.grad is not None
+    with pytest.raises(ConfigError, match="attention_kernel"):
+        AgentGRPOConfig(output_dir="/tmp/x", attention_kernel="flash", use_cpu=True, report_to="none")

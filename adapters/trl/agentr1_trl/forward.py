@@ -192,13 +192,15 @@ def completion_states(
     *,
     share_prompts: bool = True,
     unmasked_causal_rows: bool = True,
+    attention_kernel: str = "auto",
 ) -> torch.Tensor:
     """The (final-norm) hidden state before each completion token, ``(rows, completion width, hidden)``: the
     state the next-token distribution of that token is read from, and the state a value head scores. With
     ``share_prompts`` (and a :func:`share_plan` other than ``"full"``) shared prompts or a shared prefix run once;
     otherwise one full forward pass (the same states, tested). With ``unmasked_causal_rows``, rows that need no
     attention mask (:func:`~agentr1_trl.causal_rows.rows_are_causal`) run without one
-    (:func:`~agentr1_trl.causal_rows.causal_rows`; the same states, tested)."""
+    (:func:`~agentr1_trl.causal_rows.causal_rows`; the same states, tested), through ``attention_kernel`` (one of
+    :data:`~agentr1_trl.causal_rows.ATTENTION_KERNELS`; ``"auto"``: the block kernel for bf16 rows on a CPU)."""
     if prompt_ids.size(1) == 0:
         raise ValueError("completion_states needs at least one prompt token before the completion")
     plan, found = _plan(prompt_ids, prompt_mask) if share_prompts else ("full", None)
@@ -208,7 +210,7 @@ def completion_states(
     # rows that need no attention mask (no prompt padding, completions padded only at their end) attend without
     # one: the kernel's causal path (agentr1_trl.causal_rows)
     unmask = unmasked_causal_rows and rows_are_causal(prompt_mask, completion_mask)
-    with causal_rows(model, unmask) as unmasked:
+    with causal_rows(model, unmask, attention_kernel) as unmasked:
         if plan == "prompts":
             return _shared_prompt_states(model, parts, found, masked=not unmasked)
         states = sequence_states(
@@ -233,11 +235,12 @@ def completion_logps(
     share_prompts: bool = True,
     head: Any | None = None,
     unmasked_causal_rows: bool = True,
+    attention_kernel: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (at ``temperature``) of the completion tokens, ``(rows, completion width)`` float32; with
     ``hidden`` also the state before each completion token (what a value head reads), else None. The forward pass
     is :func:`completion_states` (``share_prompts``: each shared prompt or prefix once; ``unmasked_causal_rows``:
-    no attention mask for rows that need none).
+    no attention mask for rows that need none, through ``attention_kernel``).
 
     Only the tokens in ``needed`` (default: ``completion_mask``; the loss passes its action mask) go through the
     vocabulary projection ``head`` (default: the model's output embeddings; pass the unwrapped model's under DDP),
@@ -251,6 +254,7 @@ def completion_logps(
         completion_mask,
         share_prompts=share_prompts,
         unmasked_causal_rows=unmasked_causal_rows,
+        attention_kernel=attention_kernel,
     )
     where = (completion_mask if needed is None else needed).bool()
     logps = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)

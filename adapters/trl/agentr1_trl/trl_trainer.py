@@ -371,6 +371,7 @@ class TRLAgentTrainer(DurableCheckpointsMixin, GRPOTrainer):
                 share_prompts=self.shares_prompts(model),
                 head=head,
                 unmasked_causal_rows=getattr(self.args, "unmasked_causal_rows", True),
+                attention_kernel=getattr(self.args, "attention_kernel", "auto"),
             )
 
     def shares_prompts(self, model: Any) -> bool:
