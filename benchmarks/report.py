@@ -45,6 +45,10 @@ SCRIPTS = {
         "main_job.py",
         "Selective rollouts on the main job: a 16-task pool with and without skip_flat_tasks",
     ),
+    "main_job_block_attention": (
+        "main_job.py",
+        "The main job with the block attention kernel against PyTorch's (AVX512-BF16)",
+    ),
     "main_job_avx512": (
         "main_job.py",
         "The main job on a CPU with AVX512-BF16: its default (bf16, the base in bf16) against float32",
@@ -138,6 +142,14 @@ SCRIPTS = {
     "step_cost_causal_rows_amx": (
         "step_cost.py",
         "Attention without a mask where rows need none: the update with and without it (AMX)",
+    ),
+    "step_cost_block_attention": (
+        "step_cost.py",
+        "The block attention kernel in the update: the bf16 update with it and with PyTorch's kernel (AVX512-BF16)",
+    ),
+    "attention_kernel": (
+        "attention_kernel.py",
+        "Causal attention on one CPU core: PyTorch's flash-attention kernel against the block kernel",
     ),
     "generation_cost_amx": (
         "generation_cost.py",
@@ -1081,6 +1093,62 @@ def _bfcl_learning(t: dict[str, Any]) -> str:
     )
 
 
+def _attention_kernel(data: dict[str, Any]) -> str:
+    """Per shape and kernel: forward and backward milliseconds, their useful GFLOP/s, the speed against PyTorch's
+    bf16 kernel, and the worst relative error against float64."""
+    peak = data.get("matmul_gflops", {})
+    rows = []
+    for shape in data["shapes"]:
+        for name, k in shape["kernels"].items():
+            rows.append([shape["shape"], name, k["forward_ms"], k["backward_ms"], k["forward_gflops"],
+                         k["backward_gflops"], f"{k['forward_and_backward_vs_sdpa_bf16']:.2f}x",
+                         f"{max(k['relative_error'].values()):.1e}"])  # fmt: skip
+    header = ["shape", "kernel", "forward ms", "backward ms", "forward GFLOP/s", "backward GFLOP/s",
+              "speed vs sdpa-bf16", "worst relative error"]  # fmt: skip
+    said = ", ".join(f"{d} {v:,.0f} GFLOP/s" for d, v in peak.items())
+    return (f"One thread; this CPU's square matrix-product peak in the same run: {said}.\n\n"
+            + _table(header, rows))  # fmt: skip
+
+
+def _block_attention_rows() -> list[list[str]]:
+    """README rows: the block kernel against PyTorch's, in the update (step_cost_block_attention.json: each world's
+    update tokens per second) and alone (attention_kernel.json: forward and backward per shape)."""
+    rows = []
+    if (RESULTS / "step_cost_block_attention.json").is_file():
+        cost = _load("step_cost_block_attention")
+        runs = cost["runs"]
+        pairs = [(runs[k], runs.get(k + "-sdpa", {})) for k in runs if not k.endswith("-sdpa")]
+        pairs = [
+            (on, off) for on, off in pairs if "update_tokens_per_s" in on and "update_tokens_per_s" in off
+        ]
+        if pairs:
+            text = (
+                "the bf16 update's tokens per second with the block attention kernel, over PyTorch's: "
+                + ", ".join(
+                    f"{on['world']} {on['update_tokens_per_s'] / off['update_tokens_per_s']:.2f}x "
+                    f"({off['sec_per_step']:.1f} -> {on['sec_per_step']:.1f} s a step)"
+                    for on, off in pairs
+                )
+            )
+            rows.append([
+                "[the block attention kernel in the update](docs/results/step_cost_block_attention.md)", text,
+                f"SmolLM2-135M + LoRA, {cost['threads']} thread, turns scripted{_cpu_named(cost)}",
+            ])  # fmt: skip
+    if (RESULTS / "attention_kernel.json").is_file():
+        data = _load("attention_kernel")
+        parts = []
+        for shape in data["shapes"]:
+            k = shape["kernels"]
+            parts.append(f"{shape['shape']} {k['block-bf16']['forward_and_backward_vs_sdpa_bf16']:.2f}x")
+        rows.append([
+            "[causal attention on one core: the block kernel](docs/results/attention_kernel.md)",
+            "forward and backward, the block kernel (bf16 products) over PyTorch's flash kernel in bf16: "
+            + "; ".join(parts),
+            f"SmolLM2-135M's attention shapes, {data['threads']} thread{_cpu_named(data)}",
+        ])  # fmt: skip
+    return rows
+
+
 def _step_cost(data: dict[str, Any]) -> str:
     """Per world and precision: the step's parts, its tokens, and the update's rate against the matrix peak."""
     peak = data.get("matmul_gflops", {})
@@ -1398,6 +1466,8 @@ HIGHLIGHTS = {
     "step_cost_avx512": _step_cost,
     "step_cost_causal_rows": _step_cost,
     "step_cost_causal_rows_amx": _step_cost,
+    "step_cost_block_attention": _step_cost,
+    "attention_kernel": _attention_kernel,
     "generation_cost_amx": _generation_cost,
     "speculative": _speculative,
     "update_profile_amx": _update_profile,
@@ -1414,6 +1484,7 @@ HIGHLIGHTS = {
     "main_job_amx": _main_job,
     "main_job_train_top_layers": _main_job_variants,
     "main_job_avx512": _main_job_variants,
+    "main_job_block_attention": _main_job_variants,
     "main_job_skip_flat": _main_job_variants,
     "gpu_step": _gpu_step,
     "gpu_step_h100": _gpu_step,
@@ -1555,6 +1626,27 @@ def _train_top_layers_row(data: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def _block_attention_main_row(data: dict[str, Any]) -> list[str]:
+    """README row of ``main_job_block_attention.json``: per variant (the attention kernel) held-out success before
+    and after RL per seed, then the update's seconds per step and the whole job's minutes (ranges over the seeds)."""
+    parts, cost = [], []
+    for name, table in data["comparison"].items():
+        kernel = data["runs"][name][0]["run_config"]["settings"].get("attention_kernel", "auto")
+        label = "PyTorch's kernel" if kernel == "sdpa" else "the block kernel (default)"
+        before = ", ".join(f"{r['success_before']:.2f}" for r in table)
+        after = ", ".join(f"{r['success_after']:.2f}" for r in table)
+        parts.append(f"{label} {before} -> {after}")
+        update = [r["update_s"] for r in table]
+        wall = [r["wall_clock_s"] / 60 for r in table]
+        cost.append(f"{label} {min(update):.1f}-{max(update):.1f} s, {min(wall):.1f}-{max(wall):.1f} min")
+    seeds = ", ".join(str(s) for s in data["seeds"])
+    return [
+        "[the main job with the block attention kernel](docs/results/main_job_block_attention.md)",
+        f"held-out success before -> after RL (seeds {seeds}): " + "; ".join(parts),
+        "update seconds per step, whole job: " + "; ".join(cost) + _cpu_named(data),
+    ]  # fmt: skip
+
+
 def headline_rows() -> list[list[str]]:
     """The README's rows: the main job, a reasoning-gym task, step-level credit on a text game and on the shop, the
     worlds benchmark's shop."""
@@ -1594,6 +1686,8 @@ def headline_rows() -> list[list[str]]:
         rows.append(_skip_flat_row(_load("main_job_skip_flat")))
     if (RESULTS / "main_job_train_top_layers.json").is_file():
         rows.append(_train_top_layers_row(_load("main_job_train_top_layers")))
+    if (RESULTS / "main_job_block_attention.json").is_file():
+        rows.append(_block_attention_main_row(_load("main_job_block_attention")))
     rg = _load("reasoning_gym_learning")
     for t in rg["tasks"].values():
         start = t["start"]["after_sft"]["success"]
@@ -1818,6 +1912,7 @@ def headline_rows() -> list[list[str]]:
             f"[attention without a mask where rows need none{where}](docs/results/{stem}.md)", text,
             f"SmolLM2-135M + LoRA, {cost['threads']} thread ({flags}), turns scripted",
         ])  # fmt: skip
+    rows.extend(_block_attention_rows())
     if (RESULTS / "generation_cost_amx.json").is_file():
         gen = _load("generation_cost_amx")
         step, parts = gen["decode"]["batch 8, context 1024"], gen["decode_step_parts_ms"]

@@ -38,6 +38,11 @@ measured in the same run, fp32 and bf16; peak RSS; the CPU's model and vector fl
   the top third; ``bf16-base-regrouped-train-top-third``: the adapter on every layer (as a warm start trains it)
   and RL training its top third only (``train_top_layers``). The bf16 variants pay only on a CPU with native bf16 (AVX512-BF16, AMX): elsewhere bf16 is
   emulated, hundreds of times slower per product.
+* ``bf16-base-regrouped-sdpa``: ``bf16-base-regrouped`` with its causal rows through PyTorch's flash-attention
+  kernel (``attention_kernel="sdpa"``), where the default (``"auto"``) runs bf16 rows on a CPU through
+  ``agentr1_trl.block_attention``. The FLOPs are counted with PyTorch's kernel in every variant, which the
+  counter gives no FLOPs: the achieved GFLOP/s leave attention's own products out, and the update's tokens per
+  second compare the kernels;
 * ``bf16-base-regrouped-masked``, ``fp32-regrouped-masked``: those with ``unmasked_causal_rows=False``, every
   forward pass with transformers' padding mask (as before ``agentr1_trl.causal_rows``); the other variants run
   rows that need no mask without one.
@@ -105,6 +110,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # and the frozen base stored in bf16 (bf16_base, the default with bf16 on a CPU): the adapter, its gradients
     # and optimizer state float32
     "bf16-base-regrouped": {"bf16": True, "bf16_base": True, "lora_layers": 1.0, "regroup": True},
+    # and causal rows through PyTorch's flash-attention kernel (before the block kernel, attention_kernel="auto")
+    "bf16-base-regrouped-sdpa": {
+        "bf16": True,
+        "bf16_base": True,
+        "lora_layers": 1.0,
+        "regroup": True,
+        "attention_kernel": "sdpa",
+    },
     # and every pass with transformers' padding mask (before unmasked_causal_rows: the attention kernel then
     # computes every block of the score matrix, and grouped keys and values are copied out to every head)
     "bf16-base-regrouped-masked": {
@@ -198,6 +211,7 @@ def worker(world: str, variant: str, steps: int, threads: int, model_name: str) 
         bf16_base=settings["bf16_base"],
         regroup_micro_batches=settings["regroup"],
         unmasked_causal_rows=settings.get("unmasked_causal_rows", True),
+        attention_kernel=settings.get("attention_kernel", "auto"),
         train_top_layers=trained_layers,
         save_episodes_steps=0,  # the viewer's episodes (a forward pass each, every 10th step) are not the step
         env_id=spec["env"],
@@ -239,8 +253,15 @@ def worker(world: str, variant: str, steps: int, threads: int, model_name: str) 
     def counted_step(*a, **kw):  # the warm-up step's FLOPs (forward and backward of every pass, and scoring)
         if trainer.state.global_step > 0:
             return step(*a, **kw)
-        with FlopCounterMode(display=False) as counter:
-            out = step(*a, **kw)
+        # counted with PyTorch's attention kernel in every variant, so that each counts the same work: the
+        # counter has no formula for its CPU flash-attention kernel (attention's scores and mixing are not
+        # counted), and would count the block kernel's products, recomputation and diagonal squares included
+        kernel, trainer.args.attention_kernel = trainer.args.attention_kernel, "sdpa"
+        try:
+            with FlopCounterMode(display=False) as counter:
+                out = step(*a, **kw)
+        finally:
+            trainer.args.attention_kernel = kernel
         flops.append(counter.get_total_flops())
         return out
 
@@ -296,6 +317,8 @@ def worker(world: str, variant: str, steps: int, threads: int, model_name: str) 
         # proof of a real update: the share of rows with a non-zero advantage, the first step's gradient norm
         "rows_trained": round(mean(trained), 3),
         "grad_norm_first_step": logs[0].get("grad_norm"),
+        # the timed steps' (the warm-up step is counted with PyTorch's attention kernel in every variant)
+        "grad_norm_timed_steps": [h.get("grad_norm") for h in timed],
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
 

@@ -343,6 +343,26 @@ def test_step_cost_benchmark_smoke(tmp_path):
     assert regrouped["padding_fraction"] <= fp32["padding_fraction"]
 
 
+def test_attention_kernel_benchmark_smoke(tmp_path):
+    """benchmarks/attention_kernel.py on small shapes: every kernel times a forward and a backward pass, PyTorch's
+    and the block kernel's outputs and gradients are accurate against float64 (so both computed attention), and each
+    is compared with PyTorch's bf16 kernel."""
+    out = tmp_path / "attention_kernel.json"
+    script = REPO / "benchmarks" / "attention_kernel.py"
+    subprocess.run([sys.executable, str(script), "--smoke", "--blocks", "8", "--json", str(out)], check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    result = json.loads(out.read_text())
+    assert [s["shape"] for s in result["shapes"]] == ["small", "small on a cache"]
+    assert result["machine"]["cpu_model"] is not None
+    for shape in result["shapes"]:
+        kernels = shape["kernels"]
+        assert set(kernels) == {"sdpa-float32", "sdpa-bf16", "block-bf16", "block8-bf16"}
+        for name, k in kernels.items():
+            assert k["forward_ms"] > 0 and k["backward_ms"] > 0 and k["forward_and_backward_vs_sdpa_bf16"] > 0
+            assert max(k["relative_error"].values()) < (1e-5 if k["dtype"] == "float32" else 3e-2), name
+        assert kernels["sdpa-bf16"]["forward_and_backward_vs_sdpa_bf16"] == 1.0
+
+
 @pytest.mark.slow
 def test_update_profile_benchmark_smoke(tmp_path):
     """benchmarks/update_profile.py on a tiny model: every precision runs a real update (a gradient), the bf16-base
@@ -741,3 +761,37 @@ def test_report_gives_each_causal_rows_measurement_a_readme_row(monkeypatch, tmp
     assert "1 thread (avx512_bf16, amx_bf16)" in rows[1][2]
     (results / "step_cost_causal_rows_amx.json").unlink()
     assert len([r for r in report.headline_rows() if "attention without a mask" in r[0]]) == 1
+
+
+def test_report_gives_the_block_attention_measurements_their_readme_rows(monkeypatch, tmp_path):
+    """step_cost_block_attention.json gets a README row of each world's update tokens per second with the block
+    kernel over PyTorch's, attention_kernel.json one of each shape's speed-up, and both have their pages."""
+    report = _benchmark_module(monkeypatch, "report")
+    results = tmp_path / "results"
+    results.mkdir()
+
+    def run(world, tokens_per_s, seconds):
+        return {"world": world, "update_tokens_per_s": tokens_per_s, "sec_per_step": seconds}
+
+    machine = {"cpu_model": "AMD EPYC", "cpu_vector": ["avx512_bf16"]}
+    cost = {"threads": 1, "machine": machine,
+            "runs": {"shop/bf16-base-regrouped": run("shop", 140.0, 30.0),
+                     "shop/bf16-base-regrouped-sdpa": run("shop", 100.0, 42.0)}}  # fmt: skip
+    kernels = {"threads": 1, "machine": machine,
+               "shapes": [{"shape": "2 rows of 2,048",
+                           "kernels": {"block-bf16": {"forward_and_backward_vs_sdpa_bf16": 1.634}}}]}  # fmt: skip
+    (results / "step_cost_block_attention.json").write_text(json.dumps(cost))
+    (results / "attention_kernel.json").write_text(json.dumps(kernels))
+    monkeypatch.setattr(report, "RESULTS", results)
+    update, alone = report._block_attention_rows()
+    assert (
+        update[0] == "[the block attention kernel in the update](docs/results/step_cost_block_attention.md)"
+    )
+    assert update[1].endswith("PyTorch's: shop 1.40x (42.0 -> 30.0 s a step)")
+    assert update[2].endswith("1 thread, turns scripted (AMD EPYC, avx512_bf16)")
+    assert alone[1].endswith("flash kernel in bf16: 2 rows of 2,048 1.63x")
+    assert {"step_cost_block_attention", "attention_kernel", "main_job_block_attention"} <= set(
+        report.SCRIPTS
+    )
+    (results / "attention_kernel.json").unlink()
+    assert len(report._block_attention_rows()) == 1
