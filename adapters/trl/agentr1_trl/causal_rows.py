@@ -142,20 +142,19 @@ _NOT_IN_BLOCK_KERNEL = ("position_bias", "softcap", "s_aux", "sinks", "sliding_w
 
 @functools.cache
 def _register() -> None:
-    """Register :func:`causal_rows_attention` with transformers (with PyTorch's kernel, and with the block kernel
-    where it pays), once per process."""
+    """Register :func:`causal_rows_attention` with transformers once per process, under one name per kernel."""
     from transformers import AttentionInterface
 
-    AttentionInterface.register(CAUSAL_ROWS_ATTENTION, causal_rows_attention)
-    AttentionInterface.register(
-        CAUSAL_ROWS_BLOCK_ATTENTION, functools.partial(causal_rows_attention, kernel="auto")
-    )
-    AttentionInterface.register(
-        _FORCED_BLOCK_ATTENTION, functools.partial(causal_rows_attention, kernel="block")
-    )
+    for kernel, name in _KERNEL_NAMES.items():
+        AttentionInterface.register(name, functools.partial(causal_rows_attention, kernel=kernel))
 
 
-_FORCED_BLOCK_ATTENTION = "agentr1_causal_rows_block_forced"
+#: the name :func:`causal_rows_attention` is registered under for each of :data:`ATTENTION_KERNELS`
+_KERNEL_NAMES = {
+    "auto": CAUSAL_ROWS_BLOCK_ATTENTION,
+    "sdpa": CAUSAL_ROWS_ATTENTION,
+    "block": "agentr1_causal_rows_block_forced",
+}
 
 
 def _full_attention(config: Any) -> bool:
@@ -168,15 +167,6 @@ def _full_attention(config: Any) -> bool:
     return not getattr(config, "sliding_window", None)
 
 
-def _checkpointed(model: Any) -> bool:
-    """Whether ``model`` (PEFT- or DDP-wrapped) runs with gradient checkpointing: transformers flags the model and
-    each of its checkpointed layers."""
-    inner = getattr(model, "module", model)
-    if getattr(inner, "is_gradient_checkpointing", False):
-        return True
-    return any(getattr(m, "gradient_checkpointing", False) for m in inner.modules())
-
-
 @contextlib.contextmanager
 def causal_rows(model: Any, enabled: bool = True, kernel: str = "auto") -> Iterator[bool]:
     """Within this block ``model``'s forward passes (a transformers model, PEFT- or DDP-wrapped) attend through
@@ -187,22 +177,18 @@ def causal_rows(model: Any, enabled: bool = True, kernel: str = "auto") -> Itera
     recomputed after the block, under SDPA). Not for models shared with other threads while the block runs."""
     if kernel not in ATTENTION_KERNELS:
         raise ValueError(f"attention kernel {kernel!r} is not one of {', '.join(ATTENTION_KERNELS)}")
-    config = getattr(getattr(model, "module", model), "config", None)
+    inner = getattr(model, "module", model)  # DDP's wrapped model; PEFT passes attributes through
+    config = getattr(inner, "config", None)
     before = getattr(config, "_attn_implementation", None)
     if not enabled or before != "sdpa" or not _full_attention(config):
         yield False
         return
     _register()
-    if _checkpointed(model):
+    if getattr(inner, "is_gradient_checkpointing", False):
         # gradient checkpointing recomputes each layer in the backward pass, after this block has restored the
         # model's SDPA attention: the recomputation must run the kernel the forward pass ran
         kernel = "sdpa"
-    names = {
-        "auto": CAUSAL_ROWS_BLOCK_ATTENTION,
-        "sdpa": CAUSAL_ROWS_ATTENTION,
-        "block": _FORCED_BLOCK_ATTENTION,
-    }
-    config._attn_implementation = names[kernel]
+    config._attn_implementation = _KERNEL_NAMES[kernel]
     try:
         yield True
     finally:
