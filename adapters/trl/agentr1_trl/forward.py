@@ -179,6 +179,7 @@ def sequence_states(model: Any, input_ids: torch.Tensor, attention_mask: torch.T
         attention_mask=attention_mask,
         output_hidden_states=True,
         logits_to_keep=_last_only(input_ids),
+        use_cache=False,  # nothing reads it: no key/value cache object per pass
     )
     return out.hidden_states[-1]
 
