@@ -172,6 +172,14 @@ SCRIPTS = {
         "update_profile.py",
         "The update operator by operator on a CPU with AVX512-BF16: long rows",
     ),
+    "update_profile_compile_avx512": (
+        "update_profile.py",
+        "The update with its decoder layers compiled (torch.compile), on a CPU with AVX512-BF16",
+    ),
+    "update_profile_compile_avx512_long": (
+        "update_profile.py",
+        "The update with its decoder layers compiled (torch.compile), on a CPU with AVX512-BF16: long rows",
+    ),
     "miniwob_env": ("miniwob_env.py", "MiniWoB++ in a browser: oracles, observations, cost, gaming"),
     "miniwob_learning": ("learning.py", "MiniWoB++ in a browser: learning on ten tasks"),
     "shop_shortcuts": (
@@ -1361,11 +1369,12 @@ def _vllm_compiled_rows(data: dict[str, Any]) -> list[list[Any]]:
 def _update_profile(data: dict[str, Any]) -> str:
     """Per precision: the pass's time and rate against float32's, then the operators that take the time."""
     peak, shape = data.get("matmul_gflops", {}), data["shape"]
-    rows = [[name, r["step_s"], r["forward_s"], r["backward_and_optimizer_s"], r["tokens_per_s"],
-             r.get("speed_vs_fp32", ""), r["peak_rss_mb"], ", ".join(r["frozen_dtypes"])]
+    rows = [[name, r["step_s"], r["forward_s"], r["backward_and_optimizer_s"], r.get("first_step_s", ""),
+             r["tokens_per_s"], r.get("speed_vs_fp32", ""), r["grad_norm"], r["peak_rss_mb"],
+             ", ".join(r["frozen_dtypes"])]
             for name, r in data["runs"].items()]  # fmt: skip
-    header = ["variant", "step s", "forward s", "backward + optimizer s", "tokens/s", "vs fp32", "peak RSS MB",
-              "frozen weights"]  # fmt: skip
+    header = ["variant", "step s", "forward s", "backward + optimizer s", "first step s (compiles)", "tokens/s",
+              "vs fp32", "grad norm", "peak RSS MB", "frozen weights"]  # fmt: skip
     parts = [
         f"{shape['rows']} rows of {shape['prompt']} prompt + {shape['completion']} completion tokens, one thread; "
         f"matrix-product peak here {peak.get('float32')} GFLOP/s fp32, {peak.get('bfloat16')} bf16. The best of "
@@ -1474,6 +1483,8 @@ HIGHLIGHTS = {
     "update_profile_amx_long": _update_profile,
     "update_profile_avx512": _update_profile,
     "update_profile_avx512_long": _update_profile,
+    "update_profile_compile_avx512": _update_profile,
+    "update_profile_compile_avx512_long": _update_profile,
     "bfcl": _bfcl,
     "agent_proxy": _agent_proxy,
     "context_update": _context_update,

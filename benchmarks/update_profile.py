@@ -18,6 +18,10 @@ Variants (each in its own process, pinned to one core, one thread, as the learni
 * ``bf16-base-fp32-attention``: ``bf16-base`` with the attention kernel run in float32 (queries, keys and values
   cast up, autocast off inside it, the output cast back to bf16): whether PyTorch's CPU attention, whose backward
   gained nothing from bf16 on AMX (``update_profile_amx_long.json``), is cheaper in float32 on bf16 inputs.
+* ``bf16-base-compiled-mlp-norms``: ``bf16-base`` with each decoder layer's MLP and RMS norms compiled by
+  ``torch.compile`` (inductor's fused C++ kernels for the elementwise work between the matrix products; one
+  graph for every length, ``dynamic=True``); ``first_step_s`` includes the compilation.
+* ``bf16-base-compiled-layers``: every decoder layer compiled whole, the attention kernel left eager.
 
 The rows share no prompt (each row its own forward over prompt and completion, as a step row of a context policy
 or a micro-batch of distinct tasks does). Per variant: the best of ``--reps`` timed steps after a warm-up one
@@ -37,7 +41,38 @@ import sys
 import time
 from typing import Any
 
-VARIANTS = ("fp32", "bf16-autocast", "bf16-base", "bf16-base-strided-logits", "bf16-base-fp32-attention")
+VARIANTS = (
+    "fp32",
+    "bf16-autocast",
+    "bf16-base",
+    "bf16-base-strided-logits",
+    "bf16-base-fp32-attention",
+    "bf16-base-compiled-mlp-norms",
+    "bf16-base-compiled-layers",
+)
+
+
+def _compile_regions(model: Any, whole_layers: bool) -> int:
+    """Regional ``torch.compile`` (inductor, ``dynamic=True``: one graph for every row length and every layer) of
+    each decoder layer: its MLP and its two RMS norms, or (``whole_layers``) the whole layer with the attention
+    kernel left eager (its Python loop over blocks of queries would specialise a graph on the length). These passes
+    keep no key/value cache, so the layers share their graphs; a pass on a prompt's cache would compile one per
+    layer (the cache's per-layer state is guarded). Returns the layers compiled."""
+    import torch
+    from agentr1_trl import block_attention
+
+    layers = model.get_base_model().model.layers
+    if whole_layers:  # (room for a graph with and one without gradients per layer, should guards differ)
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 4 * len(layers))
+        apply = block_attention._BlockCausalAttention.apply
+        block_attention._BlockCausalAttention.apply = torch.compiler.disable(apply)
+        for layer in layers:
+            layer.compile(dynamic=True)
+        return len(layers)
+    for layer in layers:
+        for part in (layer.mlp, layer.input_layernorm, layer.post_attention_layernorm):
+            part.compile(dynamic=True)
+    return len(layers)
 
 
 def _fp32_attention(model: Any) -> None:
@@ -85,6 +120,8 @@ def worker(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         bf16_frozen_base(model)
     if variant == "bf16-base-fp32-attention":
         _fp32_attention(model)
+    if variant.startswith("bf16-base-compiled"):
+        _compile_regions(model, whole_layers=variant.endswith("layers"))
     if variant == "bf16-base-strided-logits":
         forward._last_only = lambda input_ids: 1  # the int form: a strided slice of the hidden states
     autocast = variant != "fp32"
@@ -110,7 +147,7 @@ def worker(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         optimizer.zero_grad()
         return time.perf_counter() - start, middle - start
 
-    step()
+    first = step()[0]
     timed = [step() for _ in range(args.reps)]
     best = min(timed)
     tokens = args.rows * (args.prompt + args.completion)
@@ -120,6 +157,7 @@ def worker(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         "forward_s": round(best[1], 3),
         "backward_and_optimizer_s": round(best[0] - best[1], 3),
         "step_times": [round(t, 3) for t, _ in timed],
+        "first_step_s": round(first, 3),
         "tokens_per_s": round(tokens / best[0], 1),
         "grad_norm": round(grad_norms[0], 6),
         "frozen_dtypes": sorted({str(p.dtype) for p in model.parameters() if not p.requires_grad}),

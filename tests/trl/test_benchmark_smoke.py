@@ -366,12 +366,13 @@ def test_attention_kernel_benchmark_smoke(tmp_path):
 @pytest.mark.slow
 def test_update_profile_benchmark_smoke(tmp_path):
     """benchmarks/update_profile.py on a tiny model: every precision runs a real update (a gradient), the bf16-base
-    variants hold their frozen weights in bf16 and the adapter in float32, and the rates compare with float32's."""
+    variants hold their frozen weights in bf16 and the adapter in float32, the compiled ones compute the same
+    update, and the rates compare with float32's."""
     pytest.importorskip("peft")
     out = tmp_path / "update_profile.json"
     script = REPO / "benchmarks" / "update_profile.py"
     subprocess.run([sys.executable, str(script), "--smoke", "--json", str(out)], check=True, capture_output=True,
-                   timeout=300)  # fmt: skip
+                   timeout=600)  # fmt: skip
     result = json.loads(out.read_text())
     runs = result["runs"]
     assert list(runs) == [
@@ -380,6 +381,8 @@ def test_update_profile_benchmark_smoke(tmp_path):
         "bf16-base",
         "bf16-base-strided-logits",
         "bf16-base-fp32-attention",
+        "bf16-base-compiled-mlp-norms",
+        "bf16-base-compiled-layers",
     ]
     for name, run in runs.items():
         assert run["grad_norm"] > 0 and run["step_s"] > 0 and run["speed_vs_fp32"] > 0
@@ -393,6 +396,10 @@ def test_update_profile_benchmark_smoke(tmp_path):
     assert runs["bf16-base-fp32-attention"]["grad_norm"] == pytest.approx(
         runs["bf16-base"]["grad_norm"], rel=0.05
     )
+    # and so do the compiled regions (their first step compiled them: it took longer than the timed ones)
+    for name in ("bf16-base-compiled-mlp-norms", "bf16-base-compiled-layers"):
+        assert runs[name]["grad_norm"] == pytest.approx(runs["bf16-base"]["grad_norm"], rel=0.05), name
+        assert runs[name]["first_step_s"] > max(runs[name]["step_times"]), name
 
 
 def test_generation_cost_splits_a_decode_step_by_part(monkeypatch):
