@@ -185,7 +185,10 @@ def test_not_used_with_gradient_checkpointing_or_when_no_prompt_repeats(tmp_path
 
 @pytest.mark.parametrize("chunk", [3, 64])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_projected_logps_equals_cross_entropy_in_values_and_gradients(chunk, temperature):
+@pytest.mark.parametrize(
+    "block", [None, 7, 16, 50]
+)  # the whole vocabulary (50) in one block, or uneven blocks
+def test_projected_logps_equals_cross_entropy_in_values_and_gradients(chunk, temperature, block):
     from agentr1_trl.forward import projected_logps
 
     g = torch.Generator().manual_seed(0)
@@ -194,7 +197,7 @@ def test_projected_logps_equals_cross_entropy_in_values_and_gradients(chunk, tem
     targets = torch.randint(0, 50, (10,), generator=g)
     upstream = torch.randn(10, generator=g, dtype=torch.float64)
 
-    got = projected_logps(states, head, targets, temperature, chunk)
+    got = projected_logps(states, head, targets, temperature, chunk, block)
     (got.double() * upstream).sum().backward()
     got_states, got_weight = states.grad.clone(), head.weight.grad.clone()
     states.grad = head.weight.grad = None
@@ -219,7 +222,7 @@ def test_projected_logps_under_autocast_recomputes_its_backward_in_bf16():
             self.dtypes = []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func is torch.ops.aten.mm.default and 5000 in (args[0].shape[-1], args[1].shape[-1]):
+            if func is torch.ops.aten.mm.default and 1000 in (args[0].shape[-1], args[1].shape[-1]):
                 self.dtypes.append(args[0].dtype)
             return func(*args, **(kwargs or {}))
 
@@ -228,7 +231,7 @@ def test_projected_logps_under_autocast_recomputes_its_backward_in_bf16():
     head = torch.nn.Linear(16, 5000, bias=False)
     targets = torch.randint(0, 5000, (24,), generator=g)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        got = projected_logps(states, head, targets, 0.7, 8)
+        got = projected_logps(states, head, targets, 0.7, 8, 1000)  # vocabulary blocks of 1,000
     with Products() as products:
         got.sum().backward()
     assert products.dtypes and set(products.dtypes) == {torch.bfloat16}
@@ -268,6 +271,17 @@ def test_projected_logps_frozen_head_gets_no_gradient():
     head = torch.nn.Linear(4, 9, bias=False).requires_grad_(False)
     projected_logps(states, head, torch.randint(0, 9, (6,))).sum().backward()
     assert head.weight.grad is None and states.grad is not None
+
+
+def test_projected_logps_refuses_an_empty_block_or_chunk():
+    from agentr1_trl.forward import projected_logps
+
+    from agentr1_gym.errors import ConfigError
+
+    states, head = torch.randn(4, 4), torch.nn.Linear(4, 9, bias=False)
+    for chunk, block in ((256, 0), (0, None)):
+        with pytest.raises(ConfigError, match="block=None for the default"):
+            projected_logps(states, head, torch.randint(0, 9, (4,)), 1.0, chunk, block)
 
 
 # ---- a micro-batch in several forward/backward passes, bounded by tokens ------------------------------------------
@@ -698,6 +712,67 @@ def test_the_warm_starts_right_padded_rows_attend_unmasked_with_the_same_loss_an
     assert unmasked_loss == pytest.approx(masked_loss, rel=1e-6)
     for k in masked:
         assert torch.allclose(unmasked[k], masked[k], atol=1e-6, rtol=1e-4), k
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_the_warm_starts_nll_is_the_models_own_loss_with_the_head_only_where_scored(monkeypatch, bf16):
+    """The warm start's NLL projects only the assistant tokens' states onto the vocabulary: the same loss and LoRA
+    gradients as the model's own ``labels=`` loss (which projects every position), under bf16 autocast too; the
+    projection sees only the scored positions; a batch without an assistant token is a zero, not a NaN."""
+    from agentr1_trl import forward, sft
+    from agentr1_trl.pipeline import lora_config
+    from peft import get_peft_model
+
+    from agentr1_gym.rollout import Sample
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    model = get_peft_model(tiny_model(tok, hidden_size=64), lora_config(8))
+    g = torch.Generator().manual_seed(3)
+
+    def sample(prompt, completion):
+        ids = torch.randint(10, 200, (prompt + completion,), generator=g).tolist()
+        mask = (torch.rand(completion, generator=g) > 0.5).long().tolist()
+        return Sample(ids[:prompt], ids[prompt:], mask, [0.0] * completion, [0.0] * completion)
+
+    batch = [sample(7, 20), sample(12, 5), sample(3, 9)]
+    scored = sum(sum(s.action_mask) for s in batch)
+    projected = []
+    real = forward.projected_logps
+    monkeypatch.setattr(
+        sft, "projected_logps", lambda states, *a: projected.append(len(states)) or real(states, *a)
+    )
+
+    def run(fn):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = fn()
+        loss.backward()
+        return loss.item(), _grads(model)
+
+    got, got_grads = run(lambda: sft._masked_nll(model, batch, tok.pad_token_id, torch.device("cpu")))
+    assert projected == [scored]
+
+    def own_loss():
+        width = max(len(s.prompt_ids) + len(s.completion_ids) for s in batch)
+        ids = torch.full((3, width), tok.pad_token_id)
+        labels, att = torch.full((3, width), -100), torch.zeros((3, width), dtype=torch.long)
+        for row, s in enumerate(batch):
+            seq = s.prompt_ids + s.completion_ids
+            ids[row, : len(seq)], att[row, : len(seq)] = torch.tensor(seq), 1
+            for i, (token, m) in enumerate(zip(s.completion_ids, s.action_mask)):
+                labels[row, len(s.prompt_ids) + i] = token if m else -100
+        return model(input_ids=ids, attention_mask=att, labels=labels).loss
+
+    want, want_grads = run(own_loss)
+    assert got == pytest.approx(want, rel=2e-2 if bf16 else 1e-5)
+    assert set(got_grads) == set(want_grads)
+    for k in want_grads:
+        tol = dict(atol=1e-3, rtol=0.1) if bf16 else dict(atol=1e-6, rtol=1e-4)
+        assert torch.allclose(got_grads[k], want_grads[k], **tol), k
+    silent = [Sample(s.prompt_ids, s.completion_ids, [0] * len(s.action_mask), s.logprobs, s.token_rewards)
+              for s in batch]  # fmt: skip
+    assert sft._masked_nll(model, silent, tok.pad_token_id, torch.device("cpu")).item() == 0.0
 
 
 # ---- the block attention kernel in the update's passes (agentr1_trl.block_attention) -----------------------

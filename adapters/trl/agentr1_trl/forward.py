@@ -17,7 +17,7 @@ process (DDP wants one forward per backward); elsewhere (``share_prompts=False``
 full forward runs. All three are one function, :func:`completion_logps`: every log-prob the package computes goes
 through it (the GRPO and PPO losses, the old policy's and the reference's log-probs of per-turn rows, PPO's values,
 the viewer's per-token statistics through :func:`completion_states`), and the model's output projection runs only
-where a log-prob is needed (:func:`projected_logps`). :func:`sequence_states` is the full forward itself (the
+where a log-prob is needed (:func:`projected_logps`, which the warm start's NLL in :mod:`agentr1_trl.sft` uses too). :func:`sequence_states` is the full forward itself (the
 value head's estimates read it).
 
 A micro-batch is a number of *episodes*; with step rows each of them is as many rows as it has turns, so one
@@ -42,9 +42,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agentr1_gym.errors import ConfigError
 from agentr1_trl.causal_rows import causal_rows, rows_are_causal
 
 __all__ = [
+    "CPU_VOCAB_BLOCK",
     "MIN_SHARED_PREFIX",
     "common_prefix",
     "completion_logps",
@@ -67,27 +69,43 @@ __all__ = [
 MIN_SHARED_PREFIX = 16
 
 
+#: the vocabulary block :func:`projected_logps` works in on a CPU: a (256, 4,096) float32 block of logits stays in
+#: the caches between its product, its log-sum-exp and (backward) its softmax, where a (256, 49,152) chunk streams
+#: through memory three times. Measured in ``benchmarks/output_head.py`` (``output_head_avx512.json``).
+CPU_VOCAB_BLOCK = 4096
+
+
 class _ProjectedLogps(torch.autograd.Function):
-    """``log softmax(states @ weight.T / temperature)[targets]``, ``chunk`` rows at a time, keeping for the
-    backward pass only the inputs and one log-normaliser per row: each chunk's logits are recomputed there."""
+    """``log softmax(states @ weight.T / temperature)[targets]``, ``chunk`` rows and ``block`` vocabulary entries at
+    a time (the log-normaliser is combined over blocks), keeping for the backward pass only the inputs and one
+    log-normaliser per row: each block's logits are recomputed there."""
 
     @staticmethod
-    def forward(ctx, states, weight, targets, temperature, chunk):  # type: ignore[override]
-        out = torch.empty(states.size(0), dtype=torch.float32, device=states.device)
+    def forward(ctx, states, weight, targets, temperature, chunk, block):  # type: ignore[override]
+        rows, vocabulary = states.size(0), weight.size(0)
+        out = torch.empty(rows, dtype=torch.float32, device=states.device)
         lse = torch.empty_like(out)
         # the products' dtype: autocast's where it is on (bf16: the backward pass, which autocast does not reach,
         # recomputes the logits in it too, not in the states' float32), else the states'; the weight cast once
         device = states.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else states.dtype
         w = weight.to(dtype)
-        for s in range(0, states.size(0), chunk):
-            logits = (states[s : s + chunk].to(dtype) @ w.T).float()
-            if temperature != 1.0:  # in place: a (chunk, vocabulary) division costs as much as the product
-                logits.div_(temperature)
-            lse[s : s + chunk] = torch.logsumexp(logits, dim=-1)
-            out[s : s + chunk] = logits.gather(1, targets[s : s + chunk, None])[:, 0] - lse[s : s + chunk]
+        starts = range(0, vocabulary, block)
+        for s in range(0, rows, chunk):
+            x, wanted = states[s : s + chunk].to(dtype), targets[s : s + chunk]
+            parts = torch.empty(x.size(0), len(starts), dtype=torch.float32, device=states.device)
+            picked = torch.empty(x.size(0), dtype=torch.float32, device=states.device)
+            for j, lo in enumerate(starts):
+                logits = _block_logits(x, w, lo, block, temperature)
+                parts[:, j] = torch.logsumexp(logits, dim=-1)
+                # the target's logit where it falls in this block (an index clamped into it, kept where it does)
+                at = (wanted - lo).clamp_(0, logits.size(1) - 1)
+                inside = (wanted >= lo) & (wanted < lo + logits.size(1))
+                picked = torch.where(inside, logits.gather(1, at[:, None])[:, 0], picked)
+            lse[s : s + chunk] = torch.logsumexp(parts, dim=-1)
+            out[s : s + chunk] = picked - lse[s : s + chunk]
         ctx.save_for_backward(states, weight, targets, lse)
-        ctx.temperature, ctx.chunk, ctx.dtype = temperature, chunk, dtype
+        ctx.temperature, ctx.chunk, ctx.block, ctx.dtype = temperature, chunk, block, dtype
         return out
 
     @staticmethod
@@ -99,28 +117,52 @@ class _ProjectedLogps(torch.autograd.Function):
         d_weight = torch.zeros_like(weight, dtype=torch.float32) if need_weight else None
         for s in range(0, states.size(0), ctx.chunk):
             rows = slice(s, s + ctx.chunk)
-            logits = (states[rows].to(w.dtype) @ w.T).float()
-            if ctx.temperature != 1.0:
-                logits.div_(ctx.temperature)
-            # d logp[target] / d logits = onehot(target) - softmax, times the upstream gradient and 1/T
-            d_logits = torch.exp_(logits.sub_(lse[rows, None])).neg_()
-            d_logits.scatter_add_(1, targets[rows, None], torch.ones_like(lse[rows, None]))
-            d_logits.mul_(grad[rows, None] / ctx.temperature)
+            x, wanted = states[rows].to(w.dtype), targets[rows]
+            # d logp[target] / d logits = onehot(target) - softmax, times the upstream gradient and 1/T: the
+            # softmax part block by block, the one-hot part (one weight row per token) added once
+            scale = (grad[rows] / ctx.temperature).float()[:, None]
+            acc = torch.zeros(x.size(0), states.size(1), dtype=torch.float32, device=states.device)
+            for lo in range(0, w.size(0), ctx.block):
+                logits = _block_logits(x, w, lo, ctx.block, ctx.temperature)
+                d_logits = torch.exp_(logits.sub_(lse[rows, None])).mul_(scale).neg_()
+                if need_states:
+                    acc += d_logits.to(w.dtype) @ w[lo : lo + ctx.block]
+                if need_weight:
+                    d_weight[lo : lo + ctx.block] += d_logits.T @ states[rows].float()
             if need_states:
-                d_states[rows] = (d_logits.to(w.dtype) @ w).to(states.dtype)
+                acc += w[wanted].float() * scale
+                d_states[rows] = acc.to(states.dtype)
             if need_weight:
-                d_weight += d_logits.T @ states[rows].float()
-        return d_states, (d_weight.to(weight.dtype) if need_weight else None), None, None, None
+                d_weight.index_add_(0, wanted, states[rows].float() * scale)
+        return d_states, (d_weight.to(weight.dtype) if need_weight else None), None, None, None, None
+
+
+def _block_logits(x: torch.Tensor, w: torch.Tensor, lo: int, block: int, temperature: float) -> torch.Tensor:
+    """The float32 logits of rows ``x`` over vocabulary entries ``lo .. lo + block`` of ``w``, at ``temperature``."""
+    logits = (x @ w[lo : lo + block].T).float()
+    if temperature != 1.0:  # in place: a (rows, block) division costs as much as a pass over the product
+        logits.div_(temperature)
+    return logits
 
 
 def projected_logps(
-    states: torch.Tensor, head: Any, targets: torch.Tensor, temperature: float = 1.0, chunk: int = 256
+    states: torch.Tensor,
+    head: Any,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    chunk: int = 256,
+    block: int | None = None,
 ) -> torch.Tensor:
     """The log-prob of each ``targets`` token from the hidden ``states`` ``(N, hidden)`` through the output
     projection ``head``, as ``-cross_entropy(head(states) / temperature, targets)`` computes it (same values and
     gradients, tested), without keeping ``(N, vocabulary)`` logits for the backward pass: it recomputes them
     there, ``chunk`` rows at a time. For a 49k-token vocabulary that is 200 KB per scored token not held between
-    the forward and the backward pass. A head with a bias (or not a plain linear layer) takes the direct path."""
+    the forward and the backward pass.
+
+    Each chunk's vocabulary is taken ``block`` entries at a time (default: :data:`CPU_VOCAB_BLOCK` on a CPU, the
+    whole vocabulary elsewhere), its log-normaliser combined over the blocks: on a CPU the passes over a block's
+    logits then run in the caches (on one core of an AVX512-BF16 EPYC, 1.3x on the head's forward and backward,
+    1.5x on a pass without autograd: ``output_head_avx512.json``). A head with a bias (or not a plain linear layer) takes the direct path."""
     weight = getattr(head, "weight", None)
     if not isinstance(head, torch.nn.Linear) or head.bias is not None or weight is None:
         parts = [
@@ -129,7 +171,14 @@ def projected_logps(
             for s in range(0, states.size(0), chunk)
         ]  # fmt: skip
         return torch.cat(parts) if parts else states.new_zeros(0, dtype=torch.float32)
-    return _ProjectedLogps.apply(states, weight, targets, float(temperature), int(chunk))
+    if block is None:
+        block = CPU_VOCAB_BLOCK if states.device.type == "cpu" else weight.size(0)
+    if block < 1 or chunk < 1:
+        raise ConfigError(
+            f"projected_logps: chunk and block must be positive, got chunk={chunk}, block={block}; pass block=None "
+            "for the default (CPU_VOCAB_BLOCK on a CPU, the whole vocabulary elsewhere)"
+        )
+    return _ProjectedLogps.apply(states, weight, targets, float(temperature), int(chunk), int(block))
 
 
 def _last_only(input_ids: torch.Tensor) -> torch.Tensor:

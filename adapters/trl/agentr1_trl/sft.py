@@ -22,6 +22,7 @@ from agentr1_gym.generation import SamplingConfig
 from agentr1_gym.rollout import Sample, collect_rollouts
 from agentr1_trl.backends import ScriptedGenerator
 from agentr1_trl.causal_rows import causal_rows
+from agentr1_trl.forward import projected_logps, sequence_states
 from agentr1_trl.hardware import stores_base_in_bf16
 from agentr1_trl.models import bf16_frozen_base
 
@@ -232,8 +233,12 @@ def _load_progress(
 
 
 def _masked_nll(model: Any, batch: Sequence[Sample], pad: int, device: Any) -> torch.Tensor:
-    """Mean NLL over the assistant tokens of a right-padded batch. Padding only follows each row's tokens, so the
-    rows need no attention mask: they attend through the kernel's causal path (:mod:`agentr1_trl.causal_rows`)."""
+    """Mean NLL over the assistant tokens of a right-padded batch, as the model's own ``labels=`` loss computes it
+    (tested), with the vocabulary projection only where a token is scored (:func:`~agentr1_trl.forward.
+    projected_logps`): a transcript's tool outputs and prompt are most of its positions, and their
+    ``(positions, vocabulary)`` logits and softmax cost as much as the transformer. Padding only follows each row's
+    tokens, so the rows need no attention mask: they attend through the kernel's causal path
+    (:mod:`agentr1_trl.causal_rows`)."""
     seqs = [s.prompt_ids + s.completion_ids for s in batch]
     width = max(len(x) for x in seqs)
     ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -247,7 +252,14 @@ def _masked_nll(model: Any, batch: Sequence[Sample], pad: int, device: Any) -> t
         labels[row, len(s.prompt_ids) : len(seq)] = torch.where(mask, comp, torch.tensor(-100))
     with causal_rows(model) as unmasked:
         mask = None if unmasked else att.to(device)
-        return model(input_ids=ids.to(device), attention_mask=mask, labels=labels.to(device)).loss
+        states = sequence_states(model, ids.to(device), mask)
+    # the state at position t predicts the token at t + 1
+    targets = labels[:, 1:].to(device)
+    scored = targets != -100
+    if not bool(scored.any()):  # no assistant token: nothing to fit (a zero that still reaches the graph)
+        return states.sum() * 0.0
+    logps = projected_logps(states[:, :-1][scored], model.get_output_embeddings(), targets[scored])
+    return -logps.mean()
 
 
 def oracle_warm_start(
