@@ -151,6 +151,18 @@ SCRIPTS = {
         "attention_kernel.py",
         "Causal attention on one CPU core: PyTorch's flash-attention kernel against the block kernel",
     ),
+    "step_cost_vocab_block": (
+        "step_cost.py",
+        "The output projection by vocabulary block in the update: the bf16 update with and without it (AVX512-BF16)",
+    ),
+    "warm_start_cost": (
+        "warm_start_cost.py",
+        "The warm start per transcript: the vocabulary projection only where a token is scored (AVX512-BF16)",
+    ),
+    "output_head_avx512": (
+        "output_head.py",
+        "The output projection's log-probs on one CPU core: the whole vocabulary per chunk against blocks of it",
+    ),
     "generation_cost_amx": (
         "generation_cost.py",
         "Where a rollout's generation time goes on one core with AMX: vLLM's decode step part by part",
@@ -1118,6 +1130,111 @@ def _attention_kernel(data: dict[str, Any]) -> str:
             + _table(header, rows))  # fmt: skip
 
 
+def _output_head(data: dict[str, Any]) -> str:
+    """Per shape and vocabulary block: the loss pass's and the scoring pass's milliseconds, the loss pass's GFLOP/s
+    and share of the bf16 peak, the speed against the whole vocabulary in one block, and the errors against
+    float64."""
+    peak = data.get("matmul_gflops", {})
+    rows = []
+    for shape in data["shapes"]:
+        for r in shape["blocks"].values():
+            name = f"{r['block']:,}" + (" (whole vocabulary: before)" if r["whole_vocabulary"] else "")
+            if r["block"] == data.get("default_cpu_vocab_block"):
+                name += " (the default)"
+            rows.append([shape["shape"], name, r["loss_pass_ms"], r["scoring_pass_ms"], r["loss_pass_gflops"],
+                         f"{r.get('loss_pass_share_of_bf16_peak', 0):.0%}", f"{r['loss_pass_vs_whole']:.2f}x",
+                         f"{r['scoring_pass_vs_whole']:.2f}x", f"{r['logp_max_abs_error']:.1e}",
+                         f"{r['grad_relative_error']:.1e}", r["grad_norm"]])  # fmt: skip
+    header = ["scored tokens", "vocabulary block", "loss pass ms", "scoring pass ms", "loss pass GFLOP/s",
+              "share of bf16 peak", "loss pass vs whole", "scoring pass vs whole", "log-prob error (max abs)",
+              "gradient error (relative)", "gradient norm"]  # fmt: skip
+    said = ", ".join(f"{d} {v:,.0f} GFLOP/s" for d, v in peak.items())
+    return (f"One thread; this CPU's square matrix-product peak in the same run: {said}. The loss pass is the "
+            "forward pass with autograd and its backward pass into the states (three products over the "
+            "vocabulary); the scoring pass is the old policy's or the reference's (one product). Errors are "
+            "against float64 log-softmax.\n\n" + _table(header, rows))  # fmt: skip
+
+
+def _warm_start_cost(data: dict[str, Any]) -> str:
+    """Per world and NLL: transcripts, tokens, the scored share, seconds per transcript, the speed over the labels=
+    loss, the epoch's loss, how far the adapter moved, peak RSS."""
+    rows = []
+    for r in data["runs"].values():
+        if "error" in r:
+            rows.append([r["world"], r["variant"], f"failed: {r['error']}", "", "", "", "", "", "", ""])
+            continue
+        speed = f"{r['speed_vs_labels_loss']:.2f}x" if "speed_vs_labels_loss" in r else ""
+        rows.append([r["world"], r["variant"], r["transcripts"], f"{r['tokens']:,}", f"{r['scored_share']:.1%}",
+                     r["seconds_per_transcript"], speed, r["epoch_loss"], r["adapter_change_norm"],
+                     f"{r['peak_rss_mb'] / 1024:.2f}"])  # fmt: skip
+    header = ["world", "NLL", "transcripts", "tokens", "scored share", "s per transcript", "speed vs labels loss",
+              "epoch loss", "adapter moved (norm)", "peak RSS GB"]  # fmt: skip
+    peak = ", ".join(f"{d} {v:,.0f} GFLOP/s" for d, v in data.get("matmul_gflops", {}).items())
+    return (f"One epoch of the warm start on {data['episodes']} oracle transcripts per world, one thread per run, "
+            f"{data['jobs_side_by_side']} runs side by side; this CPU's matrix-product peak in the same run: "
+            f"{peak}.\n\n" + _table(header, rows))  # fmt: skip
+
+
+def _warm_start_cost_row() -> list[list[str]]:
+    """README row: per world, the warm start's speed with the projection only where scored, over the labels= loss."""
+    if not (RESULTS / "warm_start_cost.json").is_file():
+        return []
+    data = _load("warm_start_cost")
+    parts = [
+        f"{r['world']} {r['speed_vs_labels_loss']:.2f}x ({r['scored_share']:.0%} of tokens scored)"
+        for r in data["runs"].values()
+        if "speed_vs_labels_loss" in r
+    ]
+    return [[
+        "[the warm start, the vocabulary projection only where scored](docs/results/warm_start_cost.md)",
+        "the oracle warm start's seconds per transcript, over transformers' labels= loss: " + ", ".join(parts),
+        f"SmolLM2-135M + LoRA, bf16, {data['threads']} thread{_cpu_named(data)}",
+    ]]  # fmt: skip
+
+
+def _vocab_block_rows() -> list[list[str]]:
+    """README rows: the output projection by vocabulary block against the whole vocabulary per chunk, in the update
+    (step_cost_vocab_block.json: each world's update tokens per second) and alone (output_head_avx512.json: the
+    default block's loss and scoring passes per shape)."""
+    rows = []
+    if (RESULTS / "step_cost_vocab_block.json").is_file():
+        cost = _load("step_cost_vocab_block")
+        runs = cost["runs"]
+        pairs = [(runs[k], runs.get(k + "-whole-vocab", {})) for k in runs if not k.endswith("-whole-vocab")]
+        pairs = [
+            (on, off) for on, off in pairs if "update_tokens_per_s" in on and "update_tokens_per_s" in off
+        ]
+        if pairs:
+            text = (
+                "the bf16 update's tokens per second with vocabulary blocks, over the whole vocabulary: "
+                + ", ".join(
+                    f"{on['world']} {on['update_tokens_per_s'] / off['update_tokens_per_s']:.2f}x "
+                    f"({off['sec_per_step']:.1f} -> {on['sec_per_step']:.1f} s a step)"
+                    for on, off in pairs
+                )
+            )
+            rows.append([
+                "[the output projection by vocabulary block in the update](docs/results/step_cost_vocab_block.md)",
+                text, f"SmolLM2-135M + LoRA, {cost['threads']} thread, turns scripted{_cpu_named(cost)}",
+            ])  # fmt: skip
+    if (RESULTS / "output_head_avx512.json").is_file():
+        data = _load("output_head_avx512")
+        default = str(data["default_cpu_vocab_block"])
+        parts = [
+            f"{shape['shape']} {shape['blocks'][default]['loss_pass_vs_whole']:.2f}x "
+            f"(scoring {shape['blocks'][default]['scoring_pass_vs_whole']:.2f}x)"
+            for shape in data["shapes"]
+            if default in shape["blocks"]
+        ]
+        rows.append([
+            "[the output projection by vocabulary block](docs/results/output_head_avx512.md)",
+            f"log-probs' forward and backward with {int(default):,}-entry vocabulary blocks, over the whole "
+            "vocabulary per chunk: " + "; ".join(parts),
+            f"SmolLM2-135M's head under bf16 autocast, {data['threads']} thread{_cpu_named(data)}",
+        ])  # fmt: skip
+    return rows
+
+
 def _block_attention_rows() -> list[list[str]]:
     """README rows: the block kernel against PyTorch's, in the update (step_cost_block_attention.json: each world's
     update tokens per second) and alone (attention_kernel.json: forward and backward per shape)."""
@@ -1476,7 +1593,10 @@ HIGHLIGHTS = {
     "step_cost_causal_rows": _step_cost,
     "step_cost_causal_rows_amx": _step_cost,
     "step_cost_block_attention": _step_cost,
+    "step_cost_vocab_block": _step_cost,
     "attention_kernel": _attention_kernel,
+    "output_head_avx512": _output_head,
+    "warm_start_cost": _warm_start_cost,
     "generation_cost_amx": _generation_cost,
     "speculative": _speculative,
     "update_profile_amx": _update_profile,
@@ -1924,6 +2044,8 @@ def headline_rows() -> list[list[str]]:
             f"SmolLM2-135M + LoRA, {cost['threads']} thread ({flags}), turns scripted",
         ])  # fmt: skip
     rows.extend(_block_attention_rows())
+    rows.extend(_vocab_block_rows())
+    rows.extend(_warm_start_cost_row())
     if (RESULTS / "generation_cost_amx.json").is_file():
         gen = _load("generation_cost_amx")
         step, parts = gen["decode"]["batch 8, context 1024"], gen["decode_step_parts_ms"]

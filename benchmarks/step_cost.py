@@ -43,6 +43,9 @@ measured in the same run, fp32 and bf16; peak RSS; the CPU's model and vector fl
   ``agentr1_trl.block_attention``. The FLOPs are counted with PyTorch's kernel in every variant, which the
   counter gives no FLOPs: the achieved GFLOP/s leave attention's own products out, and the update's tokens per
   second compare the kernels;
+* ``bf16-base-regrouped-whole-vocab``: ``bf16-base-regrouped`` with the output projection's log-probs over the
+  whole vocabulary per chunk of rows, as before ``agentr1_trl.forward.CPU_VOCAB_BLOCK`` (the default takes a
+  CPU's vocabulary 4,096 entries at a time, so that each block's logits stay in the caches);
 * ``bf16-base-regrouped-masked``, ``fp32-regrouped-masked``: those with ``unmasked_causal_rows=False``, every
   forward pass with transformers' padding mask (as before ``agentr1_trl.causal_rows``); the other variants run
   rows that need no mask without one.
@@ -118,6 +121,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "regroup": True,
         "attention_kernel": "sdpa",
     },
+    # and the output projection's log-probs over the whole vocabulary per chunk of rows (before CPU_VOCAB_BLOCK:
+    # agentr1_trl.forward.projected_logps takes a CPU's vocabulary in blocks that stay in the caches)
+    "bf16-base-regrouped-whole-vocab": {
+        "bf16": True,
+        "bf16_base": True,
+        "lora_layers": 1.0,
+        "regroup": True,
+        "whole_vocab": True,
+    },
     # and every pass with transformers' padding mask (before unmasked_causal_rows: the attention kernel then
     # computes every block of the score matrix, and grouped keys and values are copied out to every head)
     "bf16-base-regrouped-masked": {
@@ -177,6 +189,10 @@ def worker(world: str, variant: str, steps: int, threads: int, model_name: str) 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     spec, settings = WORLDS[world], VARIANTS[variant]
+    if settings.get("whole_vocab"):  # this worker's process only: every projected_logps call in one block
+        import agentr1_trl.forward
+
+        agentr1_trl.forward.CPU_VOCAB_BLOCK = 1 << 30
     if model_name == "smollm2":
         from agentr1_trl.models import load_default_policy
 

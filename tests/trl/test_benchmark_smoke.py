@@ -363,6 +363,46 @@ def test_attention_kernel_benchmark_smoke(tmp_path):
         assert kernels["sdpa-bf16"]["forward_and_backward_vs_sdpa_bf16"] == 1.0
 
 
+def test_output_head_benchmark_smoke(tmp_path):
+    """benchmarks/output_head.py on a small vocabulary: every vocabulary block times a loss pass and a scoring pass,
+    computes the same log-probs and gradient as the float64 reference (so each did the work), and is compared with
+    the whole vocabulary in one block."""
+    out = tmp_path / "output_head.json"
+    script = REPO / "benchmarks" / "output_head.py"
+    subprocess.run([sys.executable, str(script), "--smoke", "--blocks", "1000", "2048", "--json", str(out)],
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    result = json.loads(out.read_text())
+    assert result["machine"]["cpu_model"] is not None and result["default_cpu_vocab_block"] >= 1
+    (shape,) = result["shapes"]
+    assert set(shape["blocks"]) == {"1000", "2048", "5000"}
+    for r in shape["blocks"].values():
+        assert r["loss_pass_ms"] > 0 and r["scoring_pass_ms"] > 0 and r["grad_norm"] > 0
+        assert r["logp_max_abs_error"] < 0.05 and r["grad_relative_error"] < 1e-2
+    assert (
+        shape["blocks"]["5000"]["whole_vocabulary"] and shape["blocks"]["5000"]["loss_pass_vs_whole"] == 1.0
+    )
+
+
+def test_warm_start_cost_benchmark_smoke(tmp_path):
+    """benchmarks/warm_start_cost.py on a tiny model: both NLLs fit the same oracle transcripts from the same adapter
+    to the same loss and the same adapter (the same work, really done), and the package's is compared with the
+    labels= loss."""
+    pytest.importorskip("peft")
+    out = tmp_path / "warm_start_cost.json"
+    script = REPO / "benchmarks" / "warm_start_cost.py"
+    subprocess.run([sys.executable, str(script), "--smoke", "--json", str(out)], check=True, capture_output=True,
+                   timeout=300)  # fmt: skip
+    result = json.loads(out.read_text())
+    now, before = result["runs"]["main/scored-only"], result["runs"]["main/labels-loss"]
+    assert result["machine"]["cpu_model"] is not None
+    for run in (now, before):
+        assert run["transcripts"] == 2 and run["seconds"] > 0 and run["adapter_change_norm"] > 0
+        assert 0 < run["scored_tokens"] < run["tokens"]
+    assert now["epoch_loss"] == pytest.approx(before["epoch_loss"], rel=1e-4)
+    assert now["adapter_change_norm"] == pytest.approx(before["adapter_change_norm"], rel=1e-3)
+    assert now["speed_vs_labels_loss"] > 0
+
+
 @pytest.mark.slow
 # seven variants in their own processes, two of them compiling (a minute or two each on a loaded core)
 @pytest.mark.timeout(900)
@@ -797,3 +837,39 @@ def test_report_gives_the_block_attention_measurements_their_readme_rows(monkeyp
     )
     (results / "attention_kernel.json").unlink()
     assert len(report._block_attention_rows()) == 1
+
+
+def test_report_gives_the_vocabulary_block_and_warm_start_measurements_their_readme_rows(
+    monkeypatch, tmp_path
+):
+    """step_cost_vocab_block.json gets a row of each world's update speed with blocks over the whole vocabulary,
+    output_head_avx512.json one of the default block's speed per shape, warm_start_cost.json one per world; all
+    three have pages."""
+    report = _benchmark_module(monkeypatch, "report")
+    results = tmp_path / "results"
+    results.mkdir()
+    machine = {"cpu_model": "AMD EPYC", "cpu_vector": ["avx512_bf16"]}
+
+    def run(tokens_per_s, seconds):
+        return {"world": "shop", "update_tokens_per_s": tokens_per_s, "sec_per_step": seconds}
+
+    cost = {"threads": 1, "machine": machine,
+            "runs": {"shop/bf16-base-regrouped": run(102.0, 49.0),
+                     "shop/bf16-base-regrouped-whole-vocab": run(100.0, 50.0)}}  # fmt: skip
+    block = {"block": 4096, "loss_pass_vs_whole": 1.284, "scoring_pass_vs_whole": 1.52}
+    head = {"threads": 1, "machine": machine, "default_cpu_vocab_block": 4096,
+            "shapes": [{"shape": "2 rows of 1,536", "blocks": {"4096": block}}]}  # fmt: skip
+    warm = {"threads": 1, "machine": machine,
+            "runs": {"main/scored-only": {"world": "main", "speed_vs_labels_loss": 1.61, "scored_share": 0.04},
+                     "main/labels-loss": {"world": "main", "scored_share": 0.04}}}  # fmt: skip
+    (results / "step_cost_vocab_block.json").write_text(json.dumps(cost))
+    (results / "output_head_avx512.json").write_text(json.dumps(head))
+    (results / "warm_start_cost.json").write_text(json.dumps(warm))
+    monkeypatch.setattr(report, "RESULTS", results)
+    update, alone = report._vocab_block_rows()
+    assert update[1].endswith("over the whole vocabulary: shop 1.02x (50.0 -> 49.0 s a step)")
+    assert alone[1].endswith("per chunk: 2 rows of 1,536 1.28x (scoring 1.52x)")
+    assert alone[2].endswith("1 thread (AMD EPYC, avx512_bf16)")
+    (row,) = report._warm_start_cost_row()
+    assert row[1].endswith("labels= loss: main 1.61x (4% of tokens scored)")
+    assert {"step_cost_vocab_block", "output_head_avx512", "warm_start_cost"} <= set(report.SCRIPTS)
