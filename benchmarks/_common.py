@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from importlib import metadata
 from typing import Any
 
@@ -44,6 +47,42 @@ def _cpu() -> dict[str, Any]:
     }
     vector = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
     return {"cpu_model": model, "cpu_vector": vector}
+
+
+def core_slots(jobs: int, threads: int, script: str) -> list[list[int]]:
+    """``jobs`` disjoint sets of ``threads`` cores of this process's affinity, one per run side by side (threads
+    oversubscribing a core run many times slower); a one-line SystemExit where there are too few."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if jobs * threads > len(cpus):
+        raise SystemExit(
+            f"{script}: --jobs {jobs} x --threads {threads} needs {jobs * threads} cores; "
+            f"this process may use {len(cpus)}"
+        )
+    return [cpus[i * threads : (i + 1) * threads] for i in range(jobs)]
+
+
+def run_pinned(
+    jobs: Sequence[Any],
+    command: Callable[[Any], list[str]],
+    slots: list[list[int]],
+    on_done: Callable[[Any, subprocess.CompletedProcess], None],
+) -> None:
+    """Each job's ``command`` in its own process pinned (``taskset``) to a slot of cores, as many side by side as
+    there are slots, in order; ``on_done(job, completed process)`` in this thread as each ends."""
+    free = list(range(len(slots)))
+    queue = list(jobs)
+    with ThreadPoolExecutor(len(slots)) as pool:
+        pending: dict[Any, tuple[int, Any]] = {}
+        while queue or pending:
+            while queue and free:
+                slot, job = free.pop(), queue.pop(0)
+                cmd = ["taskset", "-c", ",".join(map(str, slots[slot])), *command(job)]
+                pending[pool.submit(subprocess.run, cmd, capture_output=True, text=True)] = (slot, job)
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                slot, job = pending.pop(future)
+                free.append(slot)
+                on_done(job, future.result())
 
 
 def emit(result: dict[str, Any], path: str | None, *, quiet: bool = False) -> None:

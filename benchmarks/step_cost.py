@@ -64,7 +64,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 #: the worlds, each at its learning runs' settings: env, env kwargs, turn and episode budgets, episodes per pass
@@ -407,7 +406,7 @@ def main(argv: list[str] | None = None) -> None:
         args.worlds, args.steps, args.model = ["main"], 1, "tiny"
         args.variants = ["fp32", "fp32-regrouped", "bf16-base-regrouped"]
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from _common import emit, machine_info
+    from _common import core_slots, emit, machine_info, run_pinned
     from tqdm.auto import tqdm
 
     result: dict[str, Any] = {
@@ -420,47 +419,30 @@ def main(argv: list[str] | None = None) -> None:
         "runs": {},
     }
     jobs = [(w, v) for w in args.worlds for v in args.variants]
-    cpus = sorted(os.sched_getaffinity(0))
-    if args.jobs * args.threads > len(cpus):
-        raise SystemExit(
-            f"step_cost.py: --jobs {args.jobs} x --threads {args.threads} needs {args.jobs * args.threads} cores; "
-            f"this process may use {len(cpus)}"
-        )
-    # each run its own cores
-    slots = [cpus[i * args.threads : (i + 1) * args.threads] for i in range(args.jobs)]
+    slots = core_slots(args.jobs, args.threads, "step_cost.py")  # each run its own cores
 
-    def run(job: tuple[str, str], slot: list[int]) -> tuple[str, str, subprocess.CompletedProcess]:
+    def command(job: tuple[str, str]) -> list[str]:
+        return [sys.executable, os.path.abspath(__file__), "--worker", *job, "--steps", str(args.steps),
+                "--threads", str(args.threads), "--model", args.model]  # fmt: skip
+
+    def done(job: tuple[str, str], run: subprocess.CompletedProcess) -> None:
         world, variant = job
-        cmd = ["taskset", "-c", ",".join(map(str, slot)), sys.executable, os.path.abspath(__file__),
-               "--worker", world, variant, "--steps", str(args.steps), "--threads", str(args.threads),
-               "--model", args.model]  # fmt: skip
-        return world, variant, subprocess.run(cmd, capture_output=True, text=True)
+        bar.update()
+        # a failed run is reported, never a silent zero; the others still run
+        if run.returncode != 0:
+            last = (run.stderr.strip().splitlines() or ["no output"])[-1]
+            result["runs"][f"{world}/{variant}"] = {"world": world, "variant": variant, "error": last}
+            print(f"step_cost: {world}/{variant} failed: {last}", file=sys.stderr)
+            return
+        out = json.loads(run.stdout.strip().splitlines()[-1])
+        bf16 = VARIANTS[variant]["bf16"]
+        peak = result["matmul_gflops"]["bfloat16" if bf16 else "float32"]
+        out["share_of_matmul_peak"] = round(out["update_gflops_achieved"] / peak, 3)
+        result["runs"][f"{world}/{variant}"] = out
+        emit(result, args.json, quiet=True)  # partial results as the runs go
 
-    free = list(range(args.jobs))
-    with ThreadPoolExecutor(args.jobs) as pool, tqdm(total=len(jobs), desc="step_cost", unit="run") as bar:
-        pending: dict[Any, int] = {}
-        queue = list(jobs)
-        while queue or pending:
-            while queue and free:
-                slot = free.pop()
-                pending[pool.submit(run, queue.pop(0), slots[slot])] = slot
-            done_set, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done_set:
-                free.append(pending.pop(future))
-                world, variant, done = future.result()
-                bar.update()
-                # a failed run is reported, never a silent zero; the others still run
-                if done.returncode != 0:
-                    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                    result["runs"][f"{world}/{variant}"] = {"world": world, "variant": variant, "error": last}
-                    print(f"step_cost: {world}/{variant} failed: {last}", file=sys.stderr)
-                    continue
-                out = json.loads(done.stdout.strip().splitlines()[-1])
-                bf16 = VARIANTS[variant]["bf16"]
-                peak = result["matmul_gflops"]["bfloat16" if bf16 else "float32"]
-                out["share_of_matmul_peak"] = round(out["update_gflops_achieved"] / peak, 3)
-                result["runs"][f"{world}/{variant}"] = out
-                emit(result, args.json, quiet=True)  # partial results as the runs go
+    with tqdm(total=len(jobs), desc="step_cost", unit="run") as bar:
+        run_pinned(jobs, command, slots, done)
     for world in args.worlds:  # each variant's update against fp32's, same tokens
         base = result["runs"].get(f"{world}/fp32", {}).get("update_tokens_per_s")
         for variant in args.variants:

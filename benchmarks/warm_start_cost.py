@@ -31,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 VARIANTS = ("scored-only", "labels-loss")
@@ -40,20 +39,10 @@ VARIANTS = ("scored-only", "labels-loss")
 def labels_nll(model: Any, batch: Any, pad: int, device: Any) -> Any:
     """The warm start's NLL as it was computed before: the model's own ``labels=`` loss, the vocabulary projection
     and its softmax at every position of the right-padded rows."""
-    import torch
     from agentr1_trl.causal_rows import causal_rows
+    from agentr1_trl.sft import padded_rows
 
-    seqs = [s.prompt_ids + s.completion_ids for s in batch]
-    width = max(len(x) for x in seqs)
-    ids = torch.full((len(batch), width), pad, dtype=torch.long)
-    att = torch.zeros((len(batch), width), dtype=torch.long)
-    labels = torch.full((len(batch), width), -100, dtype=torch.long)
-    for row, (s, seq) in enumerate(zip(batch, seqs)):
-        ids[row, : len(seq)] = torch.tensor(seq)
-        att[row, : len(seq)] = 1
-        comp = torch.tensor(s.completion_ids)
-        mask = torch.tensor(s.action_mask, dtype=torch.bool)
-        labels[row, len(s.prompt_ids) : len(seq)] = torch.where(mask, comp, torch.tensor(-100))
+    ids, att, labels = padded_rows(batch, pad)
     with causal_rows(model) as unmasked:
         mask = None if unmasked else att.to(device)
         return model(input_ids=ids.to(device), attention_mask=mask, labels=labels.to(device)).loss
@@ -162,14 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.smoke:
         args.worlds, args.episodes, args.model = ["main"], 2, "tiny"
-    from _common import emit, machine_info
+    from _common import core_slots, emit, machine_info, run_pinned
 
-    cpus = sorted(os.sched_getaffinity(0))
-    if args.jobs * args.threads > len(cpus):
-        parser.error(
-            f"--jobs {args.jobs} x --threads {args.threads} needs more than this process's {len(cpus)} cores"
-        )
-    slots = [cpus[i * args.threads : (i + 1) * args.threads] for i in range(args.jobs)]
+    slots = core_slots(args.jobs, args.threads, "warm_start_cost.py")
     result: dict[str, Any] = {
         "benchmark": "warm_start_cost",
         "machine": machine_info("agentr1-gym", "torch", "transformers", "peft"),
@@ -180,38 +164,27 @@ def main(argv: list[str] | None = None) -> int:
         "runs": {},
     }
     jobs = [(w, v) for w in args.worlds for v in args.variants]
+    started = time.perf_counter()
 
-    def run(job: tuple[str, str], slot: list[int]) -> tuple[str, str, subprocess.CompletedProcess]:
+    def command(job: tuple[str, str]) -> list[str]:
+        return [sys.executable, os.path.abspath(__file__), "--worker", *job, "--episodes", str(args.episodes),
+                "--threads", str(args.threads), "--model", args.model]  # fmt: skip
+
+    def done(job: tuple[str, str], run: subprocess.CompletedProcess) -> None:
         world, variant = job
-        cmd = ["taskset", "-c", ",".join(map(str, slot)), sys.executable, os.path.abspath(__file__),
-               "--worker", world, variant, "--episodes", str(args.episodes), "--threads", str(args.threads),
-               "--model", args.model]  # fmt: skip
-        return world, variant, subprocess.run(cmd, capture_output=True, text=True)
+        key = f"{world}/{variant}"
+        if run.returncode != 0:  # reported, never a silent zero; the other runs go on
+            last = (run.stderr.strip().splitlines() or ["no output"])[-1]
+            result["runs"][key] = {"world": world, "variant": variant, "error": last}
+            print(f"warm_start_cost: {key} failed: {last}", file=sys.stderr)
+        else:
+            result["runs"][key] = json.loads(run.stdout.strip().splitlines()[-1])
+        n, elapsed = len(result["runs"]), time.perf_counter() - started
+        print(f"warm_start_cost: {n}/{len(jobs)} {key} ({elapsed:.0f} s, about "
+              f"{elapsed / n * (len(jobs) - n):.0f} s left)", file=sys.stderr)  # fmt: skip
+        emit(result, args.json, quiet=True)  # partial results as the runs go
 
-    free, started = list(range(args.jobs)), time.perf_counter()
-    with ThreadPoolExecutor(args.jobs) as pool:
-        pending: dict[Any, int] = {}
-        queue = list(jobs)
-        while queue or pending:
-            while queue and free:
-                slot = free.pop()
-                pending[pool.submit(run, queue.pop(0), slots[slot])] = slot
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                free.append(pending.pop(future))
-                world, variant, done = future.result()
-                key = f"{world}/{variant}"
-                if done.returncode != 0:  # reported, never a silent zero; the other runs go on
-                    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                    result["runs"][key] = {"world": world, "variant": variant, "error": last}
-                    print(f"warm_start_cost: {key} failed: {last}", file=sys.stderr)
-                    continue
-                result["runs"][key] = json.loads(done.stdout.strip().splitlines()[-1])
-                n = len(result["runs"])
-                elapsed = time.perf_counter() - started
-                print(f"warm_start_cost: {n}/{len(jobs)} {key} ({elapsed:.0f} s, about "
-                      f"{elapsed / n * (len(jobs) - n):.0f} s left)", file=sys.stderr)  # fmt: skip
-                emit(result, args.json, quiet=True)  # partial results as the runs go
+    run_pinned(jobs, command, slots, done)
     for world in args.worlds:  # the package's NLL against the labels= loss, same transcripts
         now, before = (result["runs"].get(f"{world}/{v}", {}) for v in VARIANTS)
         if "seconds" in now and "seconds" in before:

@@ -674,11 +674,9 @@ def test_models_with_a_sliding_window_keep_the_mask():
         assert not switched
 
 
-def test_the_warm_starts_right_padded_rows_attend_unmasked_with_the_same_loss_and_gradient(monkeypatch):
-    """The warm start's batches are right-padded rows: without a mask, the same NLL and gradient as with it."""
-    import contextlib
-
-    from agentr1_trl import sft
+def _warm_start_batch(seed: int, scored: float):
+    """A tiny LoRA model, its tokenizer and three warm-start samples of random tokens (prompts of 7, 12 and 3,
+    completions of 20, 5 and 9), each completion token the assistant's with probability ``scored``."""
     from agentr1_trl.pipeline import lora_config
     from peft import get_peft_model
 
@@ -687,14 +685,23 @@ def test_the_warm_starts_right_padded_rows_attend_unmasked_with_the_same_loss_an
     tok = tiny_tokenizer()
     torch.manual_seed(0)
     model = get_peft_model(tiny_model(tok, hidden_size=64), lora_config(8))
-    g = torch.Generator().manual_seed(2)
+    g = torch.Generator().manual_seed(seed)
 
     def sample(prompt, completion):
         ids = torch.randint(10, 200, (prompt + completion,), generator=g).tolist()
-        mask = (torch.rand(completion, generator=g) > 0.3).long().tolist()
+        mask = (torch.rand(completion, generator=g) < scored).long().tolist()
         return Sample(ids[:prompt], ids[prompt:], mask, [0.0] * completion, [0.0] * completion)
 
-    batch = [sample(7, 20), sample(12, 5), sample(3, 9)]
+    return model, tok, [sample(7, 20), sample(12, 5), sample(3, 9)]
+
+
+def test_the_warm_starts_right_padded_rows_attend_unmasked_with_the_same_loss_and_gradient(monkeypatch):
+    """The warm start's batches are right-padded rows: without a mask, the same NLL and gradient as with it."""
+    import contextlib
+
+    from agentr1_trl import sft
+
+    model, tok, batch = _warm_start_batch(2, 0.7)
     calls = _kernel_calls(monkeypatch)
 
     def run():
@@ -720,22 +727,10 @@ def test_the_warm_starts_nll_is_the_models_own_loss_with_the_head_only_where_sco
     gradients as the model's own ``labels=`` loss (which projects every position), under bf16 autocast too; the
     projection sees only the scored positions; a batch without an assistant token is a zero, not a NaN."""
     from agentr1_trl import forward, sft
-    from agentr1_trl.pipeline import lora_config
-    from peft import get_peft_model
 
     from agentr1_gym.rollout import Sample
 
-    tok = tiny_tokenizer()
-    torch.manual_seed(0)
-    model = get_peft_model(tiny_model(tok, hidden_size=64), lora_config(8))
-    g = torch.Generator().manual_seed(3)
-
-    def sample(prompt, completion):
-        ids = torch.randint(10, 200, (prompt + completion,), generator=g).tolist()
-        mask = (torch.rand(completion, generator=g) > 0.5).long().tolist()
-        return Sample(ids[:prompt], ids[prompt:], mask, [0.0] * completion, [0.0] * completion)
-
-    batch = [sample(7, 20), sample(12, 5), sample(3, 9)]
+    model, tok, batch = _warm_start_batch(3, 0.5)
     scored = sum(sum(s.action_mask) for s in batch)
     projected = []
     real = forward.projected_logps
@@ -754,14 +749,7 @@ def test_the_warm_starts_nll_is_the_models_own_loss_with_the_head_only_where_sco
     assert projected == [scored]
 
     def own_loss():
-        width = max(len(s.prompt_ids) + len(s.completion_ids) for s in batch)
-        ids = torch.full((3, width), tok.pad_token_id)
-        labels, att = torch.full((3, width), -100), torch.zeros((3, width), dtype=torch.long)
-        for row, s in enumerate(batch):
-            seq = s.prompt_ids + s.completion_ids
-            ids[row, : len(seq)], att[row, : len(seq)] = torch.tensor(seq), 1
-            for i, (token, m) in enumerate(zip(s.completion_ids, s.action_mask)):
-                labels[row, len(s.prompt_ids) + i] = token if m else -100
+        ids, att, labels = sft.padded_rows(batch, tok.pad_token_id)
         return model(input_ids=ids, attention_mask=att, labels=labels).loss
 
     want, want_grads = run(own_loss)

@@ -232,13 +232,10 @@ def _load_progress(
     return state
 
 
-def _masked_nll(model: Any, batch: Sequence[Sample], pad: int, device: Any) -> torch.Tensor:
-    """Mean NLL over the assistant tokens of a right-padded batch, as the model's own ``labels=`` loss computes it
-    (tested), with the vocabulary projection only where a token is scored (:func:`~agentr1_trl.forward.
-    projected_logps`): a transcript's tool outputs and prompt are most of its positions, and their
-    ``(positions, vocabulary)`` logits and softmax cost as much as the transformer. Padding only follows each row's
-    tokens, so the rows need no attention mask: they attend through the kernel's causal path
-    (:mod:`agentr1_trl.causal_rows`)."""
+def padded_rows(batch: Sequence[Sample], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch of samples as right-padded rows: ``(input ids, attention mask, labels)``, each ``(rows, longest)``;
+    the labels are the assistant's tokens (``action_mask``) at their positions and -100 elsewhere, as
+    transformers' ``labels=`` loss reads them."""
     seqs = [s.prompt_ids + s.completion_ids for s in batch]
     width = max(len(x) for x in seqs)
     ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -250,6 +247,17 @@ def _masked_nll(model: Any, batch: Sequence[Sample], pad: int, device: Any) -> t
         comp = torch.tensor(s.completion_ids)
         mask = torch.tensor(s.action_mask, dtype=torch.bool)
         labels[row, len(s.prompt_ids) : len(seq)] = torch.where(mask, comp, torch.tensor(-100))
+    return ids, att, labels
+
+
+def _masked_nll(model: Any, batch: Sequence[Sample], pad: int, device: Any) -> torch.Tensor:
+    """Mean NLL over the assistant tokens of a right-padded batch, as the model's own ``labels=`` loss computes it
+    (tested), with the vocabulary projection only where a token is scored (:func:`~agentr1_trl.forward.
+    projected_logps`): a transcript's tool outputs and prompt are most of its positions, and their
+    ``(positions, vocabulary)`` logits and softmax cost as much as the transformer. Padding only follows each row's
+    tokens, so the rows need no attention mask: they attend through the kernel's causal path
+    (:mod:`agentr1_trl.causal_rows`)."""
+    ids, att, labels = padded_rows(batch, pad)
     with causal_rows(model) as unmasked:
         mask = None if unmasked else att.to(device)
         states = sequence_states(model, ids.to(device), mask)
