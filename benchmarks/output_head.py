@@ -49,10 +49,8 @@ def measure(
     g = torch.Generator().manual_seed(0)
     states64 = torch.randn(tokens, HIDDEN, generator=g, dtype=torch.float64)
     head = torch.nn.Linear(HIDDEN, vocabulary, bias=False).requires_grad_(False)  # frozen, as under LoRA
-    with torch.no_grad():
-        head.weight.copy_(
-            torch.randn(vocabulary, HIDDEN, generator=g) / 24
-        )  # logits of a few units, as SmolLM2's
+    with torch.no_grad():  # logits of a few units, as SmolLM2's
+        head.weight.copy_(torch.randn(vocabulary, HIDDEN, generator=g) / 24)
     targets = torch.randint(0, vocabulary, (tokens,), generator=g)
     upstream = torch.randn(tokens, generator=g)
 
@@ -158,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     peak = {} if args.smoke else matmul_gflops(args.threads)
-    bf16 = peak.get("bfloat16") if isinstance(peak, dict) else None
+    bf16 = peak.get("bfloat16")
     if bf16:
         for shape in results:
             for r in shape["blocks"].values():

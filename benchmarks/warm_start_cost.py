@@ -15,8 +15,8 @@ forward pass, bf16 autocast with the frozen base in bf16), from the same initial
 * ``labels-loss``: the same transcripts through ``model(..., labels=...).loss`` (transformers' loss: logits for
   every position, then cross-entropy over the scored ones), as the warm start computed it before.
 
-Each (world, variant) runs in its own process, pinned to its own core (``--jobs`` side by side). Recorded: seconds
-per transcript (the median over the epoch's optimizer steps, per transcript) and in all, tokens and scored tokens,
+Each (world, variant) runs in its own process, pinned to its own core (``--jobs`` side by side). Recorded: the epoch's
+seconds in all and per transcript, the median forward pass per transcript, tokens and scored tokens,
 the epoch's loss (the variants compute the same NLL: their losses agree to bf16's rounding), how far the adapter
 moved (a real update), peak RSS, and this CPU's model and flags.
 """
