@@ -53,6 +53,10 @@ SCRIPTS = {
         "main_job.py",
         "The main job on a CPU with AVX512-BF16: its default (bf16, the base in bf16) against float32",
     ),
+    "main_job_bf16_base_slow": (
+        "main_job.py",
+        "The main job where bf16 products are only 2.1-2.3x float32's: bf16 with the base in bf16 against float32",
+    ),
     "learning": ("learning.py", "Learning: GRPO, PPO and the no-action-mask ablation"),
     "learning_fast": ("learning.py", "Learning at the faster settings"),
     "learning_old_settings": ("learning.py", "Learning at the old settings"),
@@ -150,6 +154,10 @@ SCRIPTS = {
     "attention_kernel": (
         "attention_kernel.py",
         "Causal attention on one CPU core: PyTorch's flash-attention kernel against the block kernel",
+    ),
+    "step_cost_bf16_base_slow": (
+        "step_cost.py",
+        "The update's precision where bf16 products are only 2.1-2.3x float32's: the base in bf16 against float32",
     ),
     "step_cost_vocab_block": (
         "step_cost.py",
@@ -1192,6 +1200,68 @@ def _warm_start_cost_row() -> list[list[str]]:
     ]]  # fmt: skip
 
 
+def _main_job_variant_rows() -> list[list[str]]:
+    """README rows: the main job's precision comparisons (main_job_avx512.json, main_job_bf16_base_slow.json): each
+    variant's held-out success before and after RL, and its longest whole job and peak memory."""
+    rows: list[list[str]] = []
+    labels = {
+        "fp32": ("float32", "float32"),
+        "default": ("defaults", "the defaults (bf16, chosen by measuring)"),
+        "bf16": ("bf16", "bf16 with the base in bf16 (the default here now)"),
+    }
+    for stem, title in (
+        ("main_job_avx512", "`agentr1 train` on an AVX512-BF16 CPU"),
+        ("main_job_bf16_base_slow", "`agentr1 train` where bf16 products are only about 2x float32's"),
+    ):
+        if not (RESULTS / f"{stem}.json").is_file():
+            continue
+        avx = _load(stem)
+        text, cost = [], []
+        for name, s in avx["summary"].items():
+            short, label = labels.get(name, (name, name))
+            before = ", ".join(f"{x:.2f}" for x in s["success_before"])
+            after = ", ".join(f"{x:.2f}" for x in s["success_after"])
+            text.append(f"{label}: {before} -> {after} (at least {s['success_ratio_min']:.2f}x)")
+            cost.append(
+                f"{short} at most {s['wall_clock_s_max'] / 60:.1f} min and {s['peak_rss_gb_max']:.2f} GB"
+            )
+        seeds = len(avx["seeds"])
+        rows.append([
+            f"[{title}](docs/results/{stem}.md)",
+            f"held-out success, {seeds} seed{'s' if seeds > 1 else ''}, {'; '.join(text)}",
+            f"{'; '.join(cost)} ({avx['machine']['cpu_model']}, {', '.join(avx['machine'].get('cpu_vector') or [])})",
+        ])  # fmt: skip
+    return rows
+
+
+def _bf16_base_slow_row() -> list[list[str]]:
+    """README row: the bf16 update with the base in bf16 against float32 on a CPU whose bf16 products are only
+    2.1-2.3x float32's (step_cost_bf16_base_slow.json: each world's update tokens per second and peak memory)."""
+    if not (RESULTS / "step_cost_bf16_base_slow.json").is_file():
+        return []
+    cost = _load("step_cost_bf16_base_slow")
+    runs, peak = cost["runs"], cost["matmul_gflops"]
+    pairs = [(runs[k], runs.get(k.replace("/bf16-base-regrouped", "/fp32-regrouped"), {}))
+             for k in runs if k.endswith("/bf16-base-regrouped")]  # fmt: skip
+    pairs = [(on, off) for on, off in pairs if "update_tokens_per_s" in on and "update_tokens_per_s" in off]
+    if not pairs:
+        return []
+    text = (
+        f"bf16 products {peak['bfloat16'] / peak['float32']:.2f}x float32's here; the update's tokens per second "
+        "with the base in bf16, over float32: "
+        + ", ".join(
+            f"{on['world']} {on['update_tokens_per_s'] / off['update_tokens_per_s']:.2f}x "
+            f"({off['sec_per_step']:.1f} -> {on['sec_per_step']:.1f} s a step, peak "
+            f"{off['peak_rss_mb'] / 1000:.2f} -> {on['peak_rss_mb'] / 1000:.2f} GB)"
+            for on, off in pairs
+        )
+    )
+    return [[
+        "[the update's precision where bf16 products are only about 2x](docs/results/step_cost_bf16_base_slow.md)",
+        text, f"SmolLM2-135M + LoRA, {cost['threads']} thread, turns scripted{_cpu_named(cost)}",
+    ]]  # fmt: skip
+
+
 def _vocab_block_rows() -> list[list[str]]:
     """README rows: the output projection by vocabulary block against the whole vocabulary per chunk, in the update
     (step_cost_vocab_block.json: each world's update tokens per second) and alone (output_head_avx512.json: the
@@ -1594,6 +1664,7 @@ HIGHLIGHTS = {
     "step_cost_causal_rows_amx": _step_cost,
     "step_cost_block_attention": _step_cost,
     "step_cost_vocab_block": _step_cost,
+    "step_cost_bf16_base_slow": _step_cost,
     "attention_kernel": _attention_kernel,
     "output_head_avx512": _output_head,
     "warm_start_cost": _warm_start_cost,
@@ -1615,6 +1686,7 @@ HIGHLIGHTS = {
     "main_job_amx": _main_job,
     "main_job_train_top_layers": _main_job_variants,
     "main_job_avx512": _main_job_variants,
+    "main_job_bf16_base_slow": _main_job_variants,
     "main_job_block_attention": _main_job_variants,
     "main_job_skip_flat": _main_job_variants,
     "gpu_step": _gpu_step,
@@ -1793,26 +1865,7 @@ def headline_rows() -> list[list[str]]:
             f"{s['success_ratio_min']:.2f}x the RL start)",
             f"at most {s['wall_clock_s_max'] / 60:.1f} min, peak RSS at most {s['peak_rss_gb_max']:.2f} GB",
         ])  # fmt: skip
-    if (RESULTS / "main_job_avx512.json").is_file():
-        avx = _load("main_job_avx512")
-        text, cost = [], []
-        for name, s in avx["summary"].items():
-            short, label = (
-                ("float32",) * 2
-                if name == "fp32"
-                else ("defaults", "the defaults (bf16, chosen by measuring)")
-            )
-            before = ", ".join(f"{x:.2f}" for x in s["success_before"])
-            after = ", ".join(f"{x:.2f}" for x in s["success_after"])
-            text.append(f"{label}: {before} -> {after} (at least {s['success_ratio_min']:.2f}x)")
-            cost.append(
-                f"{short} at most {s['wall_clock_s_max'] / 60:.1f} min and {s['peak_rss_gb_max']:.2f} GB"
-            )
-        rows.append([
-            "[`agentr1 train` on an AVX512-BF16 CPU](docs/results/main_job_avx512.md)",
-            f"held-out success, {len(avx['seeds'])} seeds, {'; '.join(text)}",
-            f"{'; '.join(cost)} ({avx['machine']['cpu_model']}, {', '.join(avx['machine'].get('cpu_vector') or [])})",
-        ])  # fmt: skip
+    rows.extend(_main_job_variant_rows())
     if (RESULTS / "main_job_skip_flat.json").is_file():
         rows.append(_skip_flat_row(_load("main_job_skip_flat")))
     if (RESULTS / "main_job_train_top_layers.json").is_file():
@@ -2045,6 +2098,7 @@ def headline_rows() -> list[list[str]]:
         ])  # fmt: skip
     rows.extend(_block_attention_rows())
     rows.extend(_vocab_block_rows())
+    rows.extend(_bf16_base_slow_row())
     rows.extend(_warm_start_cost_row())
     if (RESULTS / "generation_cost_amx.json").is_file():
         gen = _load("generation_cost_amx")

@@ -873,3 +873,51 @@ def test_report_gives_the_vocabulary_block_and_warm_start_measurements_their_rea
     (row,) = report._warm_start_cost_row()
     assert row[1].endswith("labels= loss: main 1.61x (4% of tokens scored)")
     assert {"step_cost_vocab_block", "output_head_avx512", "warm_start_cost"} <= set(report.SCRIPTS)
+
+
+def test_report_gives_the_precision_measurements_on_a_slow_bf16_cpu_their_readme_rows(monkeypatch, tmp_path):
+    """step_cost_bf16_base_slow.json gets a row of each world's update speed and memory with the base in bf16 over
+    float32, with the products' measured ratio; main_job_bf16_base_slow.json a row of both variants' learning and
+    cost; both have pages."""
+    report = _benchmark_module(monkeypatch, "report")
+    results = tmp_path / "results"
+    results.mkdir()
+    machine = {"cpu_model": "AMD EPYC", "cpu_vector": ["avx512_bf16"]}
+
+    def run(tokens_per_s, seconds, rss):
+        return {
+            "world": "coin",
+            "update_tokens_per_s": tokens_per_s,
+            "sec_per_step": seconds,
+            "peak_rss_mb": rss,
+        }
+
+    cost = {"threads": 1, "machine": machine, "matmul_gflops": {"float32": 90.0, "bfloat16": 207.0},
+            "runs": {"coin/bf16-base-regrouped": run(250.0, 30.0, 3200),
+                     "coin/fp32-regrouped": run(125.0, 60.0, 4600)}}  # fmt: skip
+    (results / "step_cost_bf16_base_slow.json").write_text(json.dumps(cost))
+
+    def summary(after, minutes):
+        return {"wall_clock_s_max": minutes * 60, "peak_rss_gb_max": 4.8, "success_before": [0.11],
+                "success_after": [after], "success_ratio_min": after / 0.11}  # fmt: skip
+
+    job = {
+        "seeds": [42],
+        "machine": machine,
+        "summary": {"fp32": summary(0.72, 11.0), "bf16": summary(0.65, 8.4)},
+    }
+    (results / "main_job_bf16_base_slow.json").write_text(json.dumps(job))
+    monkeypatch.setattr(report, "RESULTS", results)
+    (row,) = report._bf16_base_slow_row()
+    assert row[1] == (
+        "bf16 products 2.30x float32's here; the update's tokens per second with the base in bf16, over float32: "
+        "coin 2.00x (60.0 -> 30.0 s a step, peak 4.60 -> 3.20 GB)"
+    )
+    assert row[2].endswith("1 thread, turns scripted (AMD EPYC, avx512_bf16)")
+    rows = [r for r in report._main_job_variant_rows() if "main_job_bf16_base_slow" in r[0]]
+    assert len(rows) == 1 and "1 seed, float32: 0.11 -> 0.72" in rows[0][1]
+    assert "bf16 with the base in bf16 (the default here now): 0.11 -> 0.65" in rows[0][1]
+    assert rows[0][2].startswith("float32 at most 11.0 min and 4.80 GB; bf16 at most 8.4 min and 4.80 GB")
+    assert {"step_cost_bf16_base_slow", "main_job_bf16_base_slow"} <= set(report.SCRIPTS)
+    (results / "step_cost_bf16_base_slow.json").unlink()
+    assert report._bf16_base_slow_row() == []

@@ -349,19 +349,32 @@ def test_bf16_on_a_cpu_machine_means_cpu_autocast(tmp_path):
 
 @pytest.mark.slow
 def test_the_update_precision_follows_the_measured_hardware(tmp_path, monkeypatch):
-    """bf16 autocast by default only where the hardware computes it faster: native bf16 on the CPU *and* products
-    measured at least BF16_MIN_SPEEDUP times float32's (flags alone do not decide)."""
+    """bf16 by default only where the hardware computes it faster: native bf16 on the CPU *and* products measured
+    at least BF16_BASE_MIN_SPEEDUP times float32's with the base stored in bf16 (the CPU default), at least
+    BF16_MIN_SPEEDUP times for autocast over float32 weights (bf16_base=False); flags alone do not decide."""
     import agentr1_trl.hardware as hw
 
     if torch.cuda.is_available():
         pytest.skip("a GPU decides by its own bf16 support")
-    kwargs = {k: v for k, v in BASE.items() if k not in ("use_cpu", "bf16")}
-    for native, speedup, expected in ((False, 9.5, False), (True, 2.2, False), (True, 9.5, True)):
+    assert (
+        1.0 < hw.BF16_BASE_MIN_SPEEDUP < 2.1 < hw.BF16_MIN_SPEEDUP
+    )  # 2.1x: the slowest native-bf16 CPU measured
+    kwargs = {k: v for k, v in BASE.items() if k not in ("use_cpu", "bf16", "bf16_base")}
+    cases = (  # native, speedup, bf16 with the base in bf16 (default), bf16 under autocast (bf16_base=False)
+        (False, 9.5, False, False),
+        (True, 1.2, False, False),
+        (True, 2.1, True, False),
+        (True, 9.5, True, True),
+    )
+    for native, speedup, base_bf16, autocast in cases:
         monkeypatch.setattr(hw, "cpu_has_native_bf16", lambda native=native: native)
         monkeypatch.setattr(hw, "bf16_matmul_speedup", lambda speedup=speedup: speedup)
-        bf16, why = hw.update_precision()
-        assert bf16 is expected and (f"{speedup:.1f}x" in why) is native
-        assert AgentGRPOConfig(output_dir=str(tmp_path), **kwargs).bf16 is expected
+        for bf16_base, expected in ((None, base_bf16), (True, base_bf16), (False, autocast)):
+            bf16, why = hw.update_precision(bf16_base)
+            assert bf16 is expected and (f"{speedup:.1f}x" in why) is native
+        assert AgentGRPOConfig(output_dir=str(tmp_path), **kwargs).bf16 is base_bf16
+        config = AgentGRPOConfig(output_dir=str(tmp_path), bf16_base=False, **kwargs)
+        assert config.bf16 is autocast and not config.stores_base_in_bf16("cpu")
         assert AgentGRPOConfig(output_dir=str(tmp_path), bf16=False, **kwargs).bf16 is False
     monkeypatch.undo()
     real = hw.bf16_matmul_speedup()  # a real measurement: a positive ratio, cached for the process

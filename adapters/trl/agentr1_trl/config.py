@@ -343,8 +343,9 @@ class AgentTrainerConfig(GRPOConfig):
 
         if self.bf16 is None and not self.fp16:
             # TRL defaults to bf16, which fails without a bf16 GPU: bf16 where the hardware computes it faster
-            # (a bf16 GPU; a CPU with native bf16 whose products measured faster in it), else float32
-            self.bf16 = update_precision()[0]
+            # (a bf16 GPU; a CPU with native bf16 whose products measured fast enough for the base's storage in
+            # it, bf16_base), else float32
+            self.bf16 = update_precision(self.bf16_base)[0]
         if not torch.cuda.is_available():
             self.use_cpu = True  # bf16=True then means CPU autocast (fast on CPUs with AVX512-BF16/AMX)
         super().__post_init__()

@@ -2,24 +2,27 @@
 vLLM engine's dtype; and :class:`DeviceDefaults`, every setting whose default follows the device and the process
 count, resolved once when a trainer starts.
 
-On a CPU, bfloat16 pays only where the CPU computes it natively (AVX512-BF16, AMX), and even there only where its
-matrix products are fast enough to cover what autocast adds (a cast of every weight and activation it touches).
-The flags alone do not say which, so :func:`update_precision` measures it: the same matrix product (the shape of a
-SmolLM2-135M MLP over 1,024 tokens) in float32 and in bfloat16, with the threads torch uses, about 0.2 s once per
-process. The update runs under bf16 autocast (the LoRA adapter, its gradients and the optimizer state stay float32)
-where bf16 products are at least :data:`BF16_MIN_SPEEDUP` times faster; elsewhere in float32.
+On a CPU, bfloat16 pays only where the CPU computes it natively (AVX512-BF16, AMX), and there only where its matrix
+products are fast enough to cover what bf16 adds. The flags alone do not say which, so :func:`update_precision`
+measures it: the same matrix product (the shape of a SmolLM2-135M MLP over 1,024 tokens) in float32 and in
+bfloat16, with the threads torch uses, about 0.2 s once per process. What bf16 adds depends on where the frozen base
+lives, so there are two thresholds:
 
-The threshold comes from the main job run both ways on this project's 2-core AMD EPYC with AVX512-BF16, whose
-bf16 products measure 2.1-2.3x float32's: under bf16 autocast its update took 7.5-7.9 s per step against 7.7-7.9 s
-in float32 (seeds 1 and 2; ``benchmarks/results/main_job_bf16.json`` against ``main_job.json``), used 0.5 GB more
-and learned less on one seed of three, so such a CPU keeps float32. On a 2-core Xeon with AMX (bf16 products 7x
-float32's) a bf16 update with the frozen base stored in bf16 (the trainer's ``bf16_base``) ran 1.53-2.45x float32's
-update in the four learning worlds, 1.34-1.68x under autocast over float32 weights
-(``benchmarks/results/step_cost_amx.json``). A later 2-core EPYC with the same flags and model name measures its
-bf16 products at 4.1-4.5x float32's, so bf16 is chosen there; its bf16 update with the base in bf16 ran 1.85-2.21x
-float32's (``step_cost_avx512.json``): the flags do not tell the two EPYCs apart, the measurement does. On an
-AVX2-only CPU bf16 is emulated and slower. The threshold was set under autocast alone; whether a bf16 base pays on
-a CPU whose products measure only 2.2x is not measured yet.
+* the base stored in bf16 (``bf16_base``, the default with bf16 on a CPU): no weight is cast, only the LoRA
+  adapter, its gradients and the optimizer state stay float32. Chosen where bf16 products are at least
+  :data:`BF16_BASE_MIN_SPEEDUP` times float32's. On the slowest native-bf16 CPU this project has measured, a 2-core
+  AMD EPYC with AVX512-BF16 whose products measured 2.1-2.3x float32's, this update ran 1.73-1.82x float32's
+  tokens per second in the four learning worlds, in 25-29% less memory
+  (``benchmarks/results/step_cost_bf16_base_slow.json``), and the whole main job took 8.4 minutes against 11.0 in
+  float32 (``main_job_bf16_base_slow.json``); on EPYCs of the same flags whose products measure 4.1-4.5x
+  it ran 1.85-2.21x (``step_cost_avx512.json``), and learned as much as float32 on three seeds
+  (``main_job_avx512.json``); on a Xeon with AMX (products 7x) 1.53-2.45x (``step_cost_amx.json``);
+* bf16 autocast over float32 weights (``bf16_base=False``): every product casts its weight, so it needs products
+  at least :data:`BF16_MIN_SPEEDUP` times faster. On the EPYC whose products measured 2.1-2.3x, the main job's update
+  under autocast took 7.5-7.9 s a step against 7.7-7.9 s in float32 (seeds 1 and 2;
+  ``benchmarks/results/main_job_bf16.json`` against ``main_job.json``) and used 0.5 GB more.
+
+On an AVX2-only CPU bf16 is emulated and slower: float32 there, whatever the product measures.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "BF16_BASE_MIN_SPEEDUP",
     "BF16_MIN_SPEEDUP",
     "CPU_UPDATE_TOKENS",
     "DeviceDefaults",
@@ -41,8 +45,13 @@ __all__ = [
     "update_precision",
 ]
 
-#: bf16 autocast is chosen on a CPU whose bf16 matrix product is at least this much faster than float32's: at 2.2x
-#: (AVX512-BF16 here) the main job's update step gained nothing, the casts autocast adds eating the products' gain
+#: a bf16 update with the frozen base stored in bf16 (the CPU default with bf16) is chosen on a CPU whose bf16 matrix
+#: product is at least this much faster than float32's: at 2.1-2.3x (the slowest native-bf16 CPU measured) it ran
+#: 1.73-1.82x float32's update; the margin below 2.1 keeps one machine's choice from flipping with the check's noise
+BF16_BASE_MIN_SPEEDUP = 1.5
+#: bf16 autocast over float32 weights (``bf16_base=False``) is chosen on a CPU whose bf16 matrix product is at least
+#: this much faster than float32's: at 2.2x (AVX512-BF16 here) the main job's update step gained nothing, the casts
+#: autocast adds eating the products' gain
 BF16_MIN_SPEEDUP = 3.0
 
 
@@ -89,10 +98,12 @@ def bf16_matmul_speedup(tokens: int = 1024, width: int = 576, inner: int = 1536,
     return best(a, b) / max(best(a.bfloat16(), b.bfloat16()), 1e-9)
 
 
-def update_precision() -> tuple[bool, str]:
-    """``(bf16, why)``: whether the update should run under bf16 autocast on this machine, and the reason in a
-    few words (printed when a run starts). On a GPU: whether it supports bf16. On a CPU: native bf16 and a measured
-    product speed-up of at least :data:`BF16_MIN_SPEEDUP`."""
+def update_precision(bf16_base: bool | None = None) -> tuple[bool, str]:
+    """``(bf16, why)``: whether the update should run in bf16 on this machine, and the reason in a few words
+    (printed when a run starts). On a GPU: whether it supports bf16. On a CPU: native bf16 and a measured product
+    speed-up of at least :data:`BF16_BASE_MIN_SPEEDUP` where the frozen base would be stored in bf16
+    (``bf16_base`` None or True: :func:`stores_base_in_bf16`), of :data:`BF16_MIN_SPEEDUP` where it would stay
+    float32 under autocast (``bf16_base=False``)."""
     import torch
 
     if torch.cuda.is_available():
@@ -101,9 +112,13 @@ def update_precision() -> tuple[bool, str]:
     if not cpu_has_native_bf16():
         return False, "no native bf16 on this CPU (it would be emulated: slower)"
     speedup = bf16_matmul_speedup()
-    if speedup >= BF16_MIN_SPEEDUP:
+    needed = BF16_MIN_SPEEDUP if bf16_base is False else BF16_BASE_MIN_SPEEDUP
+    if speedup >= needed:
         return True, f"native bf16, its products measured {speedup:.1f}x float32's here"
-    return False, f"native bf16, but its products measured only {speedup:.1f}x float32's here"
+    return (
+        False,
+        f"native bf16, but its products measured only {speedup:.1f}x float32's here (below {needed}x)",
+    )
 
 
 #: ``max_update_tokens`` on a CPU by default. Measured against 4,096: the main job never reaches either (every
