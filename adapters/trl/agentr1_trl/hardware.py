@@ -13,10 +13,11 @@ lives, so there are two thresholds:
   :data:`BF16_BASE_MIN_SPEEDUP` times float32's. On the slowest native-bf16 CPU this project has measured, a 2-core
   AMD EPYC with AVX512-BF16 whose products measured 2.1-2.3x float32's, this update ran 1.73-1.82x float32's
   tokens per second in the four learning worlds, in 25-29% less memory
-  (``benchmarks/results/step_cost_bf16_base_slow.json``), and the whole main job took 8.4 minutes against 11.0 in
-  float32 (``main_job_bf16_base_slow.json``); on EPYCs of the same flags whose products measure 4.1-4.5x
-  it ran 1.85-2.21x (``step_cost_avx512.json``), and learned as much as float32 on three seeds
-  (``main_job_avx512.json``); on a Xeon with AMX (products 7x) 1.53-2.45x (``step_cost_amx.json``);
+  (``benchmarks/results/step_cost_bf16_base_slow.json``), and the whole main job took 8.4 and 10.4 minutes against
+  11.0 and 12.2 in float32 at two seeds, learning less at one of them (held-out 0.31 against 0.55; every run over
+  2x its start; ``main_job_bf16_base_slow.json``); on EPYCs of the same flags whose products measure 4.1-4.5x it ran
+  1.85-2.21x (``step_cost_avx512.json``) and learned more than float32 at two seeds of three and as much at the
+  third (``main_job_avx512.json``); on a Xeon with AMX (products 7x) 1.53-2.45x (``step_cost_amx.json``);
 * bf16 autocast over float32 weights (``bf16_base=False``): every product casts its weight, so it needs products
   at least :data:`BF16_MIN_SPEEDUP` times faster. On the EPYC whose products measured 2.1-2.3x, the main job's update
   under autocast took 7.5-7.9 s a step against 7.7-7.9 s in float32 (seeds 1 and 2;
